@@ -1,0 +1,1 @@
+"""The actors: one ServerClient per server connection (more arrive in later issues)."""

@@ -1,0 +1,434 @@
+"""ServerClient: the actor that owns one server's connection; ServerHandle: its typed front.
+
+**Owns** the current :class:`~albedo_actors.connection.Connection` (at most one), the
+catalogue last discovered, the dialer thread that opens a connection, and the
+discovery thread that re-reads the catalogue after a ``list_changed``.
+
+**Asks** nobody. **Tells** its owner (an actor ref, optional) :class:`CatalogueChanged`
+only when the catalogue really differs, and :class:`ServerLost` when a connection drops.
+
+**Threads**: the actor's own thread only updates state. Blocking work runs on the
+dialer and discovery threads, which report back with messages; the transport's
+reader thread resolves responses directly (see :mod:`albedo_actors.rpc`) and sends
+notifications and closures here as messages.
+
+Requests do not pass through the mailbox: :class:`ServerHandle` asks the actor for
+the live connection (dialling it first when there is none) and then writes its request
+on the caller's own thread and waits there, with the call's timeout. Tool calls are
+never retried.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pykka
+
+from ..catalogue import Catalogue
+from ..config import ServerConfig, launch_spec
+from ..connection import Connection, discover, open_stdio
+from ..errors import AlbedoError, ServerError, Unavailable
+from ..rpc import Pending
+from ..transport.stdio import LaunchSpec, StdioTransport
+from ..wire import mcp
+
+logger = logging.getLogger(__name__)
+
+ASK_TIMEOUT = 5.0  # for the actor's own bookkeeping answers; it never blocks on I/O
+STOP_TIMEOUT = 10.0
+
+
+# -- events told to the owner ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CatalogueChanged:
+    server: str
+    catalogue: Catalogue
+
+
+@dataclass(frozen=True)
+class ServerLost:
+    server: str
+    reason: str
+
+
+# -- messages from the helper threads --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Dialled:
+    attempt: int
+    connection: Connection | None
+    catalogue: Catalogue | None
+    error: AlbedoError | None
+
+
+@dataclass(frozen=True)
+class _Notified:
+    attempt: int
+    method: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Closed:
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Discovered:
+    attempt: int
+    catalogue: Catalogue | None
+    error: AlbedoError | None
+
+
+class ServerClient(pykka.ThreadingActor):
+    """One per server connection; see the module docstring."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        home: str,
+        owner: pykka.ActorRef | None = None,
+        spec_factory: Callable[[ServerConfig], LaunchSpec] | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self._home = home
+        self._owner = owner
+        self._spec_factory = spec_factory or (lambda cfg: launch_spec(cfg, home))
+        self._connection: Connection | None = None
+        self._catalogue: Catalogue | None = None
+        self._attempt = 0
+        self._dial: concurrent.futures.Future | None = None
+        self._dialer: threading.Thread | None = None
+        self._opening = _Opening(config.name)  # transports of the dial in progress
+        self._discoverer: threading.Thread | None = None
+        self._rediscover = False
+        self._listen: Pending | None = None
+        self._stopping = False
+        self._old: list[Connection] = []
+
+    # -- public API (proxy calls) ------------------------------------------------------------
+
+    def connection(self) -> concurrent.futures.Future:
+        """A future of the live :class:`Connection`, dialling one when there is none.
+
+        The future fails with :class:`Unavailable` (or :class:`Incompatible`) when the
+        dial fails; every dial is bounded by ``startupTimeoutMs``.
+        """
+        if self._connection is not None and self._connection.alive:
+            done: concurrent.futures.Future = concurrent.futures.Future()
+            done.set_result(self._connection)
+            return done
+        if self._dial is None:
+            self._start_dial()
+        return self._dial
+
+    def catalogue(self) -> Catalogue | None:
+        """The catalogue last discovered (None before the first successful dial)."""
+        return self._catalogue
+
+    def status(self) -> dict[str, Any]:
+        connection = self._connection
+        return {
+            "server": self.config.name,
+            "connected": connection is not None and connection.alive,
+            "era": connection.era if connection else (self._catalogue.era if self._catalogue else None),
+            "version": connection.version if connection else None,
+            "discovering": self._discoverer is not None,
+        }
+
+    # -- messages from helper threads ---------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, _Notified):
+            self._on_notified(message)
+        elif isinstance(message, _Closed):
+            self._on_closed(message)
+        elif isinstance(message, _Dialled):
+            self._on_dialled(message)
+        elif isinstance(message, _Discovered):
+            self._on_discovered(message)
+        else:
+            return super().on_receive(message)
+        return None
+
+    def _on_dialled(self, message: _Dialled) -> None:
+        future, self._dial = self._dial, None
+        self._dialer = None
+        if message.error is not None:
+            if future is not None:
+                future.set_exception(message.error)
+            return
+        connection = message.connection
+        if self._stopping:
+            connection.close("client stopping")
+            self._old.append(connection)
+            if future is not None:
+                future.set_exception(Unavailable(self.config.name, "the client is stopping"))
+            return
+        self._connection = connection
+        self._listen = connection.start_listen() if connection.alive else None
+        self._adopt(message.catalogue)
+        if future is not None:
+            future.set_result(connection)
+
+    def _on_notified(self, message: _Notified) -> None:
+        if message.attempt != self._attempt:
+            return
+        method = message.method
+        if method in mcp.LIST_CHANGED:
+            if self._discoverer is not None:
+                self._rediscover = True  # runs exactly once more when this one ends
+            elif self._connection is not None:
+                self._start_discovery()
+        elif method == "notifications/message":
+            params = message.params
+            logger.debug("server %r logged %s: %.300s", self.config.name, params.get("level"), params.get("data"))
+        elif method == "notifications/cancelled" and self._listen is not None:
+            if message.params.get("requestId") == self._listen.id:
+                logger.info("server %r ended its change subscription", self.config.name)
+
+    def _on_closed(self, message: _Closed) -> None:
+        if message.attempt != self._attempt or self._connection is None:
+            return
+        connection, self._connection = self._connection, None
+        self._listen = None
+        self._old.append(connection)
+        logger.warning("server %r: connection lost: %s; the next call dials it again", self.config.name, message.reason)
+        self._tell_owner(ServerLost(self.config.name, message.reason))
+
+    def _on_discovered(self, message: _Discovered) -> None:
+        self._discoverer = None
+        if message.attempt == self._attempt:
+            if message.error is not None:
+                logger.warning("server %r: re-discovery failed: %s", self.config.name, message.error)
+            else:
+                self._adopt(message.catalogue)
+        if self._rediscover and not self._stopping and self._connection is not None:
+            self._rediscover = False
+            self._start_discovery()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def on_stop(self) -> None:
+        self._stopping = True
+        self._opening.close_all()
+        if self._connection is not None:
+            if self._listen is not None and self._connection.alive:
+                # 2026-07-28 basic/patterns/subscriptions: on stdio the client ends a
+                # subscription with notifications/cancelled for the listen request.
+                self._connection.channel.notify("notifications/cancelled", {"requestId": self._listen.id, "reason": "client closing"})
+            self._old.append(self._connection)
+            self._connection = None
+        for connection in self._old:
+            connection.close("client closing")
+        for thread in (self._dialer, self._discoverer):
+            if thread is not None:
+                thread.join(STOP_TIMEOUT)
+        if self._dial is not None:
+            self._dial.set_exception(Unavailable(self.config.name, "the client stopped"))
+            self._dial = None
+        for connection in self._old:
+            connection.transport.wait_closed()
+        self._old = []
+
+    def on_failure(self, exception_type, exception_value, traceback) -> None:
+        self.on_stop()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _start_dial(self) -> None:
+        self._attempt += 1
+        attempt = self._attempt
+        self._dial = concurrent.futures.Future()
+        ref = self.actor_ref
+        config = self.config
+
+        def on_notification(method: str, params: dict[str, Any]) -> None:
+            _tell(ref, _Notified(attempt, method, params))
+
+        def on_closed(reason: str) -> None:
+            _tell(ref, _Closed(attempt, reason))
+
+        def dial() -> None:
+            connection = catalogue = error = None
+            try:
+                spec = self._spec_factory(config)
+                connection = open_stdio(
+                    config.name, spec, on_notification, on_closed, config.startup_timeout, track=self._opening.add
+                )
+                catalogue = discover(connection, config.startup_timeout)
+            except AlbedoError as exc:
+                error = exc
+            except Exception as exc:  # a bug must not leave the dial future hanging
+                logger.exception("server %r: dial failed unexpectedly", config.name)
+                error = Unavailable(config.name, f"could not connect ({type(exc).__name__}: {exc})")
+            if error is not None and connection is not None:
+                connection.close("discovery failed")
+                connection.transport.wait_closed()
+                connection = None
+            if not _tell(ref, _Dialled(attempt, connection, catalogue, error)) and connection is not None:
+                connection.close("client stopped")
+                connection.transport.wait_closed()
+
+        self._dialer = threading.Thread(target=dial, name=f"mcp-dial-{config.name}", daemon=True)
+        self._dialer.start()
+
+    def _start_discovery(self) -> None:
+        connection, attempt, ref = self._connection, self._attempt, self.actor_ref
+        timeout = self.config.startup_timeout
+
+        def run() -> None:
+            try:
+                _tell(ref, _Discovered(attempt, discover(connection, timeout), None))
+            except AlbedoError as exc:
+                _tell(ref, _Discovered(attempt, None, exc))
+
+        self._discoverer = threading.Thread(target=run, name=f"mcp-discover-{self.config.name}", daemon=True)
+        self._discoverer.start()
+
+    def _adopt(self, catalogue: Catalogue | None) -> None:
+        if catalogue is None:
+            return
+        previous, self._catalogue = self._catalogue, catalogue
+        if not catalogue.same_listing(previous):
+            self._tell_owner(CatalogueChanged(self.config.name, catalogue))
+
+    def _tell_owner(self, event: Any) -> None:
+        if self._owner is not None:
+            _tell(self._owner, event)
+
+
+class _Opening:
+    """Transports of a dial in progress, so that stopping can close them.
+
+    Shared by the actor and its dialer thread; the lock makes "add unless closed"
+    and "close all" exclusive, so no transport escapes a stop.
+    """
+
+    def __init__(self, server: str) -> None:
+        self._server = server
+        self._lock = threading.Lock()
+        self._transports: list[StdioTransport] = []
+        self._closed = False
+
+    def add(self, transport: StdioTransport) -> None:
+        with self._lock:
+            if self._closed:
+                raise Unavailable(self._server, "the client is stopping")
+            self._transports = [t for t in self._transports if not t.closed] + [transport]
+
+    def close_all(self) -> None:
+        with self._lock:
+            self._closed = True
+            transports, self._transports = self._transports, []
+        for transport in transports:
+            transport.close("client stopping")
+
+
+def _tell(ref: pykka.ActorRef, message: Any) -> bool:
+    try:
+        ref.tell(message)
+        return True
+    except pykka.ActorDeadError:
+        return False
+
+
+class ServerHandle:
+    """The typed front of a ServerClient: plain blocking methods for any thread."""
+
+    def __init__(self, ref: pykka.ActorRef, config: ServerConfig) -> None:
+        self._ref = ref
+        self._proxy = ref.proxy()
+        self.config = config
+        self.name = config.name
+        self._live: Connection | None = None  # last connection seen; checked before each use
+
+    @classmethod
+    def start(cls, config: ServerConfig, home: str, owner: pykka.ActorRef | None = None, **kwargs: Any) -> ServerHandle:
+        return cls(ServerClient.start(config, home, owner, **kwargs), config)
+
+    def connect(self, timeout: float | None = None) -> Catalogue:
+        """Connect (if needed) and return the catalogue.
+
+        Raises:
+            Unavailable: the server could not be started, opened or discovered.
+        """
+        self._connection(timeout)
+        catalogue = self._ask(self._proxy.catalogue())
+        if catalogue is None:
+            raise Unavailable(self.name, "connected but has no catalogue yet")
+        return catalogue
+
+    def catalogue(self) -> Catalogue | None:
+        return self._ask(self._proxy.catalogue())
+
+    def status(self) -> dict[str, Any]:
+        return self._ask(self._proxy.status())
+
+    def call_tool(self, tool: str, arguments: dict[str, Any] | None = None, timeout: float | None = None) -> dict[str, Any]:
+        """Call one tool; return its CallToolResult. A tool error (``isError``) is a result.
+
+        Never retried. Raises:
+            Unavailable: the request never left (not connected, could not dial).
+            TimedOut: no answer within ``callTimeoutMs``; the server was sent a cancellation.
+            UnknownOutcome: the connection was lost after the request was sent.
+            RemoteError, ProtocolViolation: the server refused or answered badly.
+        """
+        params: dict[str, Any] = {"name": tool}
+        if arguments is not None:
+            params["arguments"] = arguments
+        return self.request("tools/call", params, timeout)
+
+    def read_resource(self, uri: str, timeout: float | None = None) -> dict[str, Any]:
+        return self.request("resources/read", {"uri": uri}, timeout)
+
+    def get_prompt(self, name: str, arguments: dict[str, str] | None = None, timeout: float | None = None) -> dict[str, Any]:
+        params: dict[str, Any] = {"name": name}
+        if arguments:
+            params["arguments"] = arguments
+        return self.request("prompts/get", params, timeout)
+
+    def request(self, method: str, params: dict[str, Any] | None, timeout: float | None = None) -> dict[str, Any]:
+        """Any request, era-correct, on the caller's thread (see :meth:`call_tool`)."""
+        connection = self._connection(None)
+        return connection.request(method, params, self.config.call_timeout if timeout is None else timeout)
+
+    def stop(self, timeout: float = STOP_TIMEOUT + 5.0) -> None:
+        """Close the connection (the server process ends) and stop the actor."""
+        try:
+            self._ref.stop(timeout=timeout)
+        except pykka.ActorDeadError:
+            pass
+        except pykka.Timeout:
+            logger.warning("server %r: the client did not stop within %s s", self.name, timeout)
+
+    def _connection(self, timeout: float | None) -> Connection:
+        live = self._live
+        if live is not None and live.alive:
+            return live  # the hot path: no hop through the actor's mailbox
+        future = self._ask(self._proxy.connection())
+        wait = self.config.startup_timeout + 1.0 if timeout is None else timeout
+        try:
+            self._live = future.result(timeout=wait)
+            return self._live
+        except concurrent.futures.TimeoutError:
+            raise Unavailable(self.name, f"did not connect within {wait:g} s") from None
+        except concurrent.futures.CancelledError:
+            raise Unavailable(self.name, "the connection attempt was abandoned") from None
+
+    def _ask(self, future: pykka.Future) -> Any:
+        try:
+            return future.get(timeout=ASK_TIMEOUT)
+        except pykka.ActorDeadError:
+            raise Unavailable(self.name, "the client has stopped") from None
+        except pykka.Timeout:
+            raise Unavailable(self.name, "the client did not answer in time") from None

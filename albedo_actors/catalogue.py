@@ -1,0 +1,41 @@
+"""What a server offers, as plain immutable data that may cross threads.
+
+The dicts inside come straight from the server's JSON and are never mutated after
+discovery; treat them as read-only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    server: str
+    era: str  # "modern" or "legacy"
+    protocol_version: str
+    server_info: dict[str, Any] = field(default_factory=dict, compare=False)
+    instructions: str | None = None
+    capabilities: dict[str, Any] = field(default_factory=dict, compare=False)
+    tools: tuple[dict[str, Any], ...] = ()
+    resources: tuple[dict[str, Any], ...] = ()
+    resource_templates: tuple[dict[str, Any], ...] = ()
+    prompts: tuple[dict[str, Any], ...] = ()
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def same_listing(self, other: Catalogue | None) -> bool:
+        """True when ``other`` advertises exactly the same things."""
+        return other is not None and (
+            self.tools == other.tools
+            and self.resources == other.resources
+            and self.resource_templates == other.resource_templates
+            and self.prompts == other.prompts
+            and self.instructions == other.instructions
+        )
+
+    def tool(self, name: str) -> dict[str, Any] | None:
+        for tool in self.tools:
+            if tool["name"] == name:
+                return tool
+        return None

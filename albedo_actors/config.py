@@ -1,0 +1,284 @@
+"""Server configuration: the ``mcp`` section of ``$ALBEDO_HOME/extensions.json``.
+
+::
+
+    {"mcp": {"retryMs": 30000, "servers": {
+        "docs": {"type": "stdio", "command": "/usr/local/bin/docs-mcp",
+                 "args": ["--root", "/srv/docs"], "cwd": "/srv/docs",
+                 "env": {"DOCS_TOKEN": {"env": "MY_DOCS_TOKEN"}}},
+        "search": {"type": "http", "url": "https://mcp.example.com/mcp",
+                   "bearerTokenEnvVar": "MY_SEARCH_TOKEN", "enabledTools": ["search"],
+                   "callTimeoutMs": 30000}}}}
+
+Secrets are named, never inlined: every ``env`` value (and HTTP header) names one
+environment variable of the host process, and a missing variable is an error of the
+whole configuration instead of a server started without it. Parsing is strict: an
+unknown key is reported, so that a typo does not silently change behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .errors import ConfigError, Unavailable
+from .transport.stdio import LaunchSpec
+
+DEFAULT_STARTUP_TIMEOUT_MS = 30_000
+DEFAULT_CALL_TIMEOUT_MS = 60_000
+DEFAULT_RETRY_MS = 30_000
+MAX_TIMEOUT_MS = 3_600_000
+# What a stdio server inherits from the host, besides the variables named for it.
+INHERITED_ENV = ("HOME", "PATH", "TMPDIR")
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_COMMON_KEYS = {"type", "enabled", "enabledTools", "disabledTools", "startupTimeoutMs", "callTimeoutMs"}
+_STDIO_KEYS = _COMMON_KEYS | {"command", "args", "cwd", "env"}
+_HTTP_KEYS = _COMMON_KEYS | {"url", "bearerTokenEnvVar", "headers"}
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One configured server. Environment values are variable *names*, never secrets."""
+
+    name: str
+    type: str  # "stdio" or "http"
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    cwd: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)  # KEY -> host variable name
+    url: str | None = None
+    bearer_token_env_var: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)  # header -> host variable name
+    enabled: bool = True
+    enabled_tools: tuple[str, ...] | None = None
+    disabled_tools: tuple[str, ...] = ()
+    startup_timeout_ms: int = DEFAULT_STARTUP_TIMEOUT_MS
+    call_timeout_ms: int = DEFAULT_CALL_TIMEOUT_MS
+
+    @property
+    def startup_timeout(self) -> float:
+        return self.startup_timeout_ms / 1000
+
+    @property
+    def call_timeout(self) -> float:
+        return self.call_timeout_ms / 1000
+
+    def tool_enabled(self, tool: str) -> bool:
+        if self.enabled_tools is not None and tool not in self.enabled_tools:
+            return False
+        return tool not in self.disabled_tools
+
+
+@dataclass(frozen=True)
+class McpConfig:
+    home: str
+    servers: tuple[ServerConfig, ...] = ()
+    retry_ms: int = DEFAULT_RETRY_MS
+
+    def server(self, name: str) -> ServerConfig:
+        for server in self.servers:
+            if server.name == name:
+                return server
+        raise ConfigError(f"no server named {name!r} in {os.path.join(self.home, 'extensions.json')}")
+
+    @property
+    def enabled(self) -> tuple[ServerConfig, ...]:
+        return tuple(s for s in self.servers if s.enabled)
+
+
+def resolve_home(explicit: str | None = None, environ: Mapping[str, str] = os.environ) -> str:
+    """``--home``, else ``$ALBEDO_HOME``, else ``~/.albedo``."""
+    home = explicit or environ.get("ALBEDO_HOME") or os.path.join(os.path.expanduser("~"), ".albedo")
+    return os.path.abspath(home)
+
+
+def load(home: str) -> McpConfig:
+    """Read ``HOME/extensions.json``; a missing file means no servers.
+
+    Raises:
+        ConfigError: the file is unreadable, not JSON, or an entry is invalid.
+    """
+    path = os.path.join(home, "extensions.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return McpConfig(home=home)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
+    return parse(data, home, source=path)
+
+
+def parse(data: Any, home: str, source: str = "extensions.json") -> McpConfig:
+    """Validate the whole document; the first problem raises, naming where it is.
+
+    Raises:
+        ConfigError
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a JSON object")
+    mcp = data.get("mcp", {})
+    if not isinstance(mcp, dict):
+        raise ConfigError(f'{source}: "mcp" must be an object')
+    unknown = set(mcp) - {"servers", "retryMs"}
+    if unknown:
+        raise ConfigError(f'{source}: unknown key(s) in "mcp": {", ".join(sorted(unknown))}')
+    servers = mcp.get("servers", {})
+    if not isinstance(servers, dict):
+        raise ConfigError(f'{source}: "mcp.servers" must be an object of name → server')
+    retry_ms = _timeout(mcp, "retryMs", DEFAULT_RETRY_MS, f"{source}: mcp")
+    parsed = tuple(_server(name, entry, home, source) for name, entry in servers.items())
+    return McpConfig(home=home, servers=parsed, retry_ms=retry_ms)
+
+
+def _server(name: str, entry: Any, home: str, source: str) -> ServerConfig:
+    where = f"{source}: server {name!r}"
+    if not _NAME.match(name):
+        raise ConfigError(f"{where}: a name must be 1-48 letters, digits, '-' or '_', starting with a letter or digit")
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be an object")
+    kind = entry.get("type") or ("stdio" if "command" in entry else "http" if "url" in entry else None)
+    if kind not in ("stdio", "http"):
+        raise ConfigError(f'{where}: "type" must be "stdio" or "http"')
+    unknown = set(entry) - (_STDIO_KEYS if kind == "stdio" else _HTTP_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) for a {kind} server: {', '.join(sorted(unknown))}")
+    common: dict[str, Any] = {
+        "enabled": _bool(entry, "enabled", True, where),
+        "enabled_tools": _strings(entry, "enabledTools", where) if "enabledTools" in entry else None,
+        "disabled_tools": _strings(entry, "disabledTools", where),
+        "startup_timeout_ms": _timeout(entry, "startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS, where),
+        "call_timeout_ms": _timeout(entry, "callTimeoutMs", DEFAULT_CALL_TIMEOUT_MS, where),
+    }
+    if kind == "stdio":
+        command = entry.get("command")
+        if not isinstance(command, str) or not command.strip() or "\0" in command:
+            raise ConfigError(f'{where}: "command" must be the executable to run (a non-empty string)')
+        cwd = entry.get("cwd")
+        if cwd is not None:
+            if not isinstance(cwd, str) or not cwd or "\0" in cwd:
+                raise ConfigError(f'{where}: "cwd" must be a directory path')
+            cwd = os.path.join(home, os.path.expanduser(cwd))
+        return ServerConfig(
+            name=name,
+            type="stdio",
+            command=command,
+            args=tuple(_strings(entry, "args", where)),
+            cwd=cwd,
+            env=_named(entry, "env", where, _ENV_NAME, "an environment variable name"),
+            **common,
+        )
+    return ServerConfig(
+        name=name,
+        type="http",
+        url=_url(entry.get("url"), where),
+        bearer_token_env_var=_variable(entry.get("bearerTokenEnvVar"), f'{where}: "bearerTokenEnvVar"', optional=True),
+        headers=_named(entry, "headers", where, _HEADER_NAME, "an HTTP header name"),
+        **common,
+    )
+
+
+def _bool(entry: dict, key: str, default: bool, where: str) -> bool:
+    value = entry.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f'{where}: "{key}" must be true or false')
+    return value
+
+
+def _strings(entry: dict, key: str, where: str) -> tuple[str, ...]:
+    value = entry.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and "\0" not in v for v in value):
+        raise ConfigError(f'{where}: "{key}" must be a list of strings')
+    return tuple(value)
+
+
+def _timeout(entry: dict, key: str, default: int, where: str) -> int:
+    value = entry.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_TIMEOUT_MS:
+        raise ConfigError(f'{where}: "{key}" must be a whole number of milliseconds from 1 to {MAX_TIMEOUT_MS}')
+    return value
+
+
+def _variable(value: Any, where: str, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not _ENV_NAME.match(value):
+        raise ConfigError(f"{where} must name an environment variable of the host")
+    return value
+
+
+def _named(entry: dict, key: str, where: str, pattern: re.Pattern, what: str) -> dict[str, str]:
+    value = entry.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f'{where}: "{key}" must be an object')
+    out = {}
+    for name, ref in value.items():
+        if not pattern.match(name):
+            raise ConfigError(f'{where}: "{key}" key {name!r} is not {what}')
+        if not (isinstance(ref, dict) and set(ref) == {"env"}):
+            raise ConfigError(
+                f'{where}: "{key}.{name}" must be {{"env": "VARIABLE"}}: secrets are named, never written into extensions.json'
+            )
+        out[name] = _variable(ref["env"], f'{where}: "{key}.{name}.env"')
+    return out
+
+
+def _url(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f'{where}: "url" must be an http or https URL')
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f'{where}: "url" must be an http or https URL with a host')
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(f'{where}: "url" must not carry a user name or password; use bearerTokenEnvVar or headers')
+    if parts.fragment or value.endswith("#"):
+        raise ConfigError(f'{where}: "url" must not have a fragment')
+    return value
+
+
+def launch_spec(server: ServerConfig, home: str, environ: Mapping[str, str] = os.environ) -> LaunchSpec:
+    """Resolve what to run for a stdio server: exact executable, directory, environment.
+
+    The environment is HOME, PATH and TMPDIR of the host plus the named values;
+    nothing else of the host's environment reaches the server.
+
+    Raises:
+        ConfigError: a named variable is not set, or the directory does not exist.
+        Unavailable: the command cannot be found or is not executable.
+    """
+    where = f"server {server.name!r}"
+    env = {key: environ[key] for key in INHERITED_ENV if key in environ}
+    env.setdefault("PATH", os.defpath)
+    secrets = []
+    for key, variable in server.env.items():
+        if variable not in environ:
+            raise ConfigError(f"{where}: env {key} names ${variable}, which is not set in the host's environment")
+        env[key] = environ[variable]
+        secrets.append(environ[variable])
+    cwd = server.cwd
+    if cwd is None:
+        cwd = os.path.join(home, "servers", server.name)
+        os.makedirs(cwd, mode=0o700, exist_ok=True)
+    elif not os.path.isdir(cwd):
+        raise ConfigError(f'{where}: "cwd" {cwd} is not a directory')
+    command = server.command
+    if os.sep in command:
+        executable = os.path.join(cwd, os.path.expanduser(command))
+        if not (os.path.isfile(executable) and os.access(executable, os.X_OK)):
+            raise Unavailable(server.name, f"cannot start: {executable} is not an executable file")
+    else:
+        found = shutil.which(command, path=env["PATH"])
+        if found is None:
+            raise Unavailable(server.name, f"cannot start: command {command!r} was not found on PATH ({env['PATH']})")
+        executable = os.path.abspath(found)
+    return LaunchSpec(executable=executable, args=server.args, cwd=cwd, env=env, secrets=tuple(secrets))

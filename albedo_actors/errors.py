@@ -1,0 +1,102 @@
+"""Every error albedo_actors raises, in one tree.
+
+::
+
+    AlbedoError
+     ├── ConfigError            extensions.json or a server entry is wrong; fix it and retry
+     ├── StoreError             the catalogue/credential store failed (later issues)
+     ├── ServerError            something about one server (always names it)
+     │    ├── Unavailable       the request never left: the server could not be reached
+     │    │    └── Incompatible the server speaks no protocol revision we speak
+     │    ├── TimedOut          no answer in time; the request was cancelled
+     │    ├── UnknownOutcome    the request was sent, then the connection was lost
+     │    ├── ProtocolViolation the server sent something that is not valid MCP
+     │    └── RemoteError       the server's own JSON-RPC error (code, message, data)
+     └── AuthError              (later issues) needs sign-in, refresh refused
+
+Library exceptions (``OSError`` from pipes, ``pykka.Timeout``, ``ActorDeadError``,
+``json`` errors) are translated at the edge where they happen and never reach a
+caller. Each message is one line that names the server and says what to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AlbedoError",
+    "ConfigError",
+    "StoreError",
+    "ServerError",
+    "Unavailable",
+    "Incompatible",
+    "TimedOut",
+    "UnknownOutcome",
+    "ProtocolViolation",
+    "RemoteError",
+    "AuthError",
+]
+
+
+class AlbedoError(Exception):
+    """Base of every error albedo_actors raises on purpose."""
+
+
+class ConfigError(AlbedoError):
+    """The configuration is invalid; the message says which entry and why."""
+
+
+class StoreError(AlbedoError):
+    """The store could not be read or written."""
+
+
+class ServerError(AlbedoError):
+    """An error about one server; ``server`` is its configured name."""
+
+    def __init__(self, server: str, message: str) -> None:
+        super().__init__(f"server {server!r}: {message}")
+        self.server = server
+        self.detail = message
+
+
+class Unavailable(ServerError):
+    """The request never reached the server; it is safe to try again."""
+
+
+class Incompatible(Unavailable):
+    """The server speaks no protocol revision this client speaks."""
+
+
+class TimedOut(ServerError):
+    """No answer within the timeout; the request was dropped and cancelled."""
+
+
+class UnknownOutcome(ServerError):
+    """The request was sent but the connection was lost before its answer.
+
+    The server may or may not have acted on it: inspect before acting again.
+    """
+
+
+class ProtocolViolation(ServerError):
+    """The server sent something that is not valid JSON-RPC or MCP."""
+
+
+class RemoteError(ServerError):
+    """The server answered the request with a JSON-RPC error."""
+
+    def __init__(self, server: str, code: int, message: str, data: Any = None) -> None:
+        super().__init__(server, f"error {code}: {_one_line(message)}")
+        self.code = code
+        self.remote_message = message
+        self.data = data
+
+
+class AuthError(AlbedoError):
+    """A server needs the user to sign in, or a refresh was refused."""
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """Collapse a server-supplied string to one bounded line for messages."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,239 @@
+"""The JSON-RPC endpoint of one server connection: numbering, matching, timeouts.
+
+Owns the table of pending requests. Callers' threads write their own requests and
+wait on their own pending entry (a lock released when the answer arrives), so a call
+costs one wake-up of the reader thread and one of the caller, with no hop through an
+actor's mailbox. The reader thread of the transport feeds every line to
+:meth:`RpcChannel.feed_line`, which
+
+- resolves the matching pending request (ids are our own integers; an unknown,
+  duplicate, late or differently typed id is dropped, never cross-matched);
+- answers the server's requests itself (``ping`` → ``{}``, anything else → -32601,
+  since we declare no client capabilities);
+- hands notifications to ``on_notification`` (the owner turns them into actor
+  messages).
+
+When the connection ends, every pending request fails at once: those that were
+sent get :class:`UnknownOutcome`. A malformed message ends the connection, because
+nothing after it can be trusted to belong to the request it claims.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from typing import Any, Callable
+
+from .errors import ProtocolViolation, RemoteError, ServerError, TimedOut, Unavailable, UnknownOutcome
+from .wire import jsonrpc
+from .wire.jsonrpc import WireError
+
+logger = logging.getLogger(__name__)
+
+WRITE_TIMEOUT = 5.0
+
+
+class Pending:
+    """One request awaiting its answer. Resolved exactly once, by whoever pops it."""
+
+    __slots__ = ("id", "method", "_lock", "_result", "_error", "_waker")
+
+    def __init__(self, id_: int, method: str, waker: threading.Event | None) -> None:
+        self.id = id_
+        self.method = method
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._result: Any = None
+        self._error: ServerError | None = None
+        self._waker = waker
+
+    def resolve(self, result: Any = None, error: ServerError | None = None) -> None:
+        self._result = result
+        self._error = error
+        self._lock.release()
+        if self._waker is not None:
+            self._waker.set()
+
+    def wait(self, timeout: float) -> bool:
+        """True once resolved; False if ``timeout`` passed first."""
+        if self._lock.acquire(timeout=max(0.0, timeout)):
+            self._lock.release()  # stay "resolved" for later waiters
+            return True
+        return False
+
+    @property
+    def done(self) -> bool:
+        return not self._lock.locked()
+
+    def outcome(self) -> Any:
+        """The result of a resolved request.
+
+        Raises:
+            ServerError: the server's error, or ours (unknown outcome, ...).
+        """
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+class RpcChannel:
+    """Thread-safe JSON-RPC endpoint over one transport."""
+
+    def __init__(
+        self,
+        server: str,
+        on_notification: Callable[[str, dict[str, Any]], None],
+        on_closed: Callable[[str], None],
+        *,
+        write_timeout: float = WRITE_TIMEOUT,
+    ) -> None:
+        self.server = server
+        self._on_notification = on_notification
+        self._on_closed = on_closed
+        self._transport: Any = None
+        self._transport_closed: tuple[type[Exception], ...] = ()
+        self._write_timeout = write_timeout
+        self._ids = itertools.count(1)
+        self._pending: dict[int, Pending] = {}
+        self._closed_reason: str | None = None
+
+    def attach(self, transport: Any, closed_errors: tuple[type[Exception], ...]) -> None:
+        """Use ``transport``; ``closed_errors`` are what its send() raises when it cannot write."""
+        self._transport = transport
+        self._transport_closed = closed_errors
+
+    # -- requests ------------------------------------------------------------------
+
+    def start(self, method: str, params: dict[str, Any] | None, waker: threading.Event | None = None) -> Pending:
+        """Send a request; return its pending entry.
+
+        Raises:
+            Unavailable: the connection is closed or would not take the request.
+        """
+        pending = Pending(next(self._ids), method, waker)
+        self._pending[pending.id] = pending  # before writing: the answer may race us
+        if self._closed_reason is not None:
+            self._pending.pop(pending.id, None)
+            raise Unavailable(self.server, f"not connected ({self._closed_reason}); {method} was not sent")
+        try:
+            self._transport.send(jsonrpc.encode(jsonrpc.request(pending.id, method, params)), self._write_timeout)
+        except self._transport_closed:
+            self._pending.pop(pending.id, None)
+            raise Unavailable(self.server, f"the connection closed before {method} was sent") from None
+        return pending
+
+    def wait(self, pending: Pending, timeout: float, *, cancel: bool = True) -> Any:
+        """Wait for ``pending``'s answer for at most ``timeout`` seconds.
+
+        On timeout the request is dropped and, when ``cancel``, the server is sent
+        ``notifications/cancelled`` (2025-11-25 basic/utilities/cancellation,
+        2026-07-28 basic/patterns/cancellation: MUST on stdio).
+
+        Raises:
+            TimedOut, UnknownOutcome, RemoteError, ProtocolViolation.
+        """
+        if not pending.wait(timeout):
+            if self._pending.pop(pending.id, None) is not None:
+                if cancel:
+                    self.notify("notifications/cancelled", {"requestId": pending.id, "reason": "timed out"})
+                raise TimedOut(self.server, f"{pending.method} got no answer within {timeout:g} s; it was cancelled")
+            pending.wait(1.0)  # answered as we gave up: it was resolved just now
+        return pending.outcome()
+
+    def request(self, method: str, params: dict[str, Any] | None, timeout: float) -> Any:
+        """Send a request and wait for its result (see :meth:`start`, :meth:`wait`)."""
+        return self.wait(self.start(method, params), timeout)
+
+    def drop(self, pending: Pending) -> None:
+        """Forget a request whose answer no longer matters (it is not cancelled)."""
+        self._pending.pop(pending.id, None)
+
+    def notify(self, method: str, params: dict[str, Any] | None = None) -> bool:
+        """Send a notification; False if the connection could not take it."""
+        return self._write(jsonrpc.notification(method, params))
+
+    def close(self, reason: str = "closed") -> None:
+        if self._transport is not None:
+            self._transport.close(reason)
+
+    @property
+    def closed_reason(self) -> str | None:
+        """Why the connection ended, or None while it is open."""
+        return self._closed_reason
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    # -- from the transport's reader thread -----------------------------------------
+
+    def feed_line(self, line: bytes) -> None:
+        try:
+            message = jsonrpc.parse_line(line)
+            kind = jsonrpc.classify(message)
+        except WireError as exc:
+            self._violation(str(exc))
+            return
+        if kind is jsonrpc.RESPONSE:
+            self._on_response(message)
+        elif kind is jsonrpc.NOTIFICATION:
+            params = message.get("params")
+            self._on_notification(message["method"], params if isinstance(params, dict) else {})
+        else:
+            self._on_request(message)
+
+    def connection_lost(self, reason: str, local: bool = False) -> None:
+        """The transport ended: fail every pending request at once."""
+        self._closed_reason = reason
+        for id_ in list(self._pending):
+            pending = self._pending.pop(id_, None)
+            if pending is not None:
+                message = f"the connection ended ({reason}) before {pending.method} was answered"
+                pending.resolve(error=UnknownOutcome(self.server, message + "; it may or may not have run"))
+        self._on_closed(reason)
+
+    # -- internals -------------------------------------------------------------------
+
+    def _on_response(self, message: dict[str, Any]) -> None:
+        id_ = message.get("id")
+        pending = self._pending.pop(id_, None) if type(id_) is int else None
+        if pending is None:
+            if id_ is None:
+                logger.warning("server %r reported an error for an unreadable request: %s", self.server, _brief(message.get("error")))
+            else:
+                logger.debug("server %r answered unknown id %r; dropped", self.server, id_)
+            return
+        if "error" in message:
+            error = message["error"]
+            pending.resolve(error=RemoteError(self.server, error["code"], error.get("message", ""), error.get("data")))
+        elif isinstance(message["result"], dict):
+            pending.resolve(result=message["result"])
+        else:
+            pending.resolve(error=ProtocolViolation(self.server, f"the result of {pending.method} is not an object"))
+
+    def _on_request(self, message: dict[str, Any]) -> None:
+        method = message["method"]
+        if method == "ping":
+            self._write(jsonrpc.result_response(message["id"], {}))
+        else:
+            # We declare no client capabilities (roots, sampling, elicitation).
+            self._write(jsonrpc.error_response(message["id"], jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}"))
+
+    def _violation(self, reason: str) -> None:
+        logger.warning("server %r sent an invalid message (%s); closing the connection", self.server, reason)
+        self.close(f"it sent an invalid message: {reason}")
+
+    def _write(self, message: dict[str, Any]) -> bool:
+        if self._closed_reason is not None or self._transport is None:
+            return False
+        try:
+            self._transport.send(jsonrpc.encode(message), self._write_timeout)
+            return True
+        except self._transport_closed:
+            return False
+
+
+def _brief(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 200 else text[:199] + "…"

@@ -1,0 +1,1 @@
+"""Blocking I/O: the stdio launcher and pipe reader. Reports through callbacks."""

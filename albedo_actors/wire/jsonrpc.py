@@ -1,0 +1,178 @@
+"""JSON-RPC 2.0 messages as plain dicts: building, bounded parsing, classifying.
+
+Pure code: no threads, no I/O. A message that comes from a server is untrusted, so
+:func:`parse_line` bounds what it accepts (size, nesting depth, numbers, UTF-8) and
+raises :class:`WireError` with a short, user-readable reason instead of letting a
+``RecursionError``, ``ValueError`` or ``UnicodeDecodeError`` escape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+# JSON-RPC 2.0 standard codes.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# MCP codes. 2026-07-28 basic/index "Error Codes".
+HEADER_MISMATCH = -32020
+MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+# 2025-11-25 and older: resource not found (modern servers use -32602).
+RESOURCE_NOT_FOUND = -32002
+MODERN_ERROR_CODES = frozenset({HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION})
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+MAX_DEPTH = 128
+MAX_NUMBER_DIGITS = 64
+
+# Kinds returned by classify().
+REQUEST = "request"
+NOTIFICATION = "notification"
+RESPONSE = "response"
+
+
+class WireError(ValueError):
+    """A message that cannot be accepted; ``str()`` is a short reason."""
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """Serialise one message as a compact UTF-8 line ending in ``\\n``.
+
+    ``json.dumps`` escapes control characters, so the line never contains a raw
+    newline (2025-11-25 and 2026-07-28 basic/transports stdio).
+    """
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+
+
+def request(id_: int | str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": id_, "method": method}
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def notification(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def result_response(id_: int | str, result: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id_, "result": result}
+
+
+def error_response(id_: int | str | None, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": id_, "error": error}
+
+
+def _parse_float(text: str) -> float:
+    if len(text) > MAX_NUMBER_DIGITS:
+        raise WireError(f"a number of {len(text)} characters")
+    value = float(text)
+    if math.isinf(value):
+        raise WireError(f"a number out of range ({text[:20]})")
+    return value
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > MAX_NUMBER_DIGITS:
+        raise WireError(f"a number of {len(text)} digits")
+    return int(text)
+
+
+def _reject_constant(name: str) -> Any:
+    raise WireError(f"the non-JSON constant {name}")
+
+
+def parse_line(line: bytes) -> Any:
+    """Decode one line (without its newline) into a JSON value.
+
+    Raises:
+        WireError: too large, not UTF-8, not JSON, nested deeper than MAX_DEPTH,
+            or holding a number that is too long or out of range.
+    """
+    if len(line) > MAX_MESSAGE_BYTES:
+        raise WireError(f"a message of {len(line)} bytes, over the {MAX_MESSAGE_BYTES >> 20} MiB limit")
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WireError(f"invalid UTF-8 at byte {exc.start}") from None
+    try:
+        value = json.loads(text, parse_float=_parse_float, parse_int=_parse_int, parse_constant=_reject_constant)
+    except WireError:
+        raise
+    except RecursionError:
+        raise WireError("JSON nested too deeply") from None
+    except ValueError as exc:
+        raise WireError(f"invalid JSON ({str(exc).split(':')[0]})") from None
+    # Cheap pre-check: only a line with many brackets can be too deep to accept.
+    if line.count(b"[") + line.count(b"{") > MAX_DEPTH:
+        _check_depth(value)
+    return value
+
+
+def _check_depth(value: Any) -> None:
+    """Refuse a value nested deeper than MAX_DEPTH (iteratively, no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise WireError(f"JSON nested deeper than {MAX_DEPTH} levels")
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def valid_id(value: Any) -> bool:
+    """A JSON-RPC id we accept: a string, or an integer that is not a bool."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def classify(message: Any) -> str:
+    """Return REQUEST, NOTIFICATION or RESPONSE for a parsed message.
+
+    Raises:
+        WireError: the value is not a JSON-RPC 2.0 message.
+    """
+    if not isinstance(message, dict):
+        raise WireError(f"a JSON {type(message).__name__} instead of a JSON-RPC object")
+    if message.get("jsonrpc") != "2.0":
+        raise WireError('a message without "jsonrpc": "2.0"')
+    method = message.get("method")
+    if method is not None:
+        if not isinstance(method, str):
+            raise WireError("a method that is not a string")
+        params = message.get("params")
+        if params is not None and not isinstance(params, (dict, list)):
+            raise WireError(f"params of {method} that are not an object")
+        if "id" in message:
+            if not valid_id(message["id"]):
+                raise WireError(f"a request {method} with an invalid id")
+            return REQUEST
+        return NOTIFICATION
+    if "result" in message:
+        if not valid_id(message.get("id")):
+            raise WireError("a response with an invalid id")
+        return RESPONSE
+    if "error" in message:
+        error = message["error"]
+        if (
+            not isinstance(error, dict)
+            or not isinstance(error.get("code"), int)
+            or isinstance(error.get("code"), bool)
+            or not isinstance(error.get("message", ""), str)
+        ):
+            raise WireError("an error response without an integer code and a message")
+        id_ = message.get("id")
+        if id_ is not None and not valid_id(id_):
+            raise WireError("an error response with an invalid id")
+        return RESPONSE
+    raise WireError("a message that is neither a request, a notification nor a response")
