@@ -279,6 +279,6 @@ def launch_spec(server: ServerConfig, home: str, environ: Mapping[str, str] = os
     else:
         found = shutil.which(command, path=env["PATH"])
         if found is None:
-            raise Unavailable(server.name, f"cannot start: command {command!r} was not found on PATH ({env['PATH']})")
+            raise Unavailable(server.name, f"cannot start: command {command!r} was not found on PATH; give its full path in extensions.json")
         executable = os.path.abspath(found)
     return LaunchSpec(executable=executable, args=server.args, cwd=cwd, env=env, secrets=tuple(secrets))

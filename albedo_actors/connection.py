@@ -324,8 +324,6 @@ def discover(connection: Connection, timeout: float) -> Catalogue:
                 continue  # offering resources does not oblige a server to have templates
             raise
         lists[key] = tuple(_valid_items(connection.server, key, items, warnings))
-    for warning in warnings:
-        logger.warning("%s", warning)
     return Catalogue(
         server=connection.server,
         era=connection.era,

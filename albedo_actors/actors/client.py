@@ -299,6 +299,8 @@ class ServerClient(pykka.ThreadingActor):
         if catalogue is None:
             return
         previous, self._catalogue = self._catalogue, catalogue
+        for warning in catalogue.warnings:
+            logger.warning("%s", warning)
         if not catalogue.same_listing(previous):
             self._tell_owner(CatalogueChanged(self.config.name, catalogue))
 
