@@ -1,0 +1,82 @@
+# shellcheck shell=bash
+# Shared set-up for scripts/test and scripts/demo. Source it; don't run it.
+#
+# After sourcing, the shell is in the repository root and REPO, VENV and PY
+# are set. The functions below each do one idempotent step and skip their
+# work when a stamp shows that nothing it depends on has changed.
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=$REPO/.venv
+PY=$VENV/bin/python
+cd "$REPO" || exit 1
+
+# _albedo_hash WORD... [-- FILE...]: one sha256 over the words and the files'
+# contents (a missing file counts as empty).
+_albedo_hash() {
+  local a files=0
+  {
+    for a in "$@"; do
+      if [[ $a == -- ]]; then files=1; continue; fi
+      if (( files )); then
+        printf 'file %s\n' "$a"
+        cat -- "$a" 2>/dev/null || true
+      else
+        printf 'word %s\n' "$a"
+      fi
+    done
+  } | sha256sum | cut -d' ' -f1
+}
+
+# albedo_venv: create .venv with python3 unless it is already there.
+albedo_venv() {
+  [[ -x $PY ]] && return 0
+  if ! command -v python3 >/dev/null; then
+    echo "albedo: python3 not found; Python 3.10 or newer is needed" >&2
+    exit 1
+  fi
+  if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+    echo "albedo: $(python3 --version 2>&1) is too old; Python 3.10 or newer is needed" >&2
+    exit 1
+  fi
+  echo "albedo: creating $VENV" >&2
+  python3 -m venv "$VENV"
+}
+
+# albedo_pip_install NAME SPEC: `pip install -e SPEC` into .venv, skipped when
+# .venv/.albedo-pip-NAME.sha256 records the same setup.cfg, pyproject.toml and
+# SPEC. Whether albedo_actors/__init__.py exists is part of the hash because
+# setuptools' editable finder maps only the packages it found at install time.
+albedo_pip_install() {
+  local name=$1 spec=$2 stamp want pkg=no
+  stamp=$VENV/.albedo-pip-$name.sha256
+  [[ -f albedo_actors/__init__.py ]] && pkg=yes
+  want=$(_albedo_hash "$spec" "package:$pkg" -- setup.cfg pyproject.toml)
+  if [[ -f $stamp && $(<"$stamp") == "$want" ]]; then
+    return 0
+  fi
+  echo "albedo: pip install -e '$spec'" >&2
+  rm -f "$stamp"
+  "$PY" -m pip install --quiet --disable-pip-version-check -e "$spec"
+  printf '%s\n' "$want" >"$stamp"
+}
+
+# albedo_npm_peers: install tests/peers/package.json (the npm MCP servers the
+# tests talk to) into tests/peers/node_modules, skipped when the stamp there
+# records the same package.json and package-lock.json.
+albedo_npm_peers() {
+  local dir=$REPO/tests/peers stamp want
+  stamp=$dir/node_modules/.albedo-peers.sha256
+  if ! command -v npm >/dev/null; then
+    echo "albedo: npm not found; Node.js 20 or newer with npm is needed for the test peers" >&2
+    exit 1
+  fi
+  want=$(_albedo_hash -- "$dir/package.json" "$dir/package-lock.json")
+  if [[ -f $stamp && $(<"$stamp") == "$want" ]]; then
+    return 0
+  fi
+  echo "albedo: npm install in tests/peers" >&2
+  rm -f "$stamp"
+  (cd "$dir" && npm install --no-audit --no-fund --no-progress)
+  # npm may have rewritten the lock file: stamp what is there now.
+  _albedo_hash -- "$dir/package.json" "$dir/package-lock.json" >"$stamp"
+}
