@@ -23,7 +23,7 @@ import time
 from typing import Any, Callable
 
 from .catalogue import Catalogue
-from .errors import Incompatible, ProtocolViolation, RemoteError, ServerError, Unavailable, UnknownOutcome
+from .errors import Incompatible, ProtocolViolation, RemoteError, ServerError, TimedOut, Unavailable, UnknownOutcome
 from .rpc import Pending, RpcChannel
 from .transport.stdio import LaunchFailed, LaunchSpec, StdioTransport, TransportClosed, WriteTimeout
 from .wire import jsonrpc, mcp
@@ -80,7 +80,10 @@ class Connection:
         deadline = time.monotonic() + timeout
         params = self.params(params)
         for _round in range(MAX_STATE_ROUNDS + 1):
-            result = self.channel.request(method, params, max(0.0, deadline - time.monotonic()))
+            try:
+                result = self.channel.request(method, params, max(0.0, deadline - time.monotonic()))
+            except TimedOut:
+                raise TimedOut(self.server, f"{method} got no answer within {timeout:g} s; it was cancelled") from None
             if not self.modern:
                 return result
             kind = result.get("resultType", "complete")

@@ -97,6 +97,7 @@ class RpcChannel:
         self._ids = itertools.count(1)
         self._pending: dict[int, Pending] = {}
         self._closed_reason: str | None = None
+        self._poisoned = False
 
     def attach(self, transport: Any, closed_errors: tuple[type[Exception], ...]) -> None:
         """Use ``transport``; ``closed_errors`` are what its send() raises when it cannot write."""
@@ -169,6 +170,8 @@ class RpcChannel:
     # -- from the transport's reader thread -----------------------------------------
 
     def feed_line(self, line: bytes) -> None:
+        if self._poisoned:
+            return  # after a malformed message nothing can be trusted; the end is near
         try:
             message = jsonrpc.parse_line(line)
             kind = jsonrpc.classify(message)
@@ -221,6 +224,7 @@ class RpcChannel:
             self._write(jsonrpc.error_response(message["id"], jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}"))
 
     def _violation(self, reason: str) -> None:
+        self._poisoned = True
         logger.warning("server %r sent an invalid message (%s); closing the connection", self.server, reason)
         self.close(f"it sent an invalid message: {reason}")
 

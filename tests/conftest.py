@@ -50,3 +50,13 @@ def pytest_runtest_makereport(item, call):
     if report.skipped and os.environ.get("CI") == "true" and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true, which must run everything: {report.longrepr}"
+
+
+@pytest.fixture
+def clients(tmp_path):
+    """Start ServerHandles with ``clients.start(config)``; all are stopped afterwards."""
+    from helpers import Clients
+
+    started = Clients(str(tmp_path))
+    yield started
+    started.stop_all()

@@ -163,6 +163,7 @@ class ServerClient(pykka.ThreadingActor):
     def _on_dialled(self, message: _Dialled) -> None:
         future, self._dial = self._dial, None
         self._dialer = None
+        self._opening.forget()  # the dial is over: what it opened is ours or closed
         if message.error is not None:
             if future is not None:
                 future.set_exception(message.error)
@@ -327,6 +328,10 @@ class _Opening:
             if self._closed:
                 raise Unavailable(self._server, "the client is stopping")
             self._transports = [t for t in self._transports if not t.closed] + [transport]
+
+    def forget(self) -> None:
+        with self._lock:
+            self._transports = []
 
     def close_all(self) -> None:
         with self._lock:

@@ -1,0 +1,290 @@
+"""ServerClient against the fault-injecting server: eras, calls, failures, changes."""
+
+import json
+import threading
+
+import pytest
+
+from albedo_actors.actors.client import CatalogueChanged
+from albedo_actors.errors import Incompatible, ProtocolViolation, RemoteError, TimedOut, Unavailable, UnknownOutcome
+from helpers import Owner, fault_config, read_record, schema_validate
+
+
+def text_of(result):
+    return "".join(block.get("text", "") for block in result["content"] if block.get("type") == "text")
+
+
+# -- era negotiation ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flags, era, version",
+    [
+        ((), "modern", "2026-07-28"),
+        (("--era", "modern"), "modern", "2026-07-28"),
+        (("--era", "legacy", "--probe", "error"), "legacy", "2025-11-25"),
+        (("--era", "legacy", "--probe", "silent"), "legacy", "2025-11-25"),
+        (("--discover-versions", "2025-06-18"), "legacy", "2025-11-25"),
+    ],
+    ids=["dual", "modern-only", "legacy-answers-error", "legacy-silent-probe", "modern-naming-only-legacy"],
+)
+def test_era_is_found_as_the_reference_says(clients, flags, era, version, tmp_path):
+    record = tmp_path / "record"
+    handle = clients.start(fault_config("f", *flags, "--record", str(record)))
+    catalogue = handle.connect()
+    assert (catalogue.era, catalogue.protocol_version) == (era, version)
+    assert {"echo", "add", "hang"} <= {tool["name"] for tool in catalogue.tools}
+    methods = [m.get("method") for m in read_record(record)]
+    assert methods[0] == "server/discover"
+    if era == "legacy":
+        # The handshake comes before any other request, and is acknowledged.
+        assert methods[1:3] == ["initialize", "notifications/initialized"]
+        schema_validate("2025-11-25", "InitializeRequest", read_record(record)[1])
+    else:
+        assert "initialize" not in methods
+
+
+def test_a_server_that_answers_initialize_before_the_probe_is_legacy(clients, tmp_path):
+    # The probe is ignored; initialize follows after the grace second on the same process.
+    record = tmp_path / "record"
+    handle = clients.start(fault_config("f", "--era", "legacy", "--probe", "silent", "--record", str(record)))
+    assert handle.connect().era == "legacy"
+    assert [m.get("method") for m in read_record(record)][:2] == ["server/discover", "initialize"]
+
+
+def test_an_old_server_that_exits_on_the_probe_is_relaunched_with_initialize(clients, tmp_path):
+    record = tmp_path / "record"
+    handle = clients.start(fault_config("f", "--era", "legacy", "--probe", "exit", "--record", str(record)))
+    catalogue = handle.connect()
+    assert catalogue.era == "legacy"
+    methods = [m.get("method") for m in read_record(record)]
+    # First process: the probe only. Second process: initialize first.
+    assert methods[:3] == ["server/discover", "initialize", "notifications/initialized"]
+    assert text_of(handle.call_tool("echo", {"text": "again"})) == "again"
+
+
+def test_a_server_naming_no_version_we_speak_is_refused(clients):
+    handle = clients.start(fault_config("f", "--unsupported-versions", "2099-01-01,2098-01-01"))
+    with pytest.raises(Incompatible, match=r"server 'f': it supports protocol versions 2099-01-01, 2098-01-01; this client speaks 2026-07-28"):
+        handle.connect()
+
+
+def test_a_server_that_fails_to_start_shows_its_stderr(clients):
+    handle = clients.start(fault_config("f", "--stderr-and-exit", "3"))
+    with pytest.raises(Unavailable) as info:
+        handle.connect()
+    message = str(info.value)
+    assert message.startswith("server 'f': cannot start: it exited with status 3; its stderr ended with:")
+    assert "\n" not in message
+
+
+# -- calls -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ["dual", "legacy"])
+def test_tool_call_requests_validate_against_the_official_schema(clients, tmp_path, era):
+    record = tmp_path / "record"
+    probe = ("--probe", "error") if era == "legacy" else ()
+    handle = clients.start(fault_config("f", "--era", era, *probe, "--record", str(record)))
+    result = handle.call_tool("add", {"a": 2, "b": 40})
+    assert result["structuredContent"] == {"sum": 42}
+    call = next(m for m in read_record(record) if m.get("method") == "tools/call")
+    if era == "dual":
+        schema_validate("2026-07-28", "CallToolRequest", call)
+        schema_validate("2026-07-28", "CallToolResult", result)
+        assert call["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] == {}
+    else:
+        schema_validate("2025-11-25", "CallToolRequest", call)
+        schema_validate("2025-11-25", "CallToolResult", result)
+        assert "_meta" not in call["params"]
+
+
+def test_a_tool_error_is_a_result_not_an_exception(clients):
+    handle = clients.start(fault_config("f"))
+    result = handle.call_tool("add", {"a": "two", "b": 1})
+    assert result["isError"] is True
+
+
+def test_many_calls_in_flight_are_matched_to_their_own_answers(clients):
+    handle = clients.start(fault_config("f"))
+    handle.connect()
+    results = {}
+
+    def call(i):
+        results[i] = text_of(handle.call_tool("echo", {"text": f"call {i}"}))
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(64)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert results == {i: f"call {i}" for i in range(64)}
+
+
+def test_a_timed_out_call_is_cancelled_and_the_connection_stays_usable(clients, tmp_path):
+    record = tmp_path / "record"
+    handle = clients.start(fault_config("f", "--record", str(record), call_timeout_ms=300))
+    with pytest.raises(TimedOut, match="tools/call got no answer within 0.3 s; it was cancelled"):
+        handle.call_tool("hang")
+    # The server reads in order: once echo is answered, the cancellation was received.
+    assert text_of(handle.call_tool("echo", {"text": "still here"})) == "still here"
+    messages = read_record(record)
+    hang = next(m for m in messages if m.get("method") == "tools/call" and m["params"]["name"] == "hang")
+    cancelled = [m for m in messages if m.get("method") == "notifications/cancelled"]
+    assert [m["params"]["requestId"] for m in cancelled] == [hang["id"]]
+    schema_validate("2026-07-28", "CancelledNotification", cancelled[0])
+
+
+def test_a_server_dying_mid_call_fails_every_pending_call_with_unknown_outcome(clients):
+    handle = clients.start(fault_config("f", call_timeout_ms=30_000))
+    handle.connect()
+    errors = []
+    hung = threading.Thread(target=lambda: errors.append(_raises(lambda: handle.call_tool("hang"))))
+    hung.start()
+    with pytest.raises(UnknownOutcome, match="it may or may not have run"):
+        handle.call_tool("die")
+    hung.join(10)
+    assert len(errors) == 1 and isinstance(errors[0], UnknownOutcome)
+    assert "exited with status 3" in str(errors[0])
+    # The next call dials again.
+    assert text_of(handle.call_tool("echo", {"text": "back"})) == "back"
+
+
+def _raises(fn):
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - returned to the test to inspect
+        return exc
+    return None
+
+
+def test_requests_from_the_server_are_answered_ping_only(clients):
+    handle = clients.start(fault_config("f", "--era", "legacy", "--probe", "error"))
+    answers = json.loads(text_of(handle.call_tool("ask")))
+    assert answers["ping"] == {"result": {}}
+    assert answers["roots/list"]["error"]["code"] == -32601
+    assert answers["sampling/createMessage"]["error"]["code"] == -32601
+
+
+def test_a_state_only_input_required_is_retried_with_its_state(clients, tmp_path):
+    record = tmp_path / "record"
+    handle = clients.start(fault_config("f", "--record", str(record)))
+    assert text_of(handle.call_tool("state_only", {"rounds": 3})) == "complete after 3 rounds"
+    calls = [m for m in read_record(record) if m.get("method") == "tools/call"]
+    assert [c["params"].get("requestState") for c in calls] == [None, "s1", "s2", "s3"]
+    assert len({c["id"] for c in calls}) == 4  # every retry has a new id
+    with pytest.raises(ProtocolViolation, match="still returned input_required after 3 retries"):
+        handle.call_tool("state_only", {"rounds": 4})
+
+
+def test_a_server_needing_client_capabilities_is_reported(clients):
+    handle = clients.start(fault_config("f"))
+    with pytest.raises(RemoteError) as info:
+        handle.call_tool("needs_input")
+    assert info.value.code == -32021
+
+
+def test_a_flood_of_notifications_does_not_disturb_a_call(clients):
+    handle = clients.start(fault_config("f"))
+    assert text_of(handle.call_tool("notify_flood", {"count": 20_000})) == "sent 20000 notifications"
+
+
+def test_the_host_environment_does_not_reach_the_server(clients, monkeypatch):
+    monkeypatch.setenv("ALBEDO_CANARY", "canary-value-31337")
+    handle = clients.start(fault_config("f"))
+    env = json.loads(text_of(handle.call_tool("env")))
+    assert "canary-value-31337" not in json.dumps(env)
+    assert set(env) - {"LC_CTYPE"} <= {"HOME", "PATH", "TMPDIR"}
+
+
+# -- bad output ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kind, reason",
+    [
+        ("utf8", "invalid UTF-8"),
+        ("json", "invalid JSON"),
+        ("deep", "nested"),
+        ("hugeint", "a number of 100000 digits"),
+        ("notobject", "instead of a JSON-RPC object"),
+    ],
+)
+def test_malformed_output_ends_the_connection_with_a_clear_error(clients, kind, reason):
+    handle = clients.start(fault_config("f"))
+    with pytest.raises(UnknownOutcome) as info:
+        handle.call_tool("malformed", {"kind": kind})
+    assert "it sent an invalid message" in str(info.value) and reason in str(info.value)
+    assert text_of(handle.call_tool("echo", {"text": "fresh"})) == "fresh"
+
+
+@pytest.mark.parametrize("kind", ["badid", "dupe", "unknownid"])
+def test_answers_with_foreign_ids_are_dropped_never_cross_matched(clients, kind):
+    handle = clients.start(fault_config("f"))
+    assert text_of(handle.call_tool("malformed", {"kind": kind})) == f"after malformed {kind}"
+    assert text_of(handle.call_tool("echo", {"text": "next"})) == "next"
+
+
+@pytest.mark.parametrize("tool", ["big", "noline"])
+def test_an_oversized_message_ends_the_connection(clients, tool):
+    handle = clients.start(fault_config("f"))
+    with pytest.raises(UnknownOutcome, match="16 MiB limit"):
+        handle.call_tool(tool, {"mib": 17})
+    assert text_of(handle.call_tool("echo", {"text": "ok"})) == "ok"
+
+
+# -- pagination ------------------------------------------------------------------------------
+
+
+def test_pagination_stops_after_100_pages_and_keeps_what_was_read(clients):
+    catalogue = clients.start(fault_config("f", "--pages", "endless")).connect()
+    assert [t["name"] for t in catalogue.tools] == [f"page_{i}" for i in range(1, 101)]
+    assert any("more than 100 pages" in w for w in catalogue.warnings)
+
+
+def test_a_repeated_cursor_stops_pagination(clients):
+    catalogue = clients.start(fault_config("f", "--pages", "repeat")).connect()
+    assert [t["name"] for t in catalogue.tools] == ["page_1"]
+    assert any("repeated a cursor" in w for w in catalogue.warnings)
+
+
+def test_all_pages_are_read(clients):
+    catalogue = clients.start(fault_config("f", "--pages", "7")).connect()
+    assert [t["name"] for t in catalogue.tools] == [f"page_{i}" for i in range(1, 8)]
+    assert catalogue.warnings == ()
+
+
+# -- changes ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags", [(), ("--era", "legacy", "--probe", "error")], ids=["modern-listen", "legacy"])
+def test_a_list_change_rediscovers_and_tells_the_owner_once(clients, flags, tmp_path):
+    record = tmp_path / "record"
+    owner = Owner.start()
+    try:
+        handle = clients.start(fault_config("f", *flags, "--record", str(record)), owner=owner)
+        handle.connect()
+        events = owner.proxy().events.get(timeout=5)
+        assert isinstance(events.get(timeout=5), CatalogueChanged)  # the first catalogue
+        handle.call_tool("add_tool", {"name": "fresh_tool"})
+        event = events.get(timeout=10)
+        assert isinstance(event, CatalogueChanged) and event.server == "f"
+        assert "fresh_tool" in {t["name"] for t in event.catalogue.tools}
+        assert handle.catalogue().tool("fresh_tool") is not None
+        if not flags:
+            listen = next(m for m in read_record(record) if m.get("method") == "subscriptions/listen")
+            assert listen["params"]["notifications"] == {"toolsListChanged": True}
+            schema_validate("2026-07-28", "SubscriptionsListenRequest", listen)
+    finally:
+        handle.stop()
+        owner.stop()
+    if not flags:
+        # Closing ends the subscription with notifications/cancelled for its id.
+        cancelled = [m for m in read_record(record) if m.get("method") == "notifications/cancelled"]
+        assert [m["params"]["requestId"] for m in cancelled] == [listen["id"]]
+
+
+def test_a_stubborn_server_is_ended_when_the_client_stops(clients):
+    handle = clients.start(fault_config("f", "--ignore-eof-and-term"))
+    handle.connect()
+    handle.stop()  # the leak fixture fails the test if the process survived
