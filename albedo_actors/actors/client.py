@@ -143,6 +143,7 @@ class ServerClient(pykka.ThreadingActor):
             "era": connection.era if connection else (self._catalogue.era if self._catalogue else None),
             "version": connection.version if connection else None,
             "discovering": self._discoverer is not None,
+            "attempt": self._attempt,  # connections dialled so far
         }
 
     # -- messages from helper threads ---------------------------------------------------------

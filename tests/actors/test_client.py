@@ -288,3 +288,74 @@ def test_a_stubborn_server_is_ended_when_the_client_stops(clients):
     handle = clients.start(fault_config("f", "--ignore-eof-and-term"))
     handle.connect()
     handle.stop()  # the leak fixture fails the test if the process survived
+
+
+def test_changes_during_a_discovery_run_it_exactly_once_more(clients, monkeypatch):
+    import albedo_actors.actors.client as client_module
+
+    owner = Owner.start()
+    try:
+        handle = clients.start(fault_config("f"), owner=owner)
+        handle.connect()
+        events = owner.proxy().events.get(timeout=5)
+        events.get(timeout=5)  # the first catalogue
+        gate, started, runs = threading.Event(), threading.Semaphore(0), []
+        real = client_module.discover
+
+        def gated(connection, timeout):
+            runs.append(1)
+            started.release()
+            assert gate.wait(10)
+            return real(connection, timeout)
+
+        monkeypatch.setattr(client_module, "discover", gated)
+        adopted = threading.Semaphore(0)
+        real_adopt = client_module.ServerClient._adopt
+
+        def adopt(self, catalogue):
+            real_adopt(self, catalogue)
+            adopted.release()
+
+        monkeypatch.setattr(client_module.ServerClient, "_adopt", adopt)
+        handle.call_tool("add_tool", {"name": "t1"})
+        assert started.acquire(timeout=10)  # the first re-discovery is running (and held)
+        # The server announces a change before it answers, so once each call returns,
+        # and the actor has answered status(), it has seen that change.
+        handle.call_tool("add_tool", {"name": "t2"})
+        handle.call_tool("add_tool", {"name": "t3"})
+        assert handle.status()["discovering"] is True
+        gate.set()
+        assert adopted.acquire(timeout=10) and adopted.acquire(timeout=10)  # two runs ended
+        assert handle.status()["discovering"] is False
+        assert {"t1", "t2", "t3"} <= {t["name"] for t in handle.catalogue().tools}
+        assert len(runs) == 2  # one for t1, exactly one more for t2 and t3 together
+    finally:
+        owner.stop()
+
+
+def test_a_change_notice_that_changes_nothing_is_not_reported(clients, monkeypatch):
+    import albedo_actors.actors.client as client_module
+
+    adopted = threading.Event()
+    real_adopt = client_module.ServerClient._adopt
+
+    def adopt(self, catalogue):
+        real_adopt(self, catalogue)
+        adopted.set()
+
+    monkeypatch.setattr(client_module.ServerClient, "_adopt", adopt)
+    owner = Owner.start()
+    try:
+        handle = clients.start(fault_config("f", "--era", "legacy", "--probe", "error"), owner=owner)
+        handle.connect()
+        events = owner.proxy().events.get(timeout=5)
+        assert isinstance(events.get(timeout=5), CatalogueChanged)  # the first catalogue
+        adopted.clear()
+        # The server says its tools changed, but they did not.
+        attempt = handle.status()["attempt"]
+        handle._ref.tell(client_module._Notified(attempt, "notifications/tools/list_changed", {}))
+        assert adopted.wait(10)  # re-discovery ran and its catalogue was compared
+        owner.proxy().events.get(timeout=5)  # the owner has handled everything told before
+        assert events.empty()
+    finally:
+        owner.stop()
