@@ -273,7 +273,7 @@ def launch_spec(server: ServerConfig, home: str, environ: Mapping[str, str] = os
         raise ConfigError(f'{where}: "cwd" {cwd} is not a directory')
     command = server.command
     if os.sep in command:
-        executable = os.path.join(cwd, os.path.expanduser(command))
+        executable = os.path.normpath(os.path.join(cwd, os.path.expanduser(command)))
         if not (os.path.isfile(executable) and os.access(executable, os.X_OK)):
             raise Unavailable(server.name, f"cannot start: {executable} is not an executable file")
     else:

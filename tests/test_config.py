@@ -1,0 +1,117 @@
+"""extensions.json parsing and stdio launch resolution."""
+
+import json
+import os
+import sys
+
+import pytest
+
+from albedo_actors.config import DEFAULT_CALL_TIMEOUT_MS, launch_spec, load, parse, resolve_home
+from albedo_actors.errors import ConfigError, Unavailable
+
+
+def servers(**entries):
+    return {"mcp": {"servers": entries}}
+
+
+def test_the_reference_example_parses(tmp_path):
+    doc = {"mcp": {"servers": {
+        "docs": {"type": "stdio", "command": "/usr/local/bin/docs-mcp", "args": ["--root", "/srv/docs"], "cwd": "/srv/docs",
+                 "env": {"DOCS_TOKEN": {"env": "MY_DOCS_TOKEN"}}},
+        "search": {"type": "http", "url": "https://mcp.example.com/mcp", "bearerTokenEnvVar": "MY_SEARCH_TOKEN",
+                   "enabledTools": ["search"], "callTimeoutMs": 30000}}}}
+    config = parse(doc, str(tmp_path))
+    docs, search = config.servers
+    assert (docs.type, docs.command, docs.args, docs.cwd, dict(docs.env)) == (
+        "stdio", "/usr/local/bin/docs-mcp", ("--root", "/srv/docs"), "/srv/docs", {"DOCS_TOKEN": "MY_DOCS_TOKEN"})
+    assert docs.call_timeout_ms == DEFAULT_CALL_TIMEOUT_MS
+    assert (search.type, search.url, search.enabled_tools, search.call_timeout_ms) == (
+        "http", "https://mcp.example.com/mcp", ("search",), 30000)
+    assert search.tool_enabled("search") and not search.tool_enabled("other")
+
+
+def test_the_shipped_example_configuration_is_valid():
+    example = os.path.join(os.path.dirname(__file__), "..", "config")
+    config = load(example)
+    assert config.servers
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"command": "x", "env": {"TOKEN": "inline-secret"}}, r'"env.TOKEN" must be \{"env": "VARIABLE"\}: secrets are named'),
+        ({"command": "x", "callTimeoutMS": 5}, "unknown key"),
+        ({"command": ""}, '"command" must be the executable'),
+        ({"command": "x", "args": "--flag"}, '"args" must be a list of strings'),
+        ({"command": "x", "callTimeoutMs": 0}, "whole number of milliseconds"),
+        ({"command": "x", "enabled": "yes"}, "true or false"),
+        ({"type": "http", "url": "https://user:pw@example.com/mcp"}, "user name or password"),
+        ({"type": "http", "url": "https://example.com/mcp#frag"}, "fragment"),
+        ({"type": "http", "url": "ftp://example.com/"}, "http or https URL"),
+        ({"type": "carrier-pigeon"}, '"type" must be'),
+        ({"command": "x", "env": {"BAD=KEY": {"env": "V"}}}, "not an environment variable name"),
+    ],
+)
+def test_invalid_entries_are_reported_naming_the_server(tmp_path, entry, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        parse(servers(broken=entry), str(tmp_path))
+    assert "server 'broken'" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["", "has space", "-dash-first", "x" * 49, "dot.ted"])
+def test_invalid_server_names_are_refused(tmp_path, name):
+    with pytest.raises(ConfigError, match="a name must be"):
+        parse(servers(**{name: {"command": "x"}}), str(tmp_path))
+
+
+def test_a_file_that_is_not_json_is_a_configuration_error(tmp_path):
+    (tmp_path / "extensions.json").write_text("{nope")
+    with pytest.raises(ConfigError, match="extensions.json is not valid JSON"):
+        load(str(tmp_path))
+
+
+def test_a_missing_file_means_no_servers(tmp_path):
+    assert load(str(tmp_path)).servers == ()
+
+
+def test_home_comes_from_the_flag_then_the_environment_then_the_user_home(tmp_path):
+    assert resolve_home(str(tmp_path), {}) == str(tmp_path)
+    assert resolve_home(None, {"ALBEDO_HOME": str(tmp_path)}) == str(tmp_path)
+    assert resolve_home(None, {}) == os.path.join(os.path.expanduser("~"), ".albedo")
+
+
+def test_launch_reads_named_variables_and_nothing_else(tmp_path):
+    config = parse(servers(s={"command": sys.executable, "env": {"TOKEN": {"env": "MY_TOKEN"}}}), str(tmp_path))
+    environ = {"MY_TOKEN": "t0k3n", "HOME": "/home/u", "PATH": "/usr/bin:/bin", "AWS_SECRET": "no"}
+    spec = launch_spec(config.servers[0], str(tmp_path), environ)
+    assert spec.env == {"HOME": "/home/u", "PATH": "/usr/bin:/bin", "TOKEN": "t0k3n"}
+    assert spec.secrets == ("t0k3n",)
+    assert "t0k3n" not in repr(spec)
+    assert spec.cwd == os.path.join(str(tmp_path), "servers", "s") and os.path.isdir(spec.cwd)
+
+
+def test_a_missing_named_variable_fails_preparation(tmp_path):
+    config = parse(servers(s={"command": sys.executable, "env": {"TOKEN": {"env": "NOT_SET_ANYWHERE"}}}), str(tmp_path))
+    with pytest.raises(ConfigError, match=r"env TOKEN names \$NOT_SET_ANYWHERE, which is not set"):
+        launch_spec(config.servers[0], str(tmp_path), {"PATH": "/usr/bin"})
+
+
+def test_a_command_not_on_path_makes_the_server_unavailable(tmp_path):
+    config = parse(servers(s={"command": "no-such-mcp-server"}), str(tmp_path))
+    with pytest.raises(Unavailable, match="command 'no-such-mcp-server' was not found on PATH"):
+        launch_spec(config.servers[0], str(tmp_path), {"PATH": str(tmp_path)})
+
+
+def test_a_relative_command_is_resolved_in_the_working_directory(tmp_path):
+    tool = tmp_path / "bin" / "srv"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    config = parse(servers(s={"command": "./bin/srv", "cwd": str(tmp_path)}), str(tmp_path))
+    assert launch_spec(config.servers[0], str(tmp_path), {"PATH": "/bin"}).executable == str(tool)
+
+
+def test_a_missing_working_directory_is_a_configuration_error(tmp_path):
+    config = parse(servers(s={"command": sys.executable, "cwd": "does/not/exist"}), str(tmp_path))
+    with pytest.raises(ConfigError, match="is not a directory"):
+        launch_spec(config.servers[0], str(tmp_path), {"PATH": "/bin"})
