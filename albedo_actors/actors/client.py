@@ -191,9 +191,6 @@ class ServerClient(pykka.ThreadingActor):
                 self._rediscover = True  # runs exactly once more when this one ends
             elif self._connection is not None:
                 self._start_discovery()
-        elif method == "notifications/message":
-            params = message.params
-            logger.debug("server %r logged %s: %.300s", self.config.name, params.get("level"), params.get("data"))
         elif method == "notifications/cancelled" and self._listen is not None:
             if message.params.get("requestId") == self._listen.id:
                 logger.info("server %r ended its change subscription", self.config.name)
@@ -255,7 +252,12 @@ class ServerClient(pykka.ThreadingActor):
         config = self.config
 
         def on_notification(method: str, params: dict[str, Any]) -> None:
-            _tell(ref, _Notified(attempt, method, params))
+            # On the reader thread: only what changes state goes to the mailbox, so a
+            # flood of log messages costs the actor nothing.
+            if method in mcp.LIST_CHANGED or method == "notifications/cancelled":
+                _tell(ref, _Notified(attempt, method, params))
+            elif method == "notifications/message":
+                logger.debug("server %r logged %s: %.300s", config.name, params.get("level"), params.get("data"))
 
         def on_closed(reason: str) -> None:
             _tell(ref, _Closed(attempt, reason))
