@@ -1,6 +1,5 @@
 """extensions.json parsing and stdio launch resolution."""
 
-import json
 import os
 import sys
 

@@ -31,7 +31,7 @@ import pykka
 from ..catalogue import Catalogue
 from ..config import ServerConfig, launch_spec
 from ..connection import Connection, discover, open_stdio
-from ..errors import AlbedoError, ServerError, Unavailable
+from ..errors import AlbedoError, Unavailable
 from ..rpc import Pending
 from ..transport.stdio import LaunchSpec, StdioTransport
 from ..wire import mcp
@@ -179,6 +179,10 @@ class ServerClient(pykka.ThreadingActor):
         self._connection = connection
         self._listen = connection.start_listen() if connection.alive else None
         self._adopt(message.catalogue)
+        if self._rediscover and connection.alive:
+            # A change was announced while the dial was still reading the lists.
+            self._rediscover = False
+            self._start_discovery()
         if future is not None:
             future.set_result(connection)
 
@@ -187,8 +191,8 @@ class ServerClient(pykka.ThreadingActor):
             return
         method = message.method
         if method in mcp.LIST_CHANGED:
-            if self._discoverer is not None:
-                self._rediscover = True  # runs exactly once more when this one ends
+            if self._discoverer is not None or self._dialer is not None:
+                self._rediscover = True  # runs exactly once more when this one (or the dial) ends
             elif self._connection is not None:
                 self._start_discovery()
         elif method == "notifications/cancelled" and self._listen is not None:
@@ -246,6 +250,7 @@ class ServerClient(pykka.ThreadingActor):
 
     def _start_dial(self) -> None:
         self._attempt += 1
+        self._rediscover = False
         attempt = self._attempt
         self._dial = concurrent.futures.Future()
         ref = self.actor_ref

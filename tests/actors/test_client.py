@@ -1,11 +1,15 @@
 """ServerClient against the fault-injecting server: eras, calls, failures, changes."""
 
 import json
+import queue
+import sys
 import threading
+import time
 
 import pytest
 
 from albedo_actors.actors.client import CatalogueChanged
+from albedo_actors.config import ServerConfig
 from albedo_actors.errors import Incompatible, ProtocolViolation, RemoteError, TimedOut, Unavailable, UnknownOutcome
 from helpers import Owner, fault_config, read_record, schema_validate
 
@@ -362,8 +366,61 @@ def test_a_change_notice_that_changes_nothing_is_not_reported(clients, monkeypat
 
 
 def test_an_http_server_is_left_out_until_http_is_supported(clients):
-    from albedo_actors.config import ServerConfig
-
     handle = clients.start(ServerConfig(name="web", type="http", url="http://127.0.0.1:9/mcp"))
     with pytest.raises(Unavailable, match="server 'web': HTTP servers are not supported by this version yet"):
         handle.connect()
+
+
+LATE_TOOL_SERVER = r'''
+import json, sys
+tools = [{"name": "first", "inputSchema": {"type": "object"}}]
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+for line in sys.stdin:
+    message = json.loads(line)
+    method, id_ = message.get("method"), message.get("id")
+    if id_ is None:
+        continue
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": id_, "result": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"tools": {"listChanged": True}, "prompts": {}},
+            "serverInfo": {"name": "late-tool", "version": "1.0.0"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": id_, "result": {"tools": list(tools)}})
+        if len(tools) == 1:
+            tools.append({"name": "second", "inputSchema": {"type": "object"}})
+            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+    elif method == "prompts/list":
+        send({"jsonrpc": "2.0", "id": id_, "result": {"prompts": []}})
+    else:
+        send({"jsonrpc": "2.0", "id": id_, "error": {"code": -32601, "message": "Method not found"}})
+'''
+
+
+def test_a_tools_list_changed_received_during_the_first_discovery_is_not_lost(clients, tmp_path):
+    # The change is announced while the dial is still reading the other lists.
+    script = tmp_path / "late_tool_server.py"
+    script.write_text(LATE_TOOL_SERVER, encoding="utf-8")
+    owner = Owner.start()
+    try:
+        handle = clients.start(
+            ServerConfig(name="late", type="stdio", command=sys.executable, args=(str(script),)), owner
+        )
+        catalogue = handle.connect()
+        assert catalogue.era == "legacy"
+        seen = [tool["name"] for tool in catalogue.tools]
+        events = owner.proxy().events.get(timeout=5)
+        deadline = time.monotonic() + 5
+        while "second" not in seen:
+            try:
+                event = events.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if isinstance(event, CatalogueChanged):
+                seen = [tool["name"] for tool in event.catalogue.tools]
+        assert seen == ["first", "second"], "the list_changed sent during the first discovery was dropped"
+        assert [tool["name"] for tool in handle.catalogue().tools] == ["first", "second"]
+    finally:
+        owner.stop()
