@@ -28,7 +28,7 @@ MODERN_ERROR_CODES = frozenset({HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABIL
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 128
-MAX_NUMBER_DIGITS = 64
+MAX_NUMBER_DIGITS = 64  # characters of a non-integer number
 
 # Kinds returned by classify().
 REQUEST = "request"
@@ -46,7 +46,7 @@ def encode(message: dict[str, Any]) -> bytes:
     ``json.dumps`` escapes control characters, so the line never contains a raw
     newline (2025-11-25 and 2026-07-28 basic/transports stdio).
     """
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    return _ENCODER.encode(message).encode() + b"\n"
 
 
 def request(id_: int | str, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -83,14 +83,14 @@ def _parse_float(text: str) -> float:
     return value
 
 
-def _parse_int(text: str) -> int:
-    if len(text) > MAX_NUMBER_DIGITS:
-        raise WireError(f"a number of {len(text)} digits")
-    return int(text)
-
-
 def _reject_constant(name: str) -> Any:
     raise WireError(f"the non-JSON constant {name}")
+
+
+# Built once: json.dumps/json.loads with options build a new coder on every call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+# Integers keep the default parser (fast, C); CPython refuses more than 4300 digits.
+_DECODER = json.JSONDecoder(parse_float=_parse_float, parse_constant=_reject_constant)
 
 
 def parse_line(line: bytes) -> Any:
@@ -98,7 +98,8 @@ def parse_line(line: bytes) -> Any:
 
     Raises:
         WireError: too large, not UTF-8, not JSON, nested deeper than MAX_DEPTH,
-            or holding a number that is too long or out of range.
+            or holding a number that is too long (integers: CPython's 4300 digits)
+            or out of range.
     """
     if len(line) > MAX_MESSAGE_BYTES:
         raise WireError(f"a message of {len(line)} bytes, over the {MAX_MESSAGE_BYTES >> 20} MiB limit")
@@ -107,12 +108,14 @@ def parse_line(line: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise WireError(f"invalid UTF-8 at byte {exc.start}") from None
     try:
-        value = json.loads(text, parse_float=_parse_float, parse_int=_parse_int, parse_constant=_reject_constant)
+        value = _DECODER.decode(text)
     except WireError:
         raise
     except RecursionError:
         raise WireError("JSON nested too deeply") from None
     except ValueError as exc:
+        if "digits" in str(exc):
+            raise WireError("a number with too many digits") from None
         raise WireError(f"invalid JSON ({str(exc).split(':')[0]})") from None
     # Cheap pre-check: only a line with many brackets can be too deep to accept.
     if line.count(b"[") + line.count(b"{") > MAX_DEPTH:
