@@ -1,7 +1,8 @@
 """The stdio launcher: parent of one MCP server process, in a process group of its own.
 
-Run by :mod:`albedo_actors.transport.stdio` as ``python -I launcher.py SPEC`` (stdlib
-only, so it runs isolated from the host's ``PYTHON*`` variables and site packages).
+Run by :mod:`albedo_actors.transport.stdio` as ``python -I -S launcher.py SPEC`` (stdlib
+only, so it runs isolated from the host's ``PYTHON*`` variables and site packages,
+and starts without the cost of site processing).
 SPEC is JSON: ``{"argv": [...], "cwd": "...", "stdin_fd": N, "term_grace": 2.0,
 "kill_grace": 2.0}``. The launcher's own environment is already reduced by the host
 and is passed to the server unchanged.

@@ -25,7 +25,7 @@ from typing import Callable
 from ..wire.framing import FrameTooLarge, LineFramer
 
 LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
-READ_CHUNK = 1 << 18
+READ_CHUNK = 1 << 16  # under malloc's mmap threshold: a larger buffer costs an mmap per read
 START_TIMEOUT = 10.0  # the launcher itself (a bare Python) starting
 TERM_GRACE = 2.0
 KILL_GRACE = 2.0
@@ -101,7 +101,7 @@ class StdioTransport:
                     "kill_grace": KILL_GRACE,
                 }
                 self._launcher = subprocess.Popen(
-                    [sys.executable, "-I", LAUNCHER, json.dumps(launcher_spec)],
+                    [sys.executable, "-I", "-S", LAUNCHER, json.dumps(launcher_spec)],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
