@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from .catalogue import Catalogue
 from .errors import Incompatible, ProtocolViolation, RemoteError, ServerError, TimedOut, Unavailable, UnknownOutcome
-from .rpc import Pending, RpcChannel
+from .rpc import Pending, RpcChannel, StdioLink
 from .transport.stdio import LaunchFailed, LaunchSpec, StdioTransport, TransportClosed, WriteTimeout
 from .wire import jsonrpc, mcp
 from .wire.mcp import Verdict
@@ -179,7 +179,7 @@ def _open_once(
 
     channel = RpcChannel(server, on_notification, closed)
     transport = StdioTransport(spec, channel.feed_line, channel.connection_lost, name=server)
-    channel.attach(transport, (TransportClosed, WriteTimeout))
+    channel.attach(StdioLink(channel, transport, (TransportClosed, WriteTimeout)))
     track(transport)
     try:
         transport.start()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from .errors import ProtocolViolation, RemoteError, ServerError, TimedOut, Unavailable, UnknownOutcome
 from .wire import jsonrpc
@@ -32,6 +32,29 @@ from .wire.jsonrpc import WireError
 logger = logging.getLogger(__name__)
 
 WRITE_TIMEOUT = 5.0
+
+
+class LinkClosed(Exception):
+    """Raised by a link when a message could not be sent at all."""
+
+
+class Link(Protocol):
+    """How a channel reaches its server: stdio (:class:`StdioLink`) or HTTP."""
+
+    def send_request(self, pending: Pending, message: dict[str, Any]) -> None:
+        """Send a request; raise LinkClosed if nothing was sent."""
+
+    def send_other(self, message: dict[str, Any]) -> None:
+        """Send a notification or a response; raise LinkClosed if it could not be sent."""
+
+    def cancel(self, pending: Pending) -> None:
+        """The request timed out: tell the server to stop it, as the transport wants."""
+
+    def forget(self, pending: Pending) -> None:
+        """The request's answer no longer matters (it is not cancelled)."""
+
+    def close(self, reason: str) -> None: ...
+
 
 
 class Pending:
@@ -85,24 +108,18 @@ class RpcChannel:
         server: str,
         on_notification: Callable[[str, dict[str, Any]], None],
         on_closed: Callable[[str], None],
-        *,
-        write_timeout: float = WRITE_TIMEOUT,
     ) -> None:
         self.server = server
         self._on_notification = on_notification
         self._on_closed = on_closed
-        self._transport: Any = None
-        self._transport_closed: tuple[type[Exception], ...] = ()
-        self._write_timeout = write_timeout
+        self._link: Link | None = None
         self._ids = itertools.count(1)
         self._pending: dict[int, Pending] = {}
         self._closed_reason: str | None = None
         self._poisoned = False
 
-    def attach(self, transport: Any, closed_errors: tuple[type[Exception], ...]) -> None:
-        """Use ``transport``; ``closed_errors`` are what its send() raises when it cannot write."""
-        self._transport = transport
-        self._transport_closed = closed_errors
+    def attach(self, link: Link) -> None:
+        self._link = link
 
     # -- requests ------------------------------------------------------------------
 
@@ -118,8 +135,8 @@ class RpcChannel:
             self._pending.pop(pending.id, None)
             raise Unavailable(self.server, f"not connected ({self._closed_reason}); {method} was not sent")
         try:
-            self._transport.send(jsonrpc.encode(jsonrpc.request(pending.id, method, params)), self._write_timeout)
-        except self._transport_closed:
+            self._link.send_request(pending, jsonrpc.request(pending.id, method, params))
+        except LinkClosed:
             self._pending.pop(pending.id, None)
             raise Unavailable(self.server, f"the connection closed before {method} was sent") from None
         return pending
@@ -127,9 +144,9 @@ class RpcChannel:
     def wait(self, pending: Pending, timeout: float, *, cancel: bool = True) -> Any:
         """Wait for ``pending``'s answer for at most ``timeout`` seconds.
 
-        On timeout the request is dropped and, when ``cancel``, the server is sent
-        ``notifications/cancelled`` (2025-11-25 basic/utilities/cancellation,
-        2026-07-28 basic/patterns/cancellation: MUST on stdio).
+        On timeout the request is dropped and, when ``cancel``, cancelled the way
+        its transport wants (stdio: ``notifications/cancelled``, 2025-11-25
+        basic/utilities/cancellation, 2026-07-28 basic/patterns/cancellation).
 
         Raises:
             TimedOut, UnknownOutcome, RemoteError, ProtocolViolation.
@@ -137,7 +154,9 @@ class RpcChannel:
         if not pending.wait(timeout):
             if self._pending.pop(pending.id, None) is not None:
                 if cancel:
-                    self.notify("notifications/cancelled", {"requestId": pending.id, "reason": "timed out"})
+                    self._link.cancel(pending)
+                else:
+                    self._link.forget(pending)
                 raise TimedOut(self.server, f"{pending.method} got no answer within {timeout:g} s; it was cancelled")
             pending.wait(1.0)  # answered as we gave up: it was resolved just now
         return pending.outcome()
@@ -148,15 +167,16 @@ class RpcChannel:
 
     def drop(self, pending: Pending) -> None:
         """Forget a request whose answer no longer matters (it is not cancelled)."""
-        self._pending.pop(pending.id, None)
+        if self._pending.pop(pending.id, None) is not None and self._link is not None:
+            self._link.forget(pending)
 
     def notify(self, method: str, params: dict[str, Any] | None = None) -> bool:
         """Send a notification; False if the connection could not take it."""
         return self._write(jsonrpc.notification(method, params))
 
     def close(self, reason: str = "closed") -> None:
-        if self._transport is not None:
-            self._transport.close(reason)
+        if self._link is not None:
+            self._link.close(reason)
 
     @property
     def closed_reason(self) -> str | None:
@@ -170,10 +190,21 @@ class RpcChannel:
     # -- from the transport's reader thread -----------------------------------------
 
     def feed_line(self, line: bytes) -> None:
+        """One line from a byte-stream transport."""
         if self._poisoned:
             return  # after a malformed message nothing can be trusted; the end is near
         try:
             message = jsonrpc.parse_line(line)
+        except WireError as exc:
+            self._violation(str(exc))
+            return
+        self.feed_message(message)
+
+    def feed_message(self, message: Any) -> None:
+        """One parsed JSON value from the server."""
+        if self._poisoned:
+            return
+        try:
             kind = jsonrpc.classify(message)
         except WireError as exc:
             self._violation(str(exc))
@@ -229,13 +260,41 @@ class RpcChannel:
         self.close(f"it sent an invalid message: {reason}")
 
     def _write(self, message: dict[str, Any]) -> bool:
-        if self._closed_reason is not None or self._transport is None:
+        if self._closed_reason is not None or self._link is None:
             return False
         try:
-            self._transport.send(jsonrpc.encode(message), self._write_timeout)
+            self._link.send_other(message)
             return True
-        except self._transport_closed:
+        except LinkClosed:
             return False
+
+
+class StdioLink:
+    """A channel's link over a stdio transport: every message is one line."""
+
+    def __init__(self, channel: RpcChannel, transport: Any, closed_errors: tuple[type[Exception], ...]) -> None:
+        self._channel = channel
+        self.transport = transport
+        self._closed_errors = closed_errors
+
+    def send_request(self, pending: Pending, message: dict[str, Any]) -> None:
+        self.send_other(message)
+
+    def send_other(self, message: dict[str, Any]) -> None:
+        try:
+            self.transport.send(jsonrpc.encode(message), WRITE_TIMEOUT)
+        except self._closed_errors:
+            raise LinkClosed() from None
+
+    def cancel(self, pending: Pending) -> None:
+        # 2026-07-28 basic/patterns/cancellation: on stdio the client MUST send it.
+        self._channel.notify("notifications/cancelled", {"requestId": pending.id, "reason": "timed out"})
+
+    def forget(self, pending: Pending) -> None:
+        pass  # the answer, if it comes, is dropped as an unknown id
+
+    def close(self, reason: str) -> None:
+        self.transport.close(reason)
 
 
 def _brief(value: Any) -> str:
