@@ -1,0 +1,273 @@
+"""HTTP request headers of the 2026-07-28 Streamable HTTP transport.
+
+Pure code: no threads, no I/O. Sources: 2026-07-28 basic/transports/streamable-http
+("Request headers", "Value encoding") and server/tools ("x-mcp-header").
+
+- Every modern POST carries ``MCP-Protocol-Version`` and ``Mcp-Method``;
+  ``tools/call`` and ``prompts/get`` add ``Mcp-Name`` (``params.name``),
+  ``resources/read`` adds it from ``params.uri``.
+- A tool whose ``inputSchema`` annotates a property with ``"x-mcp-header": N``
+  makes ``tools/call`` mirror that argument into ``Mcp-Param-N``. A tool whose
+  annotations break the rules is invalid; the caller drops it from what
+  ``tools/list`` yields (:class:`InvalidToolHeaders` says why).
+- ``Mcp-Name`` and ``Mcp-Param-*`` values go out plain when they are safe, else
+  as ``=?base64?<standard base64 with padding of the UTF-8 bytes>?=``
+  (the alphabet is not named normatively; the spec's examples use standard
+  RFC 4648 base64 with ``=`` padding, ambiguity 13).
+
+Header names compare case-insensitively (ambiguity 22); the spellings below are
+the spec's. Header values are case-sensitive.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+HEADER_PROTOCOL_VERSION = "MCP-Protocol-Version"
+HEADER_METHOD = "Mcp-Method"
+HEADER_NAME = "Mcp-Name"
+PARAM_HEADER_PREFIX = "Mcp-Param-"
+X_MCP_HEADER = "x-mcp-header"
+
+# Method -> the params key mirrored into Mcp-Name.
+NAME_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+SENTINEL_PREFIX = "=?base64?"
+SENTINEL_SUFFIX = "?="
+
+# Integers outside this range are not sent as headers (server/tools "x-mcp-header").
+MAX_SAFE_INTEGER = 2**53 - 1
+# Containers (objects and arrays) tool_param_headers looks at before giving up.
+MAX_SCHEMA_NODES = 10_000
+
+HEADER_TYPES = frozenset({"string", "integer", "boolean"})
+
+# RFC 9110 section 5.6.2: token = 1*tchar; tchar is ALPHA / DIGIT / these (ASCII only).
+_TCHARS = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+# Schema keywords whose value is an object of names -> subschemas (or, for the
+# last two, names -> lists of names). Their keys are names, never annotations;
+# only "properties" keeps a property path going.
+_NAME_MAPS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependentRequired", "dependencies"}
+)
+# Kinds of node in the tool_param_headers walk.
+_SCHEMA, _NAMES, _PROPERTIES = 0, 1, 2
+
+
+class InvalidToolHeaders(ValueError):
+    """A tool's ``x-mcp-header`` annotations break the rules; ``str()`` is a short reason."""
+
+
+def encode_value(value: str) -> str:
+    """Return ``value`` as an ``Mcp-Name`` / ``Mcp-Param-*`` header value.
+
+    Plain when every character is printable ASCII (0x20-0x7E), there is no leading
+    or trailing space, and the value does not look like the sentinel (starts with
+    ``=?base64?``, compared case-insensitively to be safe, and ends with ``?=``).
+    Anything else is base64-wrapped. Tab, although the spec allows it inside a
+    plain value, is wrapped too (as the official SDK does): the result then never
+    contains a control character, and wrapping is always decoded by the server.
+
+    Raises:
+        ValueError: ``value`` holds a lone surrogate, so it has no UTF-8 form
+            (such a request could not be serialised either).
+    """
+    if (
+        value.isascii()
+        and value.isprintable()
+        and not value.startswith(" ")
+        and not value.endswith(" ")
+        and not (value[: len(SENTINEL_PREFIX)].lower() == SENTINEL_PREFIX and value.endswith(SENTINEL_SUFFIX))
+    ):
+        return value
+    try:
+        data = value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a header value that is not valid Unicode (lone surrogate)") from None
+    return SENTINEL_PREFIX + base64.b64encode(data).decode("ascii") + SENTINEL_SUFFIX
+
+
+def convert(value: Any) -> str | None:
+    """Convert an argument to header text, or ``None`` when no header is sent.
+
+    A string as is; a boolean as ``true``/``false``; an integer (not a bool) in
+    decimal when it lies within +-(2^53-1), and so a float with no fractional part.
+    ``None`` (absent/null) gives ``None``, and so does every other type (another
+    float, list, dict, an integer out of range):
+    the spec defines no conversion for them (ambiguity 14), so the header is
+    omitted and the server decides.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON 5.0 for an integer property: servers compare numerically
+    if isinstance(value, int) and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return str(value)
+    return None
+
+
+def _check_plain(what: str, value: str) -> None:
+    if not value or not value.isascii() or not value.isprintable() or " " in value:
+        raise ValueError(f"{what} {_show(value)} cannot be sent as an HTTP header value")
+
+
+def request_headers(method: str, params: dict[str, Any] | None, version: str) -> dict[str, str]:
+    """Headers for a modern POST of ``method``: version, method, and ``Mcp-Name`` where due.
+
+    ``Mcp-Name`` is omitted when the name/uri param is missing or not a string
+    (the body is then invalid anyway and the server answers with an error).
+
+    Raises:
+        ValueError: ``method`` or ``version`` is empty or not visible ASCII (they
+            are sent as is; the spec defines no encoding for them).
+    """
+    _check_plain("a protocol version", version)
+    _check_plain("a method", method)
+    headers = {HEADER_PROTOCOL_VERSION: version, HEADER_METHOD: method}
+    key = NAME_PARAMS.get(method)
+    if key is not None and isinstance(params, dict):
+        name = params.get(key)
+        if isinstance(name, str):
+            headers[HEADER_NAME] = encode_value(name)
+    return headers
+
+
+def _show(text: Any, limit: int = 40) -> str:
+    """A short, printable quotation of untrusted text for reasons."""
+    text = str(text)
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _check_header_name(name: Any, where: str) -> str:
+    """Return ``name`` if it is a valid ``x-mcp-header`` value, else raise."""
+    if not isinstance(name, str):
+        raise InvalidToolHeaders(f"x-mcp-header on {where} is a {type(name).__name__}, not a string")
+    if not name:
+        raise InvalidToolHeaders(f"x-mcp-header on {where} is empty")
+    if any(ch < " " or ch == "\x7f" for ch in name):
+        raise InvalidToolHeaders(f"x-mcp-header {_show(name)} on {where} contains control characters")
+    if not all(ch in _TCHARS for ch in name):
+        raise InvalidToolHeaders(f"x-mcp-header {_show(name)} on {where} is not an HTTP token")
+    return name
+
+
+def _where(path: tuple[str, ...]) -> str:
+    return "the schema root" if not path else f"property {_show('.'.join(path))}"
+
+
+def tool_param_headers(tool: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Map each ``x-mcp-header`` name of ``tool`` to the path of its property.
+
+    The path is the tuple of property names from the ``inputSchema`` root, through
+    ``properties`` keywords only. A tool without annotations gives ``{}``.
+
+    The whole schema is searched: an ``x-mcp-header`` key in any object other than
+    as a property name (e.g. under ``items``, ``anyOf``, ``$defs``,
+    ``additionalProperties``, an unknown keyword, or even in ``default`` or
+    ``examples`` data) makes the tool invalid, as does one on the root. ``$ref``
+    is never followed, so an annotation reached only through it sits in ``$defs``
+    and is refused there. The annotated property's ``type`` must be exactly
+    ``"string"``, ``"integer"`` or ``"boolean"``; a type list such as
+    ``["string", "null"]`` is refused too (as the official SDK does; the spec
+    names single types only). Only the chain matters, not the types along it:
+    ``properties`` under a property typed ``array`` still counts as a chain (the
+    argument then never holds an object there, so no header is sent).
+
+    Raises:
+        InvalidToolHeaders: the first broken rule, or a schema of more than
+            MAX_SCHEMA_NODES objects and arrays.
+    """
+    schema = tool.get("inputSchema") if isinstance(tool, dict) else None
+    found: dict[str, tuple[str, ...]] = {}
+    seen: dict[str, str] = {}  # lower-cased name -> where it was
+    # Entries: (node, path, broken_by, kind). path is the chain of property names
+    # so far; broken_by is the first keyword that left that chain (None while on
+    # it); kind says whether node is a schema (or data) or a map of names.
+    stack: list[tuple[Any, tuple[str, ...], str | None, int]] = [(schema, (), None, _SCHEMA)]
+    visited = 0
+    while stack:
+        node, path, broken_by, kind = stack.pop()
+        visited += 1
+        children: list[tuple[Any, tuple[str, ...], str | None, int]] = []
+        if isinstance(node, list):
+            off = broken_by or "an array"
+            children = [(item, path, off, _SCHEMA) for item in node if isinstance(item, (dict, list))]
+        elif kind != _SCHEMA:  # keys are names, values subschemas
+            on_chain = kind == _PROPERTIES and broken_by is None
+            for name, sub in node.items():
+                if isinstance(sub, (dict, list)):
+                    children.append((sub, (*path, str(name)) if on_chain else path, broken_by, _SCHEMA))
+        elif isinstance(node, dict):
+            if X_MCP_HEADER in node:
+                _record(node, path, broken_by, found, seen)
+            for keyword, sub in node.items():
+                if keyword == X_MCP_HEADER or not isinstance(sub, (dict, list)):
+                    continue
+                if keyword in _NAME_MAPS and isinstance(sub, dict):
+                    if keyword == "properties":
+                        children.append((sub, path, broken_by, _PROPERTIES))
+                    else:
+                        children.append((sub, path, broken_by or keyword, _NAMES))
+                else:
+                    children.append((sub, path, broken_by or keyword, _SCHEMA))
+        # Only objects and arrays are stacked; each one counts once, so check early.
+        if visited + len(stack) + len(children) > MAX_SCHEMA_NODES:
+            raise InvalidToolHeaders("schema too large to check")
+        stack.extend(reversed(children))  # document order
+    return found
+
+
+def _record(
+    node: dict[str, Any],
+    path: tuple[str, ...],
+    broken_by: str | None,
+    found: dict[str, tuple[str, ...]],
+    seen: dict[str, str],
+) -> None:
+    where = _where(path)
+    if broken_by is not None:
+        raise InvalidToolHeaders(f"x-mcp-header under {_show(broken_by)}: only a chain of properties may lead to it")
+    if not path:
+        raise InvalidToolHeaders("x-mcp-header on the schema root, not on a property")
+    name = _check_header_name(node[X_MCP_HEADER], where)
+    type_ = node.get("type")
+    if not isinstance(type_, str) or type_ not in HEADER_TYPES:
+        shown = _show(type_) if isinstance(type_, str) else "missing" if type_ is None else f"a {type(type_).__name__}"
+        raise InvalidToolHeaders(f"x-mcp-header {_show(name)} on {where}: type {shown}, not string, integer or boolean")
+    key = name.lower()
+    if key in seen:
+        raise InvalidToolHeaders(f"x-mcp-header {_show(name)} on {where} repeats the one on {seen[key]}")
+    seen[key] = where
+    found[name] = path
+
+
+def param_headers(paths: dict[str, tuple[str, ...]], arguments: dict[str, Any] | None) -> dict[str, str]:
+    """``Mcp-Param-<N>`` headers for a ``tools/call`` with ``arguments``.
+
+    ``paths`` is what :func:`tool_param_headers` returned. The value at each path
+    is converted (:func:`convert`) and encoded (:func:`encode_value`); a path that
+    is absent, reaches a non-object, ends in ``null`` or in a value with no
+    conversion gives no header.
+
+    Raises:
+        InvalidToolHeaders: ``paths`` holds a name that is not a token, or two
+            names equal case-insensitively (not possible from tool_param_headers).
+    """
+    headers: dict[str, str] = {}
+    seen: set[str] = set()
+    for name, path in paths.items():
+        _check_header_name(name, "a parameter")
+        if name.lower() in seen:
+            raise InvalidToolHeaders(f"x-mcp-header {_show(name)} given twice")
+        seen.add(name.lower())
+        value: Any = arguments
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        text = convert(value)
+        if text is not None:
+            headers[PARAM_HEADER_PREFIX + name] = encode_value(text)
+    return headers
