@@ -41,7 +41,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _COMMON_KEYS = {"type", "enabled", "enabledTools", "disabledTools", "startupTimeoutMs", "callTimeoutMs"}
 _STDIO_KEYS = _COMMON_KEYS | {"command", "args", "cwd", "env"}
-_HTTP_KEYS = _COMMON_KEYS | {"url", "bearerTokenEnvVar", "headers"}
+_HTTP_KEYS = _COMMON_KEYS | {"url", "bearerTokenEnvVar", "headers", "caFile"}
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class ServerConfig:
     url: str | None = None
     bearer_token_env_var: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)  # header -> host variable name
+    ca_file: str | None = None  # trust store for TLS (default: the certifi bundle)
     enabled: bool = True
     enabled_tools: tuple[str, ...] | None = None
     disabled_tools: tuple[str, ...] = ()
@@ -184,6 +185,7 @@ def _server(name: str, entry: Any, home: str, source: str) -> ServerConfig:
         url=_url(entry.get("url"), where),
         bearer_token_env_var=_variable(entry.get("bearerTokenEnvVar"), f'{where}: "bearerTokenEnvVar"', optional=True),
         headers=_named(entry, "headers", where, _HEADER_NAME, "an HTTP header name"),
+        ca_file=_ca_file(entry.get("caFile"), home, where),
         **common,
     )
 
@@ -231,6 +233,14 @@ def _named(entry: dict, key: str, where: str, pattern: re.Pattern, what: str) ->
             )
         out[name] = _variable(ref["env"], f'{where}: "{key}.{name}.env"')
     return out
+
+
+def _ca_file(value: Any, home: str, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise ConfigError(f'{where}: "caFile" must be the path of a PEM file of trusted certificates')
+    return os.path.join(home, os.path.expanduser(value))
 
 
 def _url(value: Any, where: str) -> str:
@@ -282,3 +292,24 @@ def launch_spec(server: ServerConfig, home: str, environ: Mapping[str, str] = os
             raise Unavailable(server.name, f"cannot start: command {command!r} was not found on PATH; give its full path in extensions.json")
         executable = os.path.abspath(found)
     return LaunchSpec(executable=executable, args=server.args, cwd=cwd, env=env, secrets=tuple(secrets))
+
+
+def http_headers(server: ServerConfig, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The credentials an HTTP server gets on every request, read from named variables.
+
+    Raises:
+        ConfigError: a named variable is not set, or its value cannot be a header.
+    """
+    where = f"server {server.name!r}"
+    named = dict(server.headers)
+    if server.bearer_token_env_var is not None:
+        named["Authorization"] = server.bearer_token_env_var
+    out = {}
+    for header, variable in named.items():
+        value = environ.get(variable)
+        if value is None:
+            raise ConfigError(f"{where}: {header} names ${variable}, which is not set in the host's environment")
+        if any(ch in value for ch in "\r\n\0"):
+            raise ConfigError(f"{where}: ${variable} holds a line break, which cannot go into an HTTP header")
+        out[header] = f"Bearer {value}" if header == "Authorization" and variable == server.bearer_token_env_var else value
+    return out

@@ -18,14 +18,29 @@ call). No actor state lives here.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from .catalogue import Catalogue
-from .errors import Incompatible, ProtocolViolation, RemoteError, ServerError, TimedOut, Unavailable, UnknownOutcome
+from .config import ServerConfig, http_headers
+from .errors import (
+    HttpRefused,
+    HttpServerFailed,
+    Incompatible,
+    ProtocolViolation,
+    RemoteError,
+    ServerError,
+    TimedOut,
+    Unavailable,
+    UnknownOutcome,
+)
+from .httplink import HttpLink
 from .rpc import Pending, RpcChannel, StdioLink
+from .transport.http import HttpTransport
 from .transport.stdio import LaunchFailed, LaunchSpec, StdioTransport, TransportClosed, WriteTimeout
+from .wire import headers as mcp_headers
 from .wire import jsonrpc, mcp
 from .wire.mcp import Verdict
 
@@ -53,6 +68,7 @@ class Connection:
         instructions = opened.get("instructions")
         self.instructions = instructions if isinstance(instructions, str) else None
         self.server_info = mcp.server_info_of(opened, era)
+        self.http = False
 
     @property
     def modern(self) -> bool:
@@ -104,16 +120,22 @@ class Connection:
         raise ProtocolViolation(self.server, f"{method} still returned input_required after {MAX_STATE_ROUNDS} retries")
 
     def start_listen(self) -> Pending | None:
-        """Open ``subscriptions/listen`` for the lists a modern server says can change.
+        """Start listening for list changes, as the transport and era want.
 
-        2026-07-28 basic/patterns/subscriptions. The request stays open until the
-        server ends it or the connection closes; returns None when nothing can change.
+        stdio, modern: ``subscriptions/listen`` for the lists that can change (2026-07-28
+        basic/patterns/subscriptions); the request stays open until the server ends it
+        or the connection closes, and is returned. HTTP: see ``HttpLink.start_listening``.
         """
         filters = {
             field: True
             for capability, field in mcp.LISTEN_FILTERS.items()
             if isinstance(self.capabilities.get(capability), dict) and self.capabilities[capability].get("listChanged")
         }
+        if self.http:
+            # Over HTTP the link holds the stream: the GET stream of an older session,
+            # or subscriptions/listen for a modern server whose lists can change.
+            self.transport.start_listening(filters if self.modern else None)
+            return None
         if not self.modern or not filters:
             return None
         return self.channel.start("subscriptions/listen", self.params({"notifications": filters}))
@@ -228,7 +250,9 @@ def _negotiate(channel: RpcChannel, server: str, deadline: float, probe: bool) -
                     raise Unavailable(server, f"refused initialize: {exc.detail}") from None
                 except UnknownOutcome:
                     raise _ProbeLost() from None
-                return "legacy", _accept_initialize(channel, server, result), result
+                version = _accept_initialize(server, result)
+                channel.notify("notifications/initialized")
+                return "legacy", version, result
             now = time.monotonic()
             if now >= deadline:
                 waited = "server/discover or initialize" if probe else "initialize"
@@ -278,7 +302,7 @@ def _discover_result(channel: RpcChannel, server: str, opened: dict[str, Any] | 
         raise Unavailable(server, f"server/discover failed: {exc.detail}") from None
 
 
-def _accept_initialize(channel: RpcChannel, server: str, result: dict[str, Any]) -> str:
+def _accept_initialize(server: str, result: dict[str, Any]) -> str:
     version = result.get("protocolVersion")
     if version not in mcp.LEGACY_VERSIONS:
         # 2025-11-25 basic/lifecycle: a client that does not support the version disconnects.
@@ -287,12 +311,102 @@ def _accept_initialize(channel: RpcChannel, server: str, result: dict[str, Any])
         )
     if not isinstance(result.get("capabilities"), dict):
         raise ProtocolViolation(server, "its initialize result has no capabilities object")
-    channel.notify("notifications/initialized")
     return version
 
 
 def _error_dict(exc: RemoteError) -> dict[str, Any]:
     return {"code": exc.code, "message": exc.remote_message, "data": exc.data}
+
+
+# -- opening a streamable HTTP connection ---------------------------------------------------
+
+
+def open_http(
+    config: ServerConfig,
+    on_notification: NotificationSink,
+    on_closed: ClosedSink,
+    timeout: float,
+    *,
+    environ: Mapping[str, str] = os.environ,
+    track: Callable[[Any], None] = lambda link: None,
+) -> Connection:
+    """Connect to a streamable HTTP server and find out its era within ``timeout`` seconds.
+
+    Raises:
+        ConfigError: a credential it names is not set.
+        Unavailable: it could not be reached or refused to open.
+        Incompatible: it speaks no protocol revision we speak.
+    """
+    server = config.name
+    deadline = time.monotonic() + timeout
+    headers = http_headers(config, environ)
+    opened_event = threading.Event()
+
+    def closed(reason: str) -> None:
+        if opened_event.is_set():
+            on_closed(reason)
+
+    channel = RpcChannel(server, on_notification, closed)
+    link = HttpLink(channel, HttpTransport(config.url, verify=config.ca_file or True), server, headers)
+    channel.attach(link)
+    track(link)
+    try:
+        era, version, opened = _negotiate_http(channel, link, server, deadline)
+    except BaseException:
+        link.close("could not open")
+        link.wait_closed()
+        raise
+    opened_event.set()
+    connection = Connection(channel, link, era, version, opened)
+    connection.http = True
+    return connection
+
+
+def _remaining(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+def _negotiate_http(channel: RpcChannel, link: HttpLink, server: str, deadline: float) -> tuple[str, str, dict[str, Any]]:
+    """2026-07-28 basic/transports/streamable-http "Backward Compatibility"."""
+    verdict, opened = Verdict.HANDSHAKE, None
+    try:
+        opened = channel.request("server/discover", mcp.modern_params(None), _remaining(deadline))
+        verdict = mcp.judge_discover_result(opened)
+    except RemoteError as exc:
+        if exc.code not in jsonrpc.MODERN_ERROR_CODES:
+            verdict = Verdict.HANDSHAKE  # a JSON-RPC error that is not a modern one: an older server
+        elif exc.code != jsonrpc.UNSUPPORTED_PROTOCOL_VERSION:
+            raise Unavailable(server, f"refused server/discover: {exc.detail}") from None
+        else:
+            verdict = mcp.judge_error(_error_dict(exc))
+            if verdict is Verdict.MODERN:
+                # It named a modern version we speak but refused the one we sent.
+                raise Unavailable(server, f"refused server/discover at {mcp.MODERN_VERSION} although it lists it") from None
+            if verdict is Verdict.REFUSE:
+                versions = ", ".join(mcp.supported_versions(_error_dict(exc))) or "(none named)"
+                raise Incompatible(server, f"it supports protocol versions {versions}; this client speaks {', '.join(mcp.MODERN_VERSIONS + mcp.LEGACY_VERSIONS)}") from None
+    except (HttpRefused, HttpServerFailed):
+        verdict = Verdict.HANDSHAKE  # a non-2xx status without a modern error: an older server
+    except (TimedOut, UnknownOutcome) as exc:
+        raise Unavailable(server, f"did not answer server/discover: {exc.detail}") from None
+    if verdict is Verdict.REFUSE:
+        versions = ", ".join(mcp.supported_versions(opened or {})) or "(none named)"
+        raise Incompatible(server, f"it supports protocol versions {versions}; this client speaks {', '.join(mcp.MODERN_VERSIONS + mcp.LEGACY_VERSIONS)}")
+    if verdict is Verdict.MODERN:
+        link.set_era("modern", mcp.MODERN_VERSION)
+        return "modern", mcp.MODERN_VERSION, opened
+    link.set_era("legacy", mcp.LEGACY_VERSION)
+    try:
+        result = channel.request("initialize", mcp.initialize_params(), _remaining(deadline))
+    except HttpRefused as exc:
+        raise Unavailable(server, f"refused initialize (HTTP {exc.status}); is the URL its MCP endpoint?") from None
+    except (RemoteError, TimedOut, UnknownOutcome) as exc:
+        raise Unavailable(server, f"initialize failed: {exc.detail}") from None
+    version = _accept_initialize(server, result)
+    link.set_era("legacy", version)
+    # Over HTTP the server must accept notifications/initialized before any request.
+    link.notify_accepted("notifications/initialized")
+    return "legacy", version, result
 
 
 # -- discovery ----------------------------------------------------------------------------
@@ -327,6 +441,8 @@ def discover(connection: Connection, timeout: float) -> Catalogue:
                 continue  # offering resources does not oblige a server to have templates
             raise
         lists[key] = tuple(_valid_items(connection.server, key, items, warnings))
+    if connection.http and connection.modern and "tools" in lists:
+        lists["tools"] = _tools_with_valid_headers(connection, lists["tools"], warnings)
     return Catalogue(
         server=connection.server,
         era=connection.era,
@@ -365,6 +481,22 @@ def _list_all(connection: Connection, method: str, key: str, deadline: float, wa
         seen.add(cursor)
     warnings.append(f"server {connection.server!r}: {method} had more than {MAX_PAGES} pages; kept the {len(items)} {key} of the first {MAX_PAGES}")
     return items
+
+
+def _tools_with_valid_headers(connection: Connection, tools: tuple[dict[str, Any], ...], warnings: list[str]):
+    """2026-07-28 server/tools "x-mcp-header": an HTTP client MUST leave out invalid tools."""
+    kept, paths = [], {}
+    for tool in tools:
+        try:
+            found = mcp_headers.tool_param_headers(tool)
+        except mcp_headers.InvalidToolHeaders as exc:
+            warnings.append(f"server {connection.server!r}: left out tool {tool['name'][:80]!r}: its x-mcp-header annotations break the spec's rules ({exc})")
+            continue
+        if found:
+            paths[tool["name"]] = found
+        kept.append(tool)
+    connection.transport.tool_headers = paths
+    return tuple(kept)
 
 
 _REQUIRED = {"tools": "name", "resources": "uri", "resourceTemplates": "uriTemplate", "prompts": "name"}

@@ -7,9 +7,12 @@
      ├── StoreError             the catalogue/credential store failed (later issues)
      ├── ServerError            something about one server (always names it)
      │    ├── Unavailable       the request never left: the server could not be reached
-     │    │    └── Incompatible the server speaks no protocol revision we speak
+     │    │    ├── Incompatible the server speaks no protocol revision we speak
+     │    │    ├── HttpRefused  an HTTP 4xx without a JSON-RPC error: not run
+     │    │    └── SessionExpired  an older server ended the HTTP session (404)
      │    ├── TimedOut          no answer in time; the request was cancelled
      │    ├── UnknownOutcome    the request was sent, then the connection was lost
+     │    │    └── HttpServerFailed  an HTTP 5xx without a JSON-RPC error
      │    ├── ProtocolViolation the server sent something that is not valid MCP
      │    └── RemoteError       the server's own JSON-RPC error (code, message, data)
      └── AuthError              (later issues) needs sign-in, refresh refused
@@ -30,6 +33,9 @@ __all__ = [
     "ServerError",
     "Unavailable",
     "Incompatible",
+    "HttpRefused",
+    "HttpServerFailed",
+    "SessionExpired",
     "TimedOut",
     "UnknownOutcome",
     "ProtocolViolation",
@@ -67,6 +73,18 @@ class Incompatible(Unavailable):
     """The server speaks no protocol revision this client speaks."""
 
 
+class HttpRefused(Unavailable):
+    """The server refused the request with an HTTP 4xx status and no JSON-RPC error."""
+
+    def __init__(self, server: str, status: int, message: str) -> None:
+        super().__init__(server, message)
+        self.status = status
+
+
+class SessionExpired(Unavailable):
+    """An older HTTP server ended the session (404): the request did not run."""
+
+
 class TimedOut(ServerError):
     """No answer within the timeout; the request was dropped and cancelled."""
 
@@ -76,6 +94,14 @@ class UnknownOutcome(ServerError):
 
     The server may or may not have acted on it: inspect before acting again.
     """
+
+
+class HttpServerFailed(UnknownOutcome):
+    """The server answered with an HTTP 5xx status and no JSON-RPC error."""
+
+    def __init__(self, server: str, status: int, message: str) -> None:
+        super().__init__(server, message)
+        self.status = status
 
 
 class ProtocolViolation(ServerError):

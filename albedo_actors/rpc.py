@@ -141,6 +141,20 @@ class RpcChannel:
             raise Unavailable(self.server, f"the connection closed before {method} was sent") from None
         return pending
 
+    def reserve(self, method: str, waker: threading.Event | None = None) -> Pending:
+        """Register a request that the caller sends itself (e.g. a held-open listen)."""
+        pending = Pending(next(self._ids), method, waker)
+        self._pending[pending.id] = pending
+        return pending
+
+    def fail(self, pending: Pending, error: ServerError) -> None:
+        """End ``pending`` with ``error`` unless it was answered (or given up) already."""
+        if self._pending.pop(pending.id, None) is not None:
+            pending.resolve(error=error)
+
+    def is_pending(self, pending: Pending) -> bool:
+        return pending.id in self._pending
+
     def wait(self, pending: Pending, timeout: float, *, cancel: bool = True) -> Any:
         """Wait for ``pending``'s answer for at most ``timeout`` seconds.
 

@@ -30,8 +30,8 @@ import pykka
 
 from ..catalogue import Catalogue
 from ..config import ServerConfig, launch_spec
-from ..connection import Connection, discover, open_stdio
-from ..errors import AlbedoError, Unavailable
+from ..connection import Connection, discover, open_http, open_stdio
+from ..errors import AlbedoError, SessionExpired, Unavailable
 from ..rpc import Pending
 from ..transport.stdio import LaunchSpec, StdioTransport
 from ..wire import mcp
@@ -270,13 +270,19 @@ class ServerClient(pykka.ThreadingActor):
         def dial() -> None:
             connection = catalogue = error = None
             try:
-                if config.type != "stdio":
-                    raise Unavailable(config.name, "HTTP servers are not supported by this version yet; it is left out")
-                spec = self._spec_factory(config)
-                connection = open_stdio(
-                    config.name, spec, on_notification, on_closed, config.startup_timeout, track=self._opening.add
-                )
-                catalogue = discover(connection, config.startup_timeout)
+                for _attempt in range(2):
+                    connection = self._open(config, on_notification, on_closed)
+                    try:
+                        catalogue = discover(connection, config.startup_timeout)
+                        break
+                    except SessionExpired:
+                        # 2025-11-25 basic/transports: after a 404 the client MUST start a
+                        # new session; a discovery under way does so once, at once.
+                        connection.close("session ended")
+                        connection.transport.wait_closed()
+                        connection = None
+                else:
+                    raise Unavailable(config.name, "ended two sessions in a row while being discovered")
             except AlbedoError as exc:
                 error = exc
             except Exception as exc:  # a bug must not leave the dial future hanging
@@ -292,6 +298,12 @@ class ServerClient(pykka.ThreadingActor):
 
         self._dialer = threading.Thread(target=dial, name=f"mcp-dial-{config.name}", daemon=True)
         self._dialer.start()
+
+    def _open(self, config: ServerConfig, on_notification: Any, on_closed: Any) -> Connection:
+        if config.type == "http":
+            return open_http(config, on_notification, on_closed, config.startup_timeout, track=self._opening.add)
+        spec = self._spec_factory(config)
+        return open_stdio(config.name, spec, on_notification, on_closed, config.startup_timeout, track=self._opening.add)
 
     def _start_discovery(self) -> None:
         connection, attempt, ref = self._connection, self._attempt, self.actor_ref

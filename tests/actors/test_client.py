@@ -365,9 +365,9 @@ def test_a_change_notice_that_changes_nothing_is_not_reported(clients, monkeypat
         owner.stop()
 
 
-def test_an_http_server_is_left_out_until_http_is_supported(clients):
+def test_an_http_server_that_refuses_connections_is_unavailable(clients):
     handle = clients.start(ServerConfig(name="web", type="http", url="http://127.0.0.1:9/mcp"))
-    with pytest.raises(Unavailable, match="server 'web': HTTP servers are not supported by this version yet"):
+    with pytest.raises(Unavailable, match="server 'web': .*refused the connection"):
         handle.connect()
 
 

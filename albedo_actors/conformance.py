@@ -1,0 +1,173 @@
+"""``python -m albedo_actors.conformance URL``: our client under the MCP conformance suite.
+
+The suite (installed and run by ``scripts/conformance``) starts a test server for one
+scenario and runs this command with the server's URL as the last argument, the
+scenario's name in ``MCP_CONFORMANCE_SCENARIO`` and, for a few scenarios, their data as
+JSON in ``MCP_CONFORMANCE_CONTEXT``. ``tests/conformance/SCENARIOS.md`` says what each
+scenario's server does and checks.
+
+Every scenario gets the same treatment unless :data:`PLANS` names it: connect (which
+discovers tools, resources and prompts), call every tool with arguments built from its
+``inputSchema``, read every resource and get every prompt. An elicitation is accepted
+with the requested schema's defaults. The exit status is 0 when every step worked, else
+1 with one line on stderr; the suite itself judges by its checks, not by this status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from typing import Any, Callable
+
+from .actors.client import ServerHandle
+from .catalogue import Catalogue
+from .config import ServerConfig
+from .errors import AlbedoError
+
+TIMEOUT_MS = 10_000  # well inside the suite's 30 s per scenario, so we report before it kills us
+
+
+def example_value(schema: Any, root: dict[str, Any]) -> Any:
+    """A value that fits ``schema``: its default, const or first enum member, else one per type.
+
+    Only same-document ``$ref``s (``#/...``) are followed; a network ``$ref`` is never
+    fetched (SEP-2106, scenario json-schema-ref-no-deref).
+    """
+    if not isinstance(schema, dict):
+        return "example"
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        return example_value(_local_ref(root, ref), root) if ref.startswith("#") else "example"
+    for key in ("default", "const"):
+        if key in schema:
+            return schema[key]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object":
+        return example_arguments(schema, root)
+    return {"integer": 1, "number": 1, "boolean": True, "array": [], "null": None}.get(kind, "example")
+
+
+def example_arguments(schema: Any, root: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Arguments for an object schema: an example value for each required property."""
+    if not isinstance(schema, dict):
+        return {}
+    root = schema if root is None else root
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    return {name: example_value(properties.get(name), root) for name in required if isinstance(name, str)}
+
+
+def _local_ref(root: dict[str, Any], ref: str) -> Any:
+    node: Any = root
+    for part in ref.lstrip("#").split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def accept_with_defaults(params: dict[str, Any]) -> dict[str, Any]:
+    """Elicitation handler: accept, answering every field that has a default with it (SEP-1034)."""
+    schema = params.get("requestedSchema") or {}
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    content = {
+        name: field["default"]
+        for name, field in (properties or {}).items()
+        if isinstance(field, dict) and "default" in field
+    }
+    return {"action": "accept", "content": content}
+
+
+# -- what to do in a scenario ----------------------------------------------------------
+
+Plan = Callable[[ServerHandle, Catalogue, dict[str, Any]], list[str]]
+
+
+def exercise_everything(handle: ServerHandle, catalogue: Catalogue, context: dict[str, Any]) -> list[str]:
+    """Call every tool, read every resource, get every prompt; return what failed."""
+    steps: list[tuple[str, Callable[[], Any]]] = []
+    for tool in catalogue.tools:
+        args = example_arguments(tool.get("inputSchema"))
+        steps.append((f"tools/call {tool['name']}", lambda t=tool, a=args: handle.call_tool(t["name"], a)))
+    for resource in catalogue.resources:
+        steps.append((f"resources/read {resource['uri']}", lambda r=resource: handle.read_resource(r["uri"])))
+    for prompt in catalogue.prompts:
+        args = {a["name"]: "example" for a in prompt.get("arguments") or [] if a.get("required")}
+        steps.append((f"prompts/get {prompt['name']}", lambda p=prompt, a=args: handle.get_prompt(p["name"], a)))
+    return _run(steps)
+
+
+def call_given_tools(handle: ServerHandle, catalogue: Catalogue, context: dict[str, Any]) -> list[str]:
+    """http-custom-headers: call exactly the tools and arguments the context names."""
+    calls = context.get("toolCalls") or []
+    return _run([(f"tools/call {c['name']}", lambda c=c: handle.call_tool(c["name"], c.get("arguments"))) for c in calls])
+
+
+def list_only(handle: ServerHandle, catalogue: Catalogue, context: dict[str, Any]) -> list[str]:
+    """json-schema-ref-no-deref: listing is the whole test (its server has no tools/call)."""
+    return []
+
+
+def echo_schema(handle: ServerHandle, catalogue: Catalogue, context: dict[str, Any]) -> list[str]:
+    """json-schema-2020-12-preservation: send the focal tool's inputSchema back verbatim."""
+    focal = catalogue.tool("json_schema_2020_12_tool")
+    if focal is None:
+        return ["the server did not list json_schema_2020_12_tool"]
+    schema = focal.get("inputSchema")
+    return _run([("tools/call json_schema_echo", lambda: handle.call_tool("json_schema_echo", {"schema": schema}))])
+
+
+PLANS: dict[str, Plan] = {
+    "http-custom-headers": call_given_tools,
+    "json-schema-ref-no-deref": list_only,
+    "json-schema-2020-12-preservation": echo_schema,
+}
+
+
+def _run(steps: list[tuple[str, Callable[[], Any]]]) -> list[str]:
+    failures = []
+    for label, step in steps:
+        try:
+            step()
+        except AlbedoError as exc:
+            failures.append(f"{label}: {exc}")
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print("usage: python -m albedo_actors.conformance SERVER_URL", file=sys.stderr)
+        return 2
+    url = argv[-1]  # the suite appends the URL after anything in its --command
+    scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    plan = PLANS.get(scenario, exercise_everything)
+    config = ServerConfig(
+        name="conformance", type="http", url=url, startup_timeout_ms=TIMEOUT_MS, call_timeout_ms=TIMEOUT_MS
+    )
+    try:
+        with tempfile.TemporaryDirectory(prefix="albedo-conformance-") as home:
+            handle = ServerHandle.start(config, home, handlers={"elicitation": accept_with_defaults})
+            try:
+                failures = plan(handle, handle.connect(), context)
+            finally:
+                handle.stop()
+    except AlbedoError as exc:  # from start, connect or stop: the plan reports its own steps
+        failures = [f"connect: {exc}"]
+    except Exception as exc:  # a bug of ours; still one line for the suite's log
+        failures = [f"{type(exc).__name__}: {exc}"]
+    if failures:
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        print(f"conformance {scenario or '?'}: {failures[0]}{more}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

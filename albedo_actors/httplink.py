@@ -1,0 +1,431 @@
+"""The link of one streamable-HTTP connection (both eras) between a channel and HTTP.
+
+**Owns** the HTTP transport (its pooled session), a pool of worker threads that each
+send one POST and read its answer (a JSON body or an SSE stream) to the end, the
+session id of an older server, and the listening thread.
+
+- Every request is its own POST on a worker (2025-11-25 and 2026-07-28
+  basic/transports); messages on its SSE stream go to the channel, which answers
+  the server's requests (by POST) and resolves the pending request. A non-2xx
+  answer carrying a JSON-RPC error reaches the request as the server's error.
+- Modern requests carry ``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name`` and the
+  tool's ``Mcp-Param-*`` headers; older ones ``Mcp-Session-Id`` and the negotiated
+  ``MCP-Protocol-Version``. A 404 for the session ends the connection.
+- Cancellation: an older server is sent ``notifications/cancelled``; for a modern
+  server closing the request's stream is the cancellation (2026-07-28
+  basic/patterns/cancellation), done by shutting its socket down.
+- Resumption (2025-11-25-era sessions only, basic/transports "Resumability and
+  Redelivery"): a stream that ends before its response is resumed with a GET carrying
+  ``Last-Event-ID`` after the stream's ``retry`` (250 ms without one, at most 30 s),
+  until the response arrives, the request is given up, or five resumptions in a row
+  bring no new event. A stream without event ids cannot resume.
+- Listening: the optional GET stream of an older session, or a held-open
+  ``subscriptions/listen`` for a modern server whose lists can change; reopened after
+  the server's ``retry`` or a wait doubling from 1 s to 60 s per attempt that heard
+  nothing, given up after eight such attempts in a row.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from typing import Any
+
+from .errors import HttpRefused, HttpServerFailed, ProtocolViolation, SessionExpired, Unavailable, UnknownOutcome
+from .rpc import LinkClosed, Pending, RpcChannel
+from .transport.http import ACCEPT_BOTH, Exchange, HttpFailed, HttpTransport, Reply, decode_message
+from .wire import headers as mcp_headers
+from .wire import jsonrpc, mcp
+from .wire.jsonrpc import WireError
+from .wire.sse import SseParser
+
+logger = logging.getLogger(__name__)
+
+WORKERS = 64
+NOTIFY_TIMEOUT = 10.0
+DELETE_TIMEOUT = 2.0
+RESUME_DEFAULT_MS = 250
+RESUME_MAX_MS = 30_000
+RESUME_LIMIT = 5
+LISTEN_FIRST_WAIT = 1.0
+LISTEN_MAX_WAIT = 60.0
+LISTEN_LIMIT = 8
+
+
+class HttpLink:
+    """Thread-safe; ``close()`` once, then ``wait_closed()`` from a thread that is not a worker."""
+
+    def __init__(self, channel: RpcChannel, transport: HttpTransport, server: str, headers: dict[str, str]) -> None:
+        self._channel = channel
+        self._transport = transport
+        self._server = server
+        self._static_headers = headers  # configured credentials: never logged
+        self.era: str | None = None  # None while probing (modern headers)
+        self.version = mcp.MODERN_VERSION
+        self.session_id: str | None = None
+        self.tool_headers: dict[str, dict[str, tuple[str, ...]]] = {}
+        self._exchanges: dict[int, Exchange] = {}
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._closed_reason: str | None = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=f"mcp-http-{server}")
+        self._listener: threading.Thread | None = None
+        self._listen_exchange: Exchange | None = None
+
+    # -- Link protocol (called by the channel) ------------------------------------------------
+
+    def send_request(self, pending: Pending, message: dict[str, Any]) -> None:
+        exchange = Exchange()
+        with self._lock:
+            if self._closing.is_set():
+                raise LinkClosed()
+            self._exchanges[pending.id] = exchange
+            try:
+                self._pool.submit(self._run_request, pending, message, exchange)
+            except RuntimeError:  # the pool was shut down meanwhile
+                self._exchanges.pop(pending.id, None)
+                raise LinkClosed() from None
+
+    def send_other(self, message: dict[str, Any]) -> None:
+        """POST a notification or a response; it must be accepted (2xx)."""
+        if self._closing.is_set():
+            raise LinkClosed()
+        try:
+            reply = self._transport.send(
+                "POST", self._headers_for(message), Exchange(), body=jsonrpc.encode(message), read_timeout=NOTIFY_TIMEOUT
+            )
+        except HttpFailed as exc:
+            logger.debug("server %r: %s was not delivered: %s", self._server, message.get("method", "a response"), exc)
+            raise LinkClosed() from None
+        reply.close()
+        if not 200 <= reply.status < 300:
+            logger.debug("server %r refused %s with HTTP %s", self._server, message.get("method", "a response"), reply.status)
+            raise LinkClosed()
+
+    def cancel(self, pending: Pending) -> None:
+        exchange = self._exchanges.pop(pending.id, None)
+        if self.era == "legacy":
+            # 2025-11-25 basic/transports: a disconnect is not a cancellation; say it.
+            notice = jsonrpc.notification("notifications/cancelled", {"requestId": pending.id, "reason": "timed out"})
+            self._submit(self._notify_quietly, notice)
+        if exchange is not None:
+            exchange.abort()  # modern: closing the stream *is* the cancellation
+
+    def forget(self, pending: Pending) -> None:
+        exchange = self._exchanges.pop(pending.id, None)
+        if exchange is not None:
+            exchange.abort()
+
+    def close(self, reason: str = "closed") -> None:
+        """Begin closing: abort every exchange, end the session, fail pending requests."""
+        with self._lock:
+            if self._closing.is_set():
+                return
+            self._closing.set()
+            exchanges = list(self._exchanges.values())
+            self._exchanges.clear()
+        self._closed_reason = reason
+        for exchange in exchanges:
+            exchange.abort()
+        if self._listen_exchange is not None:
+            self._listen_exchange.abort()
+        self._pool.shutdown(wait=False)
+        self._channel.connection_lost(reason, local=True)
+
+    def wait_closed(self, timeout: float = 5.0) -> bool:
+        """End the session (DELETE) and wait for the workers and the listener."""
+        if self.session_id is not None and self.era == "legacy":
+            self._delete_session()
+        if self._listener is not None and self._listener is not threading.current_thread():
+            self._listener.join(timeout)
+        self._pool.shutdown(wait=True)
+        self._transport.close()
+        return self._listener is None or not self._listener.is_alive()
+
+    @property
+    def closed(self) -> bool:
+        return self._closing.is_set()
+
+    # -- era-aware helpers (called by the connection) ------------------------------------------
+
+    def set_era(self, era: str, version: str) -> None:
+        self.era = era
+        self.version = version
+
+    def notify_accepted(self, method: str, params: dict[str, Any] | None = None) -> None:
+        """Send a notification the server must accept (e.g. notifications/initialized).
+
+        Raises:
+            Unavailable: it was refused or could not be delivered.
+        """
+        try:
+            self.send_other(jsonrpc.notification(method, params))
+        except LinkClosed:
+            raise Unavailable(self._server, f"did not accept {method}") from None
+
+    def start_listening(self, filters: dict[str, bool] | None) -> None:
+        """Open the listening stream: GET (older session) or subscriptions/listen (modern)."""
+        if self.era == "legacy" or filters:
+            self._listener = threading.Thread(
+                target=self._listen_loop, args=(filters,), name=f"mcp-listen-{self._server}", daemon=True
+            )
+            self._listener.start()
+
+    # -- workers ------------------------------------------------------------------------------------
+
+    def _submit(self, fn: Any, *args: Any) -> None:
+        try:
+            self._pool.submit(fn, *args)
+        except RuntimeError:
+            pass  # closing
+
+    def _notify_quietly(self, message: dict[str, Any]) -> None:
+        try:
+            self.send_other(message)
+        except LinkClosed:
+            pass
+
+    def _run_request(self, pending: Pending, message: dict[str, Any], exchange: Exchange) -> None:
+        try:
+            self._exchange(pending, message, exchange)
+        except Exception as exc:  # a bug must not leave the request waiting forever
+            logger.exception("server %r: the HTTP exchange for %s failed unexpectedly", self._server, pending.method)
+            self._channel.fail(pending, UnknownOutcome(self._server, f"the exchange failed ({type(exc).__name__})"))
+        finally:
+            self._exchanges.pop(pending.id, None)
+
+    def _exchange(self, pending: Pending, message: dict[str, Any], exchange: Exchange) -> None:
+        method = pending.method
+        try:
+            reply = self._transport.send("POST", self._headers_for(message), exchange, body=jsonrpc.encode(message))
+        except HttpFailed as exc:
+            error = UnknownOutcome if exc.sent else Unavailable
+            tail = "; it may or may not have run" if exc.sent else f"; {method} was not sent"
+            self._channel.fail(pending, error(self._server, f"{exc}{tail}"))
+            return
+        if method == "initialize" and 200 <= reply.status < 300:
+            self.session_id = reply.headers.get("mcp-session-id") or None
+        if 200 <= reply.status < 300 and reply.status != 202:
+            if reply.is_sse:
+                self._read_stream(pending, reply, exchange)
+            else:
+                self._read_json(pending, reply)
+            return
+        self._refused(pending, reply)
+
+    def _read_json(self, pending: Pending, reply: Reply) -> None:
+        try:
+            value = reply.json()
+        except HttpFailed as exc:
+            self._channel.fail(pending, UnknownOutcome(self._server, f"{exc}; {pending.method} may or may not have run"))
+            return
+        except WireError as exc:
+            self._channel.fail(pending, ProtocolViolation(self._server, f"answered {pending.method} with {exc}"))
+            return
+        for item in value if isinstance(value, list) else [value]:  # 2025-03-26 allowed batches
+            self._channel.feed_message(item)
+        self._channel.fail(pending, ProtocolViolation(self._server, f"answered {pending.method} without its response"))
+
+    def _read_stream(self, pending: Pending, reply: Reply, exchange: Exchange) -> None:
+        parser = SseParser(max_retry_ms=RESUME_MAX_MS)
+        last_id: str | None = None
+        quiet_resumptions = 0
+        while True:
+            heard = False
+            problem = "the stream ended"
+            try:
+                for event in reply.events(parser):
+                    if event.id is not None and event.id != last_id:
+                        last_id, heard = event.id, True
+                    if not event.data:
+                        continue  # a priming event: an id and no message
+                    heard = True
+                    try:
+                        self._channel.feed_message(decode_message(event.data))
+                    except WireError as exc:
+                        self._channel.fail(pending, ProtocolViolation(self._server, f"sent an SSE event with {exc}"))
+                        reply.close()
+                        return
+                    if not self._channel.is_pending(pending):
+                        reply.close()  # answered: the rest of the stream is not ours
+                        return
+            except HttpFailed as exc:
+                problem = str(exc)
+            if not self._channel.is_pending(pending) or exchange.aborted:
+                return
+            resumable = self.era == "legacy" and self.session_id is not None and last_id is not None
+            if not resumable:
+                why = "and could not be resumed (no event ids)" if self.era == "legacy" else "(2026-07-28 streams do not resume)"
+                self._channel.fail(
+                    pending,
+                    UnknownOutcome(self._server, f"{problem} before the response to {pending.method} {why}; it may or may not have run"),
+                )
+                return
+            quiet_resumptions = 0 if heard else quiet_resumptions + 1
+            if quiet_resumptions >= RESUME_LIMIT:
+                self._channel.fail(
+                    pending, UnknownOutcome(self._server, f"{problem}; {RESUME_LIMIT} resumptions brought nothing new; it may or may not have run")
+                )
+                return
+            delay = parser.retry_ms if parser.retry_ms is not None else RESUME_DEFAULT_MS
+            if self._closing.wait(min(delay, RESUME_MAX_MS) / 1000) or exchange.aborted:
+                return
+            try:
+                reply = self._transport.send("GET", self._stream_headers(last_id), exchange)
+            except HttpFailed as exc:
+                reply = None
+                problem = str(exc)
+            if reply is None or reply.status != 200 or not reply.is_sse:
+                if reply is not None:
+                    reply.close()
+                    problem = f"resuming the stream was refused (HTTP {reply.status})"
+                self._channel.fail(pending, UnknownOutcome(self._server, f"{problem}; {pending.method} may or may not have run"))
+                return
+            parser = SseParser(max_retry_ms=RESUME_MAX_MS)
+
+    def _refused(self, pending: Pending, reply: Reply) -> None:
+        status = reply.status
+        if status == 404 and self.session_id is not None and self.era == "legacy":
+            reply.close()
+            self._channel.fail(pending, SessionExpired(self._server, f"its session ended (HTTP 404); {pending.method} did not run"))
+            self._session_lost()
+            return
+        try:
+            value = reply.json()
+        except (HttpFailed, WireError):
+            value = None
+        error = value.get("error") if isinstance(value, dict) else None
+        if isinstance(error, dict) and value.get("id") in (pending.id, None) and isinstance(error.get("code"), int):
+            # A refusal's JSON-RPC error reaches its request as the server's error.
+            self._channel.feed_message({**value, "id": pending.id})
+            return
+        if status in (401, 403):
+            message = f"asks for authorization (HTTP {status}); signing in arrives with a later version"
+            self._channel.fail(pending, HttpRefused(self._server, status, message))
+        elif status == 202:
+            self._channel.fail(pending, ProtocolViolation(self._server, f"accepted {pending.method} (202) without answering it"))
+        elif status >= 500:
+            self._channel.fail(
+                pending, HttpServerFailed(self._server, status, f"failed with HTTP {status}; {pending.method} may or may not have run")
+            )
+        else:
+            self._channel.fail(pending, HttpRefused(self._server, status, f"refused {pending.method} with HTTP {status}"))
+
+    def _session_lost(self) -> None:
+        # 2025-11-25 basic/transports: after a 404 the client MUST start a new session.
+        self.session_id = None
+        self.close("the server ended the session (HTTP 404)")
+
+    def _delete_session(self) -> None:
+        headers = {"Mcp-Session-Id": self.session_id, "MCP-Protocol-Version": self.version, **self._static_headers}
+        try:
+            self._transport.send("DELETE", headers, Exchange(), read_timeout=DELETE_TIMEOUT).close()
+        except HttpFailed:
+            pass  # the server may already be gone; the session ends with it
+
+    # -- headers ------------------------------------------------------------------------------------
+
+    def _headers_for(self, message: dict[str, Any]) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": ACCEPT_BOTH, **self._static_headers}
+        method = message.get("method")
+        if self.era == "legacy":
+            if self.session_id is not None:
+                headers["Mcp-Session-Id"] = self.session_id
+            if method != "initialize":
+                headers["MCP-Protocol-Version"] = self.version
+            return headers
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        if method is None:
+            headers["MCP-Protocol-Version"] = self.version
+            return headers
+        version = params.get("_meta", {}).get(mcp.META_PROTOCOL_VERSION, self.version)
+        headers.update(mcp_headers.request_headers(method, params, version))
+        if method == "tools/call":
+            paths = self.tool_headers.get(params.get("name"))
+            if paths:
+                headers.update(mcp_headers.param_headers(paths, params.get("arguments")))
+        return headers
+
+    def _stream_headers(self, last_event_id: str | None = None) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers}
+        if self.session_id is not None:
+            headers["Mcp-Session-Id"] = self.session_id
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = last_event_id
+        return headers
+
+    # -- listening ----------------------------------------------------------------------------------
+
+    def _listen_loop(self, filters: dict[str, bool] | None) -> None:
+        quiet = 0
+        wait = LISTEN_FIRST_WAIT
+        while not self._closing.is_set():
+            heard, retry_ms, refused = self._listen_once(filters)
+            if refused or self._closing.is_set():
+                return
+            if heard:
+                quiet, wait = 0, LISTEN_FIRST_WAIT
+            else:
+                quiet += 1
+                if quiet >= LISTEN_LIMIT:
+                    logger.info("server %r: its listening stream heard nothing %d times; given up", self._server, quiet)
+                    return
+            delay = retry_ms / 1000 if retry_ms is not None else wait
+            if not heard:
+                wait = min(wait * 2, LISTEN_MAX_WAIT)
+            if self._closing.wait(delay):
+                return
+
+    def _listen_once(self, filters: dict[str, bool] | None) -> tuple[bool, int | None, bool]:
+        """One listening stream; returns (heard something, retry ms, refused for good)."""
+        exchange = Exchange()
+        self._listen_exchange = exchange
+        if self._closing.is_set():
+            return False, None, True
+        pending = None
+        try:
+            if self.era == "legacy":
+                reply = self._transport.send("GET", self._stream_headers(), exchange)
+            else:
+                pending = self._channel.reserve("subscriptions/listen")
+                message = jsonrpc.request(pending.id, "subscriptions/listen", mcp.modern_params({"notifications": filters}, self.version))
+                reply = self._transport.send("POST", self._headers_for(message), exchange, body=jsonrpc.encode(message))
+        except HttpFailed as exc:
+            if pending is not None:
+                self._channel.drop(pending)
+            logger.debug("server %r: listening stream failed: %s", self._server, exc)
+            return False, None, False
+        if reply.status != 200 or not reply.is_sse:
+            # A 405 or any other refusal leaves the stream closed for the connection's life.
+            reply.close()
+            if pending is not None:
+                self._channel.drop(pending)
+            logger.debug("server %r: no listening stream (HTTP %s)", self._server, reply.status)
+            return False, None, True
+        parser = SseParser(max_retry_ms=LISTEN_MAX_WAIT * 1000)
+        heard = False
+        try:
+            for event in reply.events(parser):
+                if not event.data:
+                    continue
+                try:
+                    message = decode_message(event.data)
+                except WireError as exc:
+                    logger.warning("server %r sent an invalid message on its listening stream: %s", self._server, exc)
+                    continue
+                # The acknowledgement alone is not "hearing something": a server that
+                # acknowledges and hangs up must not be reopened forever.
+                if not (isinstance(message, dict) and message.get("method") == "notifications/subscriptions/acknowledged"):
+                    heard = True
+                self._channel.feed_message(message)
+                if pending is not None and not self._channel.is_pending(pending):
+                    return heard, parser.retry_ms, True  # the server ended the subscription gracefully
+        except HttpFailed as exc:
+            logger.debug("server %r: listening stream dropped: %s", self._server, exc)
+        finally:
+            reply.close()
+            if pending is not None:
+                self._channel.drop(pending)
+        return heard, parser.retry_ms, False
