@@ -51,6 +51,8 @@ MAX_PAGES = 100
 MAX_STATE_ROUNDS = 3
 
 NotificationSink = Callable[[str, dict[str, Any]], None]
+# A host's answers to server requests, by kind ("elicitation", "sampling", "roots").
+Handlers = dict[str, Callable[[dict[str, Any]], dict[str, Any]]]
 ClosedSink = Callable[[str], None]
 
 
@@ -80,15 +82,16 @@ class Connection:
 
     def params(self, params: dict[str, Any] | None) -> dict[str, Any] | None:
         """Era-correct params: modern requests carry the per-request ``_meta``."""
-        return mcp.modern_params(params, self.version) if self.modern else params
+        return mcp.modern_params(params, self.version, self.channel.capabilities) if self.modern else params
 
     def request(self, method: str, params: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
         """Send one request and return its complete result.
 
-        A modern ``input_required`` result with only a ``requestState`` is retried with
-        that state under a new id, at most MAX_STATE_ROUNDS times (2026-07-28
-        basic/patterns/mrtr); one that asks for input is an error, since we declare
-        no client capabilities.
+        A modern ``input_required`` result is retried under a new id with its
+        ``requestState``, at most MAX_STATE_ROUNDS times (2026-07-28
+        basic/patterns/mrtr). Input it asks for is answered by the host's handlers;
+        a request for input no handler covers is an error (by default we declare no
+        client capabilities).
 
         Raises:
             TimedOut, UnknownOutcome, Unavailable, RemoteError, ProtocolViolation.
@@ -107,17 +110,41 @@ class Connection:
                 return result
             if kind != "input_required":
                 raise ProtocolViolation(self.server, f"{method} returned an unknown resultType {str(kind)[:40]!r}")
-            if result.get("inputRequests"):
-                kinds = sorted({str(r.get("method")) for r in result["inputRequests"].values() if isinstance(r, dict)})
-                raise ProtocolViolation(
-                    self.server,
-                    f"{method} asked for client input ({', '.join(kinds) or 'unknown'}), but this client declares no client capabilities",
-                )
+            retry = {key: value for key, value in params.items() if key not in ("inputResponses", "requestState")}
+            requests = result.get("inputRequests")
+            if requests:
+                retry["inputResponses"] = self._answer_inputs(method, requests)
             state = result.get("requestState")
-            if not isinstance(state, str):
+            if state is not None:
+                if not isinstance(state, str):
+                    raise ProtocolViolation(self.server, f"{method} returned a requestState that is not a string")
+                retry["requestState"] = state
+            elif not requests:
                 raise ProtocolViolation(self.server, f"{method} returned input_required without inputRequests or requestState")
-            params = {**params, "requestState": state}
+            params = retry
         raise ProtocolViolation(self.server, f"{method} still returned input_required after {MAX_STATE_ROUNDS} retries")
+
+    def _answer_inputs(self, method: str, requests: Any) -> dict[str, Any]:
+        """Fulfil an ``input_required`` round's ``inputRequests`` with the host's handlers."""
+        if not isinstance(requests, dict):
+            raise ProtocolViolation(self.server, f"{method} returned inputRequests that are not an object")
+        handlers = self.channel.handlers
+        missing = sorted(
+            {str(r.get("method")) if isinstance(r, dict) else "?" for r in requests.values()}
+            - set(handlers)
+        )
+        if missing:
+            raise ProtocolViolation(
+                self.server, f"{method} asked for client input ({', '.join(missing)}) that this client did not declare it can give"
+            )
+        answers = {}
+        for key, request in requests.items():
+            params = request.get("params")
+            try:
+                answers[key] = handlers[request["method"]](params if isinstance(params, dict) else {})
+            except Exception as exc:  # noqa: BLE001 - a host handler failing fails this call only
+                raise ProtocolViolation(self.server, f"the host could not answer {request['method']} for {method}: {exc}") from None
+        return answers
 
     def start_listen(self) -> Pending | None:
         """Start listening for list changes, as the transport and era want.
@@ -159,6 +186,7 @@ def open_stdio(
     timeout: float,
     *,
     track: Callable[[StdioTransport], None] = lambda transport: None,
+    handlers: Handlers | None = None,
 ) -> Connection:
     """Launch a stdio server and negotiate its era within ``timeout`` seconds.
 
@@ -171,11 +199,11 @@ def open_stdio(
     """
     deadline = time.monotonic() + timeout
     try:
-        return _open_once(server, spec, on_notification, on_closed, deadline, probe=True, track=track)
+        return _open_once(server, spec, on_notification, on_closed, deadline, probe=True, track=track, handlers=handlers)
     except _ProbeLost as exc:
         logger.info("server %r exited on the server/discover probe (%s); relaunching it with initialize", server, exc)
     try:
-        return _open_once(server, spec, on_notification, on_closed, deadline, probe=False, track=track)
+        return _open_once(server, spec, on_notification, on_closed, deadline, probe=False, track=track, handlers=handlers)
     except _ProbeLost as exc:
         raise Unavailable(server, f"cannot start: it {exc}") from None
 
@@ -189,6 +217,7 @@ def _open_once(
     *,
     probe: bool,
     track: Callable[[StdioTransport], None],
+    handlers: Handlers | None,
 ) -> Connection:
     opening = threading.Event()  # set once negotiated: from then on closures go to the owner
     lost: list[str] = []
@@ -199,7 +228,7 @@ def _open_once(
         else:
             lost.append(reason)
 
-    channel = RpcChannel(server, on_notification, closed)
+    channel = RpcChannel(server, on_notification, closed, handlers)
     transport = StdioTransport(spec, channel.feed_line, channel.connection_lost, name=server)
     channel.attach(StdioLink(channel, transport, (TransportClosed, WriteTimeout)))
     track(transport)
@@ -227,8 +256,8 @@ def _open_once(
 def _negotiate(channel: RpcChannel, server: str, deadline: float, probe: bool) -> tuple[str, str, dict[str, Any]]:
     """Return (era, version, DiscoverResult or InitializeResult)."""
     waker = threading.Event()
-    probe_p = channel.start("server/discover", mcp.modern_params(None), waker) if probe else None
-    init_p = None if probe else channel.start("initialize", mcp.initialize_params(), waker)
+    probe_p = channel.start("server/discover", mcp.modern_params(None, capabilities=channel.capabilities), waker) if probe else None
+    init_p = None if probe else channel.start("initialize", mcp.initialize_params(channel.capabilities), waker)
     grace_end = time.monotonic() + PROBE_GRACE
     try:
         while True:
@@ -239,7 +268,7 @@ def _negotiate(channel: RpcChannel, server: str, deadline: float, probe: bool) -
                 if verdict is Verdict.MODERN:
                     return "modern", mcp.MODERN_VERSION, _discover_result(channel, server, opened, deadline)
                 if init_p is None:
-                    init_p = channel.start("initialize", mcp.initialize_params(), waker)
+                    init_p = channel.start("initialize", mcp.initialize_params(channel.capabilities), waker)
             if init_p is not None and init_p.done:
                 try:
                     result = init_p.outcome()
@@ -260,7 +289,7 @@ def _negotiate(channel: RpcChannel, server: str, deadline: float, probe: bool) -
             if init_p is None and now >= grace_end:
                 # 2026-07-28 basic/transports/stdio: no answer in reasonable time means an
                 # older server; the probe stays open and the first fitting answer decides.
-                init_p = channel.start("initialize", mcp.initialize_params(), waker)
+                init_p = channel.start("initialize", mcp.initialize_params(channel.capabilities), waker)
                 continue
             wake_at = deadline if init_p is not None else min(deadline, grace_end)
             waker.wait(max(0.0, wake_at - now))
@@ -297,7 +326,7 @@ def _discover_result(channel: RpcChannel, server: str, opened: dict[str, Any] | 
     if opened is not None:
         return opened
     try:
-        return channel.request("server/discover", mcp.modern_params(None), max(0.0, deadline - time.monotonic()))
+        return channel.request("server/discover", mcp.modern_params(None, capabilities=channel.capabilities), max(0.0, deadline - time.monotonic()))
     except ServerError as exc:
         raise Unavailable(server, f"server/discover failed: {exc.detail}") from None
 
@@ -329,6 +358,7 @@ def open_http(
     *,
     environ: Mapping[str, str] = os.environ,
     track: Callable[[Any], None] = lambda link: None,
+    handlers: Handlers | None = None,
 ) -> Connection:
     """Connect to a streamable HTTP server and find out its era within ``timeout`` seconds.
 
@@ -346,7 +376,7 @@ def open_http(
         if opened_event.is_set():
             on_closed(reason)
 
-    channel = RpcChannel(server, on_notification, closed)
+    channel = RpcChannel(server, on_notification, closed, handlers)
     link = HttpLink(channel, HttpTransport(config.url, verify=config.ca_file or True), server, headers)
     channel.attach(link)
     track(link)
@@ -370,7 +400,7 @@ def _negotiate_http(channel: RpcChannel, link: HttpLink, server: str, deadline: 
     """2026-07-28 basic/transports/streamable-http "Backward Compatibility"."""
     verdict, opened = Verdict.HANDSHAKE, None
     try:
-        opened = channel.request("server/discover", mcp.modern_params(None), _remaining(deadline))
+        opened = channel.request("server/discover", mcp.modern_params(None, capabilities=channel.capabilities), _remaining(deadline))
         verdict = mcp.judge_discover_result(opened)
     except RemoteError as exc:
         if exc.code not in jsonrpc.MODERN_ERROR_CODES:
@@ -397,7 +427,7 @@ def _negotiate_http(channel: RpcChannel, link: HttpLink, server: str, deadline: 
         return "modern", mcp.MODERN_VERSION, opened
     link.set_era("legacy", mcp.LEGACY_VERSION)
     try:
-        result = channel.request("initialize", mcp.initialize_params(), _remaining(deadline))
+        result = channel.request("initialize", mcp.initialize_params(channel.capabilities), _remaining(deadline))
     except HttpRefused as exc:
         raise Unavailable(server, f"refused initialize (HTTP {exc.status}); is the URL its MCP endpoint?") from None
     except (RemoteError, TimedOut, UnknownOutcome) as exc:

@@ -390,7 +390,7 @@ class HttpLink:
                 reply = self._transport.send("GET", self._stream_headers(), exchange)
             else:
                 pending = self._channel.reserve("subscriptions/listen")
-                message = jsonrpc.request(pending.id, "subscriptions/listen", mcp.modern_params({"notifications": filters}, self.version))
+                message = jsonrpc.request(pending.id, "subscriptions/listen", mcp.modern_params({"notifications": filters}, self.version, self._channel.capabilities))
                 reply = self._transport.send("POST", self._headers_for(message), exchange, body=jsonrpc.encode(message))
         except HttpFailed as exc:
             if pending is not None:

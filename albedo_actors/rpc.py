@@ -26,7 +26,7 @@ import threading
 from typing import Any, Callable, Protocol
 
 from .errors import ProtocolViolation, RemoteError, ServerError, TimedOut, Unavailable, UnknownOutcome
-from .wire import jsonrpc
+from .wire import jsonrpc, mcp
 from .wire.jsonrpc import WireError
 
 logger = logging.getLogger(__name__)
@@ -108,8 +108,13 @@ class RpcChannel:
         server: str,
         on_notification: Callable[[str, dict[str, Any]], None],
         on_closed: Callable[[str], None],
+        handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
     ) -> None:
         self.server = server
+        # Requests the host answers (elicitation, sampling, roots), by method; the
+        # capabilities declared are exactly these.
+        self.handlers = {mcp.HANDLED_METHODS[kind]: fn for kind, fn in (handlers or {}).items() if kind in mcp.HANDLED_METHODS}
+        self.capabilities = mcp.client_capabilities(handlers)
         self._on_notification = on_notification
         self._on_closed = on_closed
         self._link: Link | None = None
@@ -262,11 +267,27 @@ class RpcChannel:
 
     def _on_request(self, message: dict[str, Any]) -> None:
         method = message["method"]
+        handler = self.handlers.get(method)
         if method == "ping":
             self._write(jsonrpc.result_response(message["id"], {}))
+        elif handler is not None:
+            # A host handler may take its time (ask a user): never on the reader thread.
+            threading.Thread(
+                target=self._answer_with, args=(handler, message), name=f"mcp-handler-{self.server}", daemon=True
+            ).start()
         else:
-            # We declare no client capabilities (roots, sampling, elicitation).
+            # Only what a host registered a handler for is declared and answered.
             self._write(jsonrpc.error_response(message["id"], jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}"))
+
+    def _answer_with(self, handler: Callable[[dict[str, Any]], dict[str, Any]], message: dict[str, Any]) -> None:
+        params = message.get("params")
+        try:
+            result = handler(params if isinstance(params, dict) else {})
+        except Exception as exc:  # noqa: BLE001 - the host's handler failing is the server's error to see
+            logger.warning("server %r: the host's handler for %s failed: %s", self.server, message["method"], exc)
+            self._write(jsonrpc.error_response(message["id"], jsonrpc.INTERNAL_ERROR, "the client could not handle the request"))
+            return
+        self._write(jsonrpc.result_response(message["id"], result))
 
     def _violation(self, reason: str) -> None:
         self._poisoned = True

@@ -30,7 +30,7 @@ import pykka
 
 from ..catalogue import Catalogue
 from ..config import ServerConfig, launch_spec
-from ..connection import Connection, discover, open_http, open_stdio
+from ..connection import Connection, Handlers, discover, open_http, open_stdio
 from ..errors import AlbedoError, SessionExpired, Unavailable
 from ..rpc import Pending
 from ..transport.stdio import LaunchSpec, StdioTransport
@@ -97,8 +97,10 @@ class ServerClient(pykka.ThreadingActor):
         home: str,
         owner: pykka.ActorRef | None = None,
         spec_factory: Callable[[ServerConfig], LaunchSpec] | None = None,
+        handlers: Handlers | None = None,
     ) -> None:
         super().__init__()
+        self._handlers = handlers
         self.config = config
         self._home = home
         self._owner = owner
@@ -301,9 +303,13 @@ class ServerClient(pykka.ThreadingActor):
 
     def _open(self, config: ServerConfig, on_notification: Any, on_closed: Any) -> Connection:
         if config.type == "http":
-            return open_http(config, on_notification, on_closed, config.startup_timeout, track=self._opening.add)
+            return open_http(
+                config, on_notification, on_closed, config.startup_timeout, track=self._opening.add, handlers=self._handlers
+            )
         spec = self._spec_factory(config)
-        return open_stdio(config.name, spec, on_notification, on_closed, config.startup_timeout, track=self._opening.add)
+        return open_stdio(
+            config.name, spec, on_notification, on_closed, config.startup_timeout, track=self._opening.add, handlers=self._handlers
+        )
 
     def _start_discovery(self) -> None:
         connection, attempt, ref = self._connection, self._attempt, self.actor_ref

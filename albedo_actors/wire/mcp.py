@@ -47,25 +47,37 @@ class Verdict(enum.Enum):
     REFUSE = "refuse"
 
 
-def modern_params(params: dict[str, Any] | None, version: str = MODERN_VERSION) -> dict[str, Any]:
+# The server requests a host may handle, by the name a host registers a handler under.
+HANDLED_METHODS = {"elicitation": "elicitation/create", "sampling": "sampling/createMessage", "roots": "roots/list"}
+_CAPABILITIES = {"elicitation": {"form": {}}, "sampling": {}, "roots": {}}
+
+
+def client_capabilities(handlers: dict[str, Any] | None) -> dict[str, Any]:
+    """The client capabilities to declare: exactly those a handler is registered for."""
+    return {kind: _CAPABILITIES[kind] for kind in (handlers or {}) if kind in _CAPABILITIES}
+
+
+def modern_params(
+    params: dict[str, Any] | None, version: str = MODERN_VERSION, capabilities: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Return a copy of ``params`` carrying the modern per-request ``_meta``.
 
     2026-07-28 basic/index "_meta": protocolVersion and clientCapabilities are
-    required on every request; clientInfo SHOULD be sent. We declare no client
-    capabilities. Keys the caller put in ``_meta`` (e.g. progressToken) are kept.
+    required on every request; clientInfo SHOULD be sent. By default we declare no
+    client capabilities. Keys the caller put in ``_meta`` (e.g. progressToken) are kept.
     """
     out = dict(params) if params else {}
     meta = dict(out.get("_meta") or {})
     meta[META_PROTOCOL_VERSION] = version
     meta[META_CLIENT_INFO] = CLIENT_INFO
-    meta[META_CLIENT_CAPABILITIES] = {}
+    meta[META_CLIENT_CAPABILITIES] = capabilities or {}
     out["_meta"] = meta
     return out
 
 
-def initialize_params() -> dict[str, Any]:
-    """``initialize`` params: newest legacy version, no client capabilities."""
-    return {"protocolVersion": LEGACY_VERSION, "capabilities": {}, "clientInfo": CLIENT_INFO}
+def initialize_params(capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``initialize`` params: newest legacy version and the declared capabilities."""
+    return {"protocolVersion": LEGACY_VERSION, "capabilities": capabilities or {}, "clientInfo": CLIENT_INFO}
 
 
 def _verdict_for_versions(versions: Any) -> Verdict | None:

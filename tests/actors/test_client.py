@@ -424,3 +424,45 @@ def test_a_tools_list_changed_received_during_the_first_discovery_is_not_lost(cl
         assert [tool["name"] for tool in handle.catalogue().tools] == ["first", "second"]
     finally:
         owner.stop()
+
+
+def test_a_host_handler_answers_elicitation_rounds_of_a_modern_server(tmp_path):
+    from albedo_actors.actors.client import ServerHandle
+
+    asked = []
+
+    def elicit(params):
+        asked.append(params["message"])
+        return {"action": "accept", "content": {"proceed": True}}
+
+    record = tmp_path / "record"
+    handle = ServerHandle.start(fault_config("f", "--record", str(record)), str(tmp_path), handlers={"elicitation": elicit})
+    try:
+        result = handle.call_tool("needs_input")
+    finally:
+        handle.stop()
+    assert json.loads(text_of(result)) == {"action": "accept", "content": {"proceed": True}}
+    assert asked == ["Proceed?"]
+    calls = [m for m in read_record(record) if m.get("method") == "tools/call"]
+    assert calls[0]["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] == {"elicitation": {"form": {}}}
+    assert calls[1]["params"]["inputResponses"] == {"confirm": {"action": "accept", "content": {"proceed": True}}}
+    schema_validate("2026-07-28", "CallToolRequest", calls[1])
+
+
+def test_a_host_handler_answers_the_requests_of_a_legacy_server(tmp_path):
+    from albedo_actors.actors.client import ServerHandle
+
+    record = tmp_path / "record"
+    handle = ServerHandle.start(
+        fault_config("f", "--era", "legacy", "--probe", "error", "--record", str(record)),
+        str(tmp_path),
+        handlers={"roots": lambda params: {"roots": [{"uri": "file:///srv", "name": "srv"}]}},
+    )
+    try:
+        answers = json.loads(text_of(handle.call_tool("ask")))
+    finally:
+        handle.stop()
+    assert answers["roots/list"] == {"result": {"roots": [{"uri": "file:///srv", "name": "srv"}]}}
+    assert answers["sampling/createMessage"]["error"]["code"] == -32601  # no handler: not declared
+    initialize = next(m for m in read_record(record) if m.get("method") == "initialize")
+    assert initialize["params"]["capabilities"] == {"roots": {}}
