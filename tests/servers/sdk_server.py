@@ -7,9 +7,18 @@ template ``demo://greeting/{name}`` and the prompt ``greet``.
 
 Usage:
     python tests/servers/sdk_server.py stdio [--legacy-only]
-    python tests/servers/sdk_server.py http --port P [--stateless] [--json-response]
+    python tests/servers/sdk_server.py http [--port P] [--stateless] [--json-response]
+                                            [--event-store] [--retry-interval MS]
 
-HTTP listens on 127.0.0.1 only, at the path ``/mcp``.
+HTTP listens on 127.0.0.1 only, at the path ``/mcp``, and prints the endpoint URL
+(``http://127.0.0.1:PORT/mcp``) as the first line of stdout once the port is bound
+(``--port 0``, the default, picks a free port). It serves both eras on that one
+endpoint: a POST whose ``MCP-Protocol-Version`` header is not a handshake
+revision (e.g. ``2026-07-28``) is handled statelessly as a modern request;
+``initialize`` (no header, or a legacy one) opens a legacy session with an
+``Mcp-Session-Id``. ``--event-store`` keeps every SSE event in memory so
+2025-11-25 sessions get priming events and can resume a stream with GET +
+``Last-Event-ID``; ``--retry-interval`` adds ``retry:`` to those priming events.
 
 ``--legacy-only`` makes the stdio server behave like a pre-2026 one: it is served
 by the SDK's handshake-only loop (``mcp.server.runner.serve_loop``) instead of the
@@ -22,11 +31,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import socket
 
 import anyio
 from mcp.server import MCPServer
 from mcp.server.runner import serve_loop
 from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
+from mcp_types import JSONRPCMessage
 from pydantic import BaseModel
 
 server = MCPServer(
@@ -86,6 +98,54 @@ async def serve_legacy_stdio() -> None:
             )
 
 
+class MemoryEventStore(EventStore):
+    """Every SSE event of the process, kept in memory for resumption.
+
+    Event ids are a process-wide counter; a replay sends the events stored
+    after the given id on the same stream (priming events carry no message and
+    are not replayed).
+    """
+
+    def __init__(self) -> None:
+        self._events: list[tuple[StreamId, JSONRPCMessage | None]] = []
+
+    async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
+        self._events.append((stream_id, message))
+        return str(len(self._events))
+
+    async def replay_events_after(self, last_event_id: EventId, send_callback: EventCallback) -> StreamId | None:
+        if not last_event_id.isdigit() or not 1 <= int(last_event_id) <= len(self._events):
+            return None
+        position = int(last_event_id)
+        stream_id = self._events[position - 1][0]
+        for number, (event_stream, message) in enumerate(self._events[position:], start=position + 1):
+            if event_stream == stream_id and message is not None:
+                await send_callback(EventMessage(message, str(number)))
+        return stream_id
+
+
+def serve_http(args: argparse.Namespace) -> None:
+    """Bind 127.0.0.1:port first (0 picks a free one), print the URL, then serve."""
+    import uvicorn
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", args.port))
+    listener.listen(128)
+    port = listener.getsockname()[1]
+    app = server.streamable_http_app(
+        streamable_http_path="/mcp",
+        json_response=args.json_response,
+        stateless_http=args.stateless,
+        event_store=MemoryEventStore() if args.event_store else None,
+        retry_interval=args.retry_interval,
+        host="127.0.0.1",  # also turns on the SDK's Host/Origin checks for localhost
+    )
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2)
+    print(f"http://127.0.0.1:{port}/mcp", flush=True)
+    anyio.run(uvicorn.Server(config).serve, [listener])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="MCP SDK peer server")
     transports = parser.add_subparsers(dest="transport", required=True)
@@ -96,22 +156,20 @@ def main() -> None:
         help="serve only the initialize handshake era; server/discover gets -32601",
     )
     http = transports.add_parser("http", help="serve streamable HTTP on 127.0.0.1")
-    http.add_argument("--port", type=int, required=True)
+    http.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: any free port)")
     http.add_argument("--stateless", action="store_true", help="no sessions (stateless_http)")
     http.add_argument("--json-response", action="store_true", help="answer with JSON instead of SSE")
+    http.add_argument("--event-store", action="store_true",
+                      help="keep SSE events in memory so 2025-11-25 sessions can resume (Last-Event-ID)")
+    http.add_argument("--retry-interval", type=int, metavar="MS",
+                      help="retry: field of the priming events (with --event-store)")
     args = parser.parse_args()
     if args.transport == "stdio" and args.legacy_only:
         anyio.run(serve_legacy_stdio)
     elif args.transport == "stdio":
         server.run("stdio")
     else:
-        server.run(
-            "streamable-http",
-            host="127.0.0.1",
-            port=args.port,
-            stateless_http=args.stateless,
-            json_response=args.json_response,
-        )
+        serve_http(args)
 
 
 if __name__ == "__main__":
