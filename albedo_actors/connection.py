@@ -399,26 +399,33 @@ def _remaining(deadline: float) -> float:
 def _negotiate_http(channel: RpcChannel, link: HttpLink, server: str, deadline: float) -> tuple[str, str, dict[str, Any]]:
     """2026-07-28 basic/transports/streamable-http "Backward Compatibility"."""
     verdict, opened = Verdict.HANDSHAKE, None
-    try:
-        opened = channel.request("server/discover", mcp.modern_params(None, capabilities=channel.capabilities), _remaining(deadline))
-        verdict = mcp.judge_discover_result(opened)
-    except RemoteError as exc:
-        if exc.code not in jsonrpc.MODERN_ERROR_CODES:
-            verdict = Verdict.HANDSHAKE  # a JSON-RPC error that is not a modern one: an older server
-        elif exc.code != jsonrpc.UNSUPPORTED_PROTOCOL_VERSION:
-            raise Unavailable(server, f"refused server/discover: {exc.detail}") from None
-        else:
-            verdict = mcp.judge_error(_error_dict(exc))
-            if verdict is Verdict.MODERN:
-                # It named a modern version we speak but refused the one we sent.
-                raise Unavailable(server, f"refused server/discover at {mcp.MODERN_VERSION} although it lists it") from None
-            if verdict is Verdict.REFUSE:
-                versions = ", ".join(mcp.supported_versions(_error_dict(exc))) or "(none named)"
-                raise Incompatible(server, f"it supports protocol versions {versions}; this client speaks {', '.join(mcp.MODERN_VERSIONS + mcp.LEGACY_VERSIONS)}") from None
-    except (HttpRefused, HttpServerFailed):
-        verdict = Verdict.HANDSHAKE  # a non-2xx status without a modern error: an older server
-    except (TimedOut, UnknownOutcome) as exc:
-        raise Unavailable(server, f"did not answer server/discover: {exc.detail}") from None
+    for attempt in range(2):
+        try:
+            params = mcp.modern_params(None, capabilities=channel.capabilities)
+            opened = channel.request("server/discover", params, _remaining(deadline))
+            verdict = mcp.judge_discover_result(opened)
+        except RemoteError as exc:
+            if exc.code not in jsonrpc.MODERN_ERROR_CODES:
+                verdict = Verdict.HANDSHAKE  # a JSON-RPC error that is not a modern one: an older server
+            elif exc.code != jsonrpc.UNSUPPORTED_PROTOCOL_VERSION:
+                raise Unavailable(server, f"refused server/discover: {exc.detail}") from None
+            else:
+                verdict = mcp.judge_error(_error_dict(exc))
+                if verdict is Verdict.MODERN:
+                    # 2026-07-28 basic/versioning: resend with a version it lists (ours).
+                    if attempt == 0:
+                        continue
+                    raise Unavailable(server, f"refused server/discover at {mcp.MODERN_VERSION} twice although it lists it") from None
+                if verdict is Verdict.REFUSE:
+                    versions = ", ".join(mcp.supported_versions(_error_dict(exc))) or "(none named)"
+                    raise Incompatible(
+                        server, f"it supports protocol versions {versions}; this client speaks {', '.join(mcp.MODERN_VERSIONS + mcp.LEGACY_VERSIONS)}"
+                    ) from None
+        except (HttpRefused, HttpServerFailed):
+            verdict = Verdict.HANDSHAKE  # a non-2xx status without a modern error: an older server
+        except (TimedOut, UnknownOutcome) as exc:
+            raise Unavailable(server, f"did not answer server/discover: {exc.detail}") from None
+        break
     if verdict is Verdict.REFUSE:
         versions = ", ".join(mcp.supported_versions(opened or {})) or "(none named)"
         raise Incompatible(server, f"it supports protocol versions {versions}; this client speaks {', '.join(mcp.MODERN_VERSIONS + mcp.LEGACY_VERSIONS)}")

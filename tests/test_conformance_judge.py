@@ -1,0 +1,81 @@
+"""tests/conformance/judge.py: how scripts/conformance turns suite results into a verdict."""
+
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "conformance"))
+import judge  # noqa: E402
+
+STAMP = "-2026-11-30T01-45-46-517Z"
+
+
+def write_run(out, rev, scored, not_scored=(), results=None):
+    """Lay out OUT/REV as scripts/conformance does; results maps scenario -> statuses."""
+    os.makedirs(os.path.join(out, rev), exist_ok=True)
+    with open(os.path.join(out, rev, "requirements.json"), "w") as f:
+        json.dump({"client": list(scored), "not_scored": list(not_scored)}, f)
+    if results is None:
+        return
+    for name, statuses in results.items():
+        folder = os.path.join(out, rev, "results", name + STAMP)
+        os.makedirs(folder)
+        checks = [{"id": f"c{i}", "status": s, "description": "d"} for i, s in enumerate(statuses)]
+        with open(os.path.join(folder, "checks.json"), "w") as f:
+            json.dump(checks, f)
+
+
+def run(tmp_path, expected_lines, results, scored=None, not_scored=()):
+    """Judge a 2025-11-25 run; 2026-07-28 is known (as in every real run) but not run."""
+    case = tmp_path / str(len(os.listdir(tmp_path)))
+    case.mkdir()
+    expected = case / "expected.txt"
+    expected.write_text("".join(line + "\n" for line in expected_lines))
+    out = str(case / "out")
+    write_run(out, "2025-11-25", scored or list(results), not_scored, results)
+    write_run(out, "2026-07-28", scored or list(results))
+    return judge.judge(str(expected), out)
+
+
+def test_passing_and_listed_failing_scenarios_pass(tmp_path):
+    results = {"tools_call": ["SUCCESS", "INFO"], "auth/pre-registration": ["FAILURE"]}
+    assert run(tmp_path, ["auth/pre-registration  # no OAuth yet"], results) == 0
+
+
+@pytest.mark.parametrize(
+    "statuses",
+    [["FAILURE"], ["SUCCESS", "WARNING"], [], ["INFO", "SKIPPED"]],
+    ids=["failure", "warning", "no-checks", "nothing-passed"],
+)
+def test_an_unlisted_failure_fails(tmp_path, statuses):
+    assert run(tmp_path, [], {"initialize": statuses}) == 1
+
+
+def test_a_scenario_without_result_fails(tmp_path):
+    assert run(tmp_path, [], {}, scored=["sse-retry"]) == 1
+
+
+def test_a_listed_scenario_that_passes_fails(tmp_path):
+    assert run(tmp_path, ["tools_call # was broken"], {"tools_call": ["SUCCESS"]}) == 1
+
+
+def test_an_entry_for_another_revision_does_not_excuse(tmp_path):
+    assert run(tmp_path, ["tools_call@2026-07-28 # x"], {"tools_call": ["FAILURE"]}) == 1
+    assert run(tmp_path, ["tools_call@2025-11-25 # x"], {"tools_call": ["FAILURE"]}) == 0
+
+
+def test_an_entry_naming_no_scored_scenario_fails(tmp_path):
+    assert run(tmp_path, ["tools-call # typo"], {"tools_call": ["SUCCESS"]}) == 1
+
+
+def test_unscored_scenarios_never_fail(tmp_path):
+    results = {"tools_call": ["SUCCESS"], "auth/dpop": ["FAILURE"]}
+    assert run(tmp_path, [], results, scored=["tools_call"], not_scored=["auth/dpop"]) == 0
+
+
+def test_nested_scenario_folders_are_named_by_their_path(tmp_path):
+    # auth/... scenarios live in results/auth/<name>-<time>/
+    results = {"auth/metadata-var1": ["FAILURE"]}
+    assert run(tmp_path, ["auth/metadata-var1 # no OAuth yet"], results) == 0
