@@ -29,17 +29,20 @@ from .errors import AlbedoError
 TIMEOUT_MS = 10_000  # well inside the suite's 30 s per scenario, so we report before it kills us
 
 
-def example_value(schema: Any, root: dict[str, Any]) -> Any:
+MAX_DEPTH = 16  # a schema may refer to itself; examples stop there
+
+
+def example_value(schema: Any, root: dict[str, Any], depth: int = 0) -> Any:
     """A value that fits ``schema``: its default, const or first enum member, else one per type.
 
     Only same-document ``$ref``s (``#/...``) are followed; a network ``$ref`` is never
     fetched (SEP-2106, scenario json-schema-ref-no-deref).
     """
-    if not isinstance(schema, dict):
+    if not isinstance(schema, dict) or depth > MAX_DEPTH:
         return "example"
     ref = schema.get("$ref")
     if isinstance(ref, str):
-        return example_value(_local_ref(root, ref), root) if ref.startswith("#") else "example"
+        return example_value(_local_ref(root, ref), root, depth + 1) if ref.startswith("#") else "example"
     for key in ("default", "const"):
         if key in schema:
             return schema[key]
@@ -49,18 +52,18 @@ def example_value(schema: Any, root: dict[str, Any]) -> Any:
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object":
-        return example_arguments(schema, root)
+        return example_arguments(schema, root, depth + 1)
     return {"integer": 1, "number": 1, "boolean": True, "array": [], "null": None}.get(kind, "example")
 
 
-def example_arguments(schema: Any, root: dict[str, Any] | None = None) -> dict[str, Any]:
+def example_arguments(schema: Any, root: dict[str, Any] | None = None, depth: int = 0) -> dict[str, Any]:
     """Arguments for an object schema: an example value for each required property."""
     if not isinstance(schema, dict):
         return {}
     root = schema if root is None else root
     properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
     required = schema.get("required") if isinstance(schema.get("required"), list) else []
-    return {name: example_value(properties.get(name), root) for name in required if isinstance(name, str)}
+    return {name: example_value(properties.get(name), root, depth) for name in required if isinstance(name, str)}
 
 
 def _local_ref(root: dict[str, Any], ref: str) -> Any:
