@@ -66,6 +66,7 @@ class HttpLink:
         self.session_id: str | None = None
         self.tool_headers: dict[str, dict[str, tuple[str, ...]]] = {}
         self._exchanges: dict[int, Exchange] = {}
+        self._others: set[Exchange] = set()  # notifications and responses being POSTed
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._closed_reason: str | None = None
@@ -89,15 +90,21 @@ class HttpLink:
 
     def send_other(self, message: dict[str, Any]) -> None:
         """POST a notification or a response; it must be accepted (2xx)."""
-        if self._closing.is_set():
-            raise LinkClosed()
+        exchange = Exchange()
+        with self._lock:
+            if self._closing.is_set():
+                raise LinkClosed()
+            self._others.add(exchange)
         try:
             reply = self._transport.send(
-                "POST", self._headers_for(message), Exchange(), body=jsonrpc.encode(message), read_timeout=NOTIFY_TIMEOUT
+                "POST", self._headers_for(message), exchange, body=jsonrpc.encode(message), read_timeout=NOTIFY_TIMEOUT
             )
         except HttpFailed as exc:
             logger.debug("server %r: %s was not delivered: %s", self._server, message.get("method", "a response"), exc)
             raise LinkClosed() from None
+        finally:
+            with self._lock:
+                self._others.discard(exchange)
         reply.close()
         if not 200 <= reply.status < 300:
             logger.debug("server %r refused %s with HTTP %s", self._server, message.get("method", "a response"), reply.status)
@@ -123,7 +130,7 @@ class HttpLink:
             if self._closing.is_set():
                 return
             self._closing.set()
-            exchanges = list(self._exchanges.values())
+            exchanges = list(self._exchanges.values()) + list(self._others)
             self._exchanges.clear()
         self._closed_reason = reason
         for exchange in exchanges:
@@ -288,8 +295,12 @@ class HttpLink:
         status = reply.status
         if status == 404 and self.session_id is not None and self.era == "legacy":
             reply.close()
-            self._channel.fail(pending, SessionExpired(self._server, f"its session ended (HTTP 404); {pending.method} did not run"))
+            # End the connection before the caller hears why, so that its next call
+            # finds it closed and dials a new session.
+            mine = self._channel.take(pending)
             self._session_lost()
+            if mine:
+                pending.resolve(error=SessionExpired(self._server, f"its session ended (HTTP 404); {pending.method} did not run"))
             return
         try:
             value = reply.json()

@@ -157,6 +157,10 @@ class RpcChannel:
         if self._pending.pop(pending.id, None) is not None:
             pending.resolve(error=error)
 
+    def take(self, pending: Pending) -> bool:
+        """Remove ``pending`` without resolving it; True if it was still pending."""
+        return self._pending.pop(pending.id, None) is not None
+
     def is_pending(self, pending: Pending) -> bool:
         return pending.id in self._pending
 

@@ -509,6 +509,7 @@ class _Listener(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
+    disable_nagle_algorithm = True  # headers and body go out together, not 40 ms apart
     protocol_version = "HTTP/1.1"
     server_version = "albedo-fault-http/1.0"
     server: _Listener

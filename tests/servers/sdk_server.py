@@ -9,6 +9,7 @@ Usage:
     python tests/servers/sdk_server.py stdio [--legacy-only]
     python tests/servers/sdk_server.py http [--port P] [--stateless] [--json-response]
                                             [--event-store] [--retry-interval MS]
+                                            [--legacy-only] [--record FILE]
 
 HTTP listens on 127.0.0.1 only, at the path ``/mcp``, and prints the endpoint URL
 (``http://127.0.0.1:PORT/mcp``) as the first line of stdout once the port is bound
@@ -25,20 +26,45 @@ by the SDK's handshake-only loop (``mcp.server.runner.serve_loop``) instead of t
 dual-era loop, so ``server/discover`` is answered with -32601 (Method not found),
 as a 2025-11-25 server answers any method it does not know, and the connection is
 opened with ``initialize``.
+
+Over HTTP, ``--legacy-only`` puts a small ASGI middleware in front of the SDK's app:
+any request whose ``MCP-Protocol-Version`` header is not a handshake (pre-2026)
+revision is answered HTTP 400 with the JSON-RPC error -32600 "Bad Request" (id
+null), as a 2025-11-25 server answers a version it does not know; everything else
+is the SDK's own legacy (session) handling.
+
+Over HTTP the tool ``echo_with_progress {text}`` is added: it reports progress once
+(when the request's ``_meta`` has a ``progressToken``) and then answers ``text``. A
+notification makes the SDK answer a modern request with an SSE stream (unless
+``--json-response``); a request that emits nothing gets a JSON body either way.
+
+With ``--event-store`` the tool ``echo_after_reconnect {text}`` is added: it closes
+its own SSE stream (the SDK's ``Context.close_sse_stream``, SEP-1699) and then
+answers ``text``, so a 2025-11-25 client must resume the stream with GET +
+``Last-Event-ID`` to get its answer.
+
+``--record FILE`` appends one JSON line per HTTP request when its response starts:
+``{"method", "headers" (request, lower-case names), "rpc" (the JSON-RPC
+``method``/``id`` of a POSTed body, else null), "status", "type" (the response's
+``content-type``, or null), "session" (the ``mcp-session-id`` response header, or
+null)}``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import socket
 
 import anyio
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.runner import serve_loop
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
 from mcp_types import JSONRPCMessage
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 server = MCPServer(
@@ -124,11 +150,91 @@ class MemoryEventStore(EventStore):
         return stream_id
 
 
+async def echo_with_progress(text: str, ctx: Context) -> str:
+    """Report progress (if asked to), then answer: in SSE mode the answer is streamed."""
+    await ctx.report_progress(1, 1)
+    return text
+
+
+async def echo_after_reconnect(text: str, ctx: Context) -> str:
+    """Close this request's SSE stream, then answer: the client must resume to hear it."""
+    await ctx.close_sse_stream()
+    return text
+
+
+class LegacyOnly:
+    """ASGI middleware: refuse every modern request the way a pre-2026 server does."""
+
+    BODY = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Bad Request"}}).encode()
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            version = dict(scope["headers"]).get(b"mcp-protocol-version")
+            if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+                while (await receive()).get("more_body"):  # read the body, as a real server would
+                    pass
+                await send({
+                    "type": "http.response.start",
+                    "status": 400,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(self.BODY)).encode())],
+                })
+                await send({"type": "http.response.body", "body": self.BODY})
+                return
+        await self.app(scope, receive, send)
+
+
+class Recorder:
+    """ASGI middleware: one JSON line per HTTP request, written when its response starts."""
+
+    def __init__(self, app, path: str) -> None:
+        self.app = app
+        self.file = open(path, "a", encoding="utf-8")
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        body = bytearray()
+
+        async def receiving():
+            message = await receive()
+            if message["type"] == "http.request":
+                body.extend(message.get("body", b""))
+            return message
+
+        async def sending(message) -> None:
+            if message["type"] == "http.response.start":
+                rpc = None
+                try:
+                    decoded = json.loads(body) if body else None
+                    if isinstance(decoded, dict):
+                        rpc = {"method": decoded.get("method"), "id": decoded.get("id")}
+                except ValueError:
+                    pass
+                response_headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in message.get("headers", [])}
+                line = {
+                    "method": scope["method"],
+                    "headers": {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]},
+                    "rpc": rpc,
+                    "status": message["status"],
+                    "type": response_headers.get("content-type"),
+                    "session": response_headers.get("mcp-session-id"),
+                }
+                self.file.write(json.dumps(line) + "\n")
+                self.file.flush()
+            await send(message)
+
+        await self.app(scope, receiving, sending)
+
+
 def serve_http(args: argparse.Namespace) -> None:
     """Bind 127.0.0.1:port first (0 picks a free one), print the URL, then serve."""
     import uvicorn
 
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # asyncio then sets TCP_NODELAY
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", args.port))
     listener.listen(128)
@@ -141,6 +247,15 @@ def serve_http(args: argparse.Namespace) -> None:
         retry_interval=args.retry_interval,
         host="127.0.0.1",  # also turns on the SDK's Host/Origin checks for localhost
     )
+    server.tool(description="Report progress, then return the text.", structured_output=False)(echo_with_progress)
+    if args.event_store:
+        server.tool(description="Close this request's SSE stream, then answer the text.", structured_output=False)(
+            echo_after_reconnect
+        )
+    if args.legacy_only:
+        app = LegacyOnly(app)
+    if args.record:
+        app = Recorder(app, args.record)
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2)
     print(f"http://127.0.0.1:{port}/mcp", flush=True)
     anyio.run(uvicorn.Server(config).serve, [listener])
@@ -163,6 +278,9 @@ def main() -> None:
                       help="keep SSE events in memory so 2025-11-25 sessions can resume (Last-Event-ID)")
     http.add_argument("--retry-interval", type=int, metavar="MS",
                       help="retry: field of the priming events (with --event-store)")
+    http.add_argument("--legacy-only", action="store_true",
+                      help="answer modern requests 400/-32600 as a pre-2026 server does; serve only legacy sessions")
+    http.add_argument("--record", metavar="FILE", help="append one JSON line per HTTP request to FILE")
     args = parser.parse_args()
     if args.transport == "stdio" and args.legacy_only:
         anyio.run(serve_legacy_stdio)
