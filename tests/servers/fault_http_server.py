@@ -655,6 +655,7 @@ class _HTTPServerBase:
         self._connections: dict[int, tuple[threading.Thread, socket.socket]] = {}
         self._conn_ids = itertools.count(1)
         self.on_record: Callable[[str, dict], None] | None = None  # ("request"|"event", dict)
+        self.tls_context: Any = None  # an ssl.SSLContext set before start() serves HTTPS
 
     # ---- lifecycle
 
@@ -664,6 +665,8 @@ class _HTTPServerBase:
             raise RuntimeError("already started")
         self._listener = _Listener((self.host, self.port), self.handler_class, self)
         self.port = self._listener.server_address[1]
+        if self.tls_context is not None:
+            self._listener.socket = self.tls_context.wrap_socket(self._listener.socket, server_side=True)
         self._serve_thread = threading.Thread(
             target=self._listener.serve_forever, kwargs={"poll_interval": POLL_S},
             name=f"{type(self).__name__}-{self.port}", daemon=True)
@@ -736,7 +739,8 @@ class _HTTPServerBase:
 
     @property
     def origin(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.tls_context is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     @property
     def url(self) -> str:
