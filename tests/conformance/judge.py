@@ -133,7 +133,9 @@ def judge(expected_path: str, out_dir: str) -> int:
     print("FAIL: failing, not listed; XPASS: listed but passing; n/s: run but not scored\n")
     for problem in problems:
         print(f"  ✗ {problem}")
-    print(f"\nconformance: {counts['pass']} passed, {len(problems)} failed, {counts['xfail']} xfailed")
+    print(f"\nconformance: {counts['xfail']} failing as expected-failures.txt lists")
+    # The plain closing line CI reads: "N passed, N failed".
+    print(f"conformance: {counts['pass']} passed, {len(problems)} failed")
     return 1 if problems else 0
 
 
