@@ -35,6 +35,17 @@ def schema_validate(version: str, definition: str, instance) -> None:
         raise error
 
 
+def schema_validate_each(version: str, definition: str, instances) -> None:
+    """:func:`schema_validate` for every item of a list."""
+    for instance in instances:
+        schema_validate(version, definition, instance)
+
+
+def text_of(result: dict) -> str:
+    """The text blocks of a CallToolResult, joined."""
+    return "".join(block.get("text", "") for block in result["content"] if block.get("type") == "text")
+
+
 @functools.lru_cache(maxsize=None)
 def _validator(version: str, definition: str):
     # What jsonschema.validate does, with the schema checked and the validator built

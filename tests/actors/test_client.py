@@ -11,11 +11,7 @@ import pytest
 from albedo_actors.actors.client import CatalogueChanged
 from albedo_actors.config import ServerConfig
 from albedo_actors.errors import Incompatible, ProtocolViolation, RemoteError, TimedOut, Unavailable, UnknownOutcome
-from helpers import Owner, fault_config, read_record, schema_validate
-
-
-def text_of(result):
-    return "".join(block.get("text", "") for block in result["content"] if block.get("type") == "text")
+from helpers import Owner, fault_config, read_record, schema_validate, text_of
 
 
 # -- era negotiation ------------------------------------------------------------------

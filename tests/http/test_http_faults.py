@@ -18,14 +18,10 @@ from albedo_actors.actors.client import CatalogueChanged
 from albedo_actors.config import ServerConfig
 from albedo_actors.demo.server import text_result
 from albedo_actors.errors import ConfigError, SessionExpired, TimedOut, Unavailable, UnknownOutcome
-from helpers import Owner, schema_validate
+from helpers import Owner, schema_validate, text_of
 from servers.fault_http_server import CanaryServer, FaultHTTPServer, decode_header_value
 
 WAIT = 10.0  # bound on every wait for something the server or client does
-
-
-def text_of(result):
-    return "".join(block.get("text", "") for block in result["content"] if block.get("type") == "text")
 
 
 def http_config(server, **overrides) -> ServerConfig:

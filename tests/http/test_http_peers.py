@@ -23,14 +23,10 @@ import pytest
 import requests
 
 from albedo_actors.config import ServerConfig
-from helpers import HERE, SdkHttpServer, schema_validate
+from helpers import HERE, SdkHttpServer, schema_validate, text_of
 
 PEERS = os.environ.get("ALBEDO_PEERS") or os.path.join(HERE, "peers", "node_modules")
 EVERYTHING = os.path.join(PEERS, "@modelcontextprotocol", "server-everything", "dist", "index.js")
-
-
-def text_of(result):
-    return "".join(block.get("text", "") for block in result["content"] if block.get("type") == "text")
 
 
 def http_config(url: str, name: str = "peer", **overrides) -> ServerConfig:

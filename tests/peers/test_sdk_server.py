@@ -6,15 +6,12 @@ handshake-only loop and answers ``server/discover`` with -32601, as a pre-2026 s
 does, so the client must open it with ``initialize``.
 """
 
-import json
-import os
 import sys
 
-import jsonschema
 import pytest
 
 from albedo_actors.config import ServerConfig
-from helpers import SDK_SERVER, SPEC_DIR, schema_validate
+from helpers import SDK_SERVER, schema_validate, schema_validate_each, text_of
 
 ERAS = {
     # flags -> (era, protocol version, schema version)
@@ -25,17 +22,6 @@ ERAS = {
 
 def sdk_config(*flags: str) -> ServerConfig:
     return ServerConfig(name="sdk", type="stdio", command=sys.executable, args=(SDK_SERVER, "stdio", *flags))
-
-
-def schema_validate_each(version: str, definition: str, instances) -> None:
-    """Like helpers.schema_validate for every item of a list, checking the schema once."""
-    with open(os.path.join(SPEC_DIR, f"schema-{version}.json"), encoding="utf-8") as f:
-        definitions = json.load(f)["$defs"]
-    jsonschema.validate(list(instances), {"type": "array", "items": {"$ref": f"#/$defs/{definition}"}, "$defs": definitions})
-
-
-def text_of(result):
-    return "".join(block.get("text", "") for block in result["content"] if block.get("type") == "text")
 
 
 @pytest.mark.parametrize("era_name", list(ERAS))

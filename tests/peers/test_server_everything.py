@@ -8,15 +8,13 @@ after ``notifications/initialized`` it registers more tools and sends
 scripts/test installs it under tests/peers/node_modules and sets ALBEDO_PEERS.
 """
 
-import json
 import os
 
-import jsonschema
 import pytest
 
 import _leaks
 from albedo_actors.config import ServerConfig
-from helpers import HERE, SPEC_DIR, schema_validate
+from helpers import HERE, schema_validate, schema_validate_each, text_of
 
 PEERS = os.environ.get("ALBEDO_PEERS") or os.path.join(HERE, "peers", "node_modules")
 EVERYTHING = os.path.join(PEERS, "@modelcontextprotocol", "server-everything", "dist", "index.js")
@@ -31,17 +29,6 @@ def everything() -> ServerConfig:
             pytrace=False,
         )
     return ServerConfig(name="everything", type="stdio", command="node", args=(EVERYTHING, "stdio"))
-
-
-def schema_validate_each(version: str, definition: str, instances) -> None:
-    """Like helpers.schema_validate for every item of a list, checking the schema once."""
-    with open(os.path.join(SPEC_DIR, f"schema-{version}.json"), encoding="utf-8") as f:
-        definitions = json.load(f)["$defs"]
-    jsonschema.validate(list(instances), {"type": "array", "items": {"$ref": f"#/$defs/{definition}"}, "$defs": definitions})
-
-
-def text_of(result):
-    return "".join(block.get("text", "") for block in result["content"] if block.get("type") == "text")
 
 
 def server_processes() -> set[int]:
