@@ -104,3 +104,63 @@ albedo_npm_conformance() {
   (cd "$dir" && npm install --no-audit --no-fund --no-progress --engine-strict=false)
   _albedo_hash -- "$dir/package.json" "$dir/package-lock.json" >"$stamp"
 }
+
+# albedo_postgres: make $ALBEDO_TEST_POSTGRES_URL point at a PostgreSQL the store
+# tests may create databases in. A URL already given is kept. Otherwise a
+# throwaway cluster is started: initdb into a temporary directory owned by the
+# `postgres` user (initdb refuses root), postgres on a free port of 127.0.0.1
+# with its socket in that directory and autovacuum off; an EXIT trap stops it
+# and deletes the directory. Debian's `postgresql` package is installed with
+# apt-get when it is missing and we are root (always attempted under CI=true).
+albedo_postgres() {
+  [[ -n ${ALBEDO_TEST_POSTGRES_URL:-} ]] && return 0
+  local bin port dir run=()
+  bin=$(_albedo_pg_bin)
+  if [[ -z $bin && $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    echo "albedo: installing PostgreSQL with apt-get" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    bin=$(_albedo_pg_bin)
+  fi
+  if [[ -z $bin ]]; then
+    if [[ ${CI:-} == true ]]; then
+      echo "albedo: PostgreSQL not found under /usr/lib/postgresql and could not be installed; the store tests need it under CI" >&2
+      exit 1
+    fi
+    echo "albedo: no PostgreSQL found; the store tests will try to start one themselves" >&2
+    return 0
+  fi
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/albedo-pg.XXXXXX")
+  if [[ $(id -u) == 0 ]]; then
+    chown postgres: "$dir"
+    run=(runuser -u postgres --)
+  fi
+  port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  ALBEDO_PG_DIR=$dir
+  ALBEDO_PG_RUN=("${run[@]}")
+  ALBEDO_PG_BIN=$bin
+  trap _albedo_postgres_stop EXIT
+  "${run[@]}" "$bin/initdb" -D "$dir/data" -U albedo -A trust -E UTF8 --no-instructions >"$dir/initdb.log" 2>&1 \
+    || { cat "$dir/initdb.log" >&2; echo "albedo: initdb failed" >&2; exit 1; }
+  "${run[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c autovacuum=off -c fsync=on" start >/dev/null \
+    || { cat "$dir/server.log" >&2; echo "albedo: PostgreSQL did not start" >&2; exit 1; }
+  "${run[@]}" "$bin/createdb" -h 127.0.0.1 -p "$port" -U albedo albedo_test
+  export ALBEDO_TEST_POSTGRES_URL="postgresql://albedo@127.0.0.1:$port/albedo_test"
+  echo "albedo: throwaway PostgreSQL at $ALBEDO_TEST_POSTGRES_URL" >&2
+}
+
+# _albedo_pg_bin: the newest /usr/lib/postgresql/*/bin with an initdb, or nothing.
+_albedo_pg_bin() {
+  local d best=
+  while IFS= read -r d; do
+    [[ -x $d/initdb ]] && best=$d
+  done < <(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V)
+  printf '%s' "$best"
+}
+
+_albedo_postgres_stop() {
+  [[ -n ${ALBEDO_PG_DIR:-} ]] || return 0
+  "${ALBEDO_PG_RUN[@]}" "$ALBEDO_PG_BIN/pg_ctl" -D "$ALBEDO_PG_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
+  rm -rf -- "$ALBEDO_PG_DIR"
+  ALBEDO_PG_DIR=
+}

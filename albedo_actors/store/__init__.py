@@ -1,0 +1,15 @@
+"""The store of credentials, saved catalogues and OAuth client registrations (peewee lives here only).
+
+::
+
+    store = open_store(home)            # SQLite at home/albedo.db, or $ALBEDO_DATABASE_URL
+    store.put_credentials("docs", Credentials(bearer_token=token))
+    store.update_credentials("docs", lambda c: dataclasses.replace(c, env={...}))
+    store.save_catalogue("docs", fingerprint, "2026-07-28", catalogue)
+    store.close()
+"""
+
+from .records import Credentials, SavedCatalogue
+from .store import MAX_CATALOGUE_BYTES, Store, open_store
+
+__all__ = ["open_store", "Store", "Credentials", "SavedCatalogue", "MAX_CATALOGUE_BYTES"]

@@ -1,0 +1,113 @@
+"""Numbered schema migrations, applied in order, each once, and recorded.
+
+``MIGRATIONS[i]`` takes the schema from version ``i`` to ``i + 1``. Each migration
+declares the table shapes it works on inside itself (frozen copies, never the live
+models of :mod:`.models`), so a later change to a model cannot change what an old
+migration does.
+
+:func:`migrate` runs in one transaction that first takes a lock every other migrating
+process also takes (``BEGIN IMMEDIATE`` on SQLite, a transaction-scoped advisory
+lock on PostgreSQL), so two processes opening a new store at once apply each
+migration exactly once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from peewee import CompositeKey, Database, DoubleField, IntegerField, Model, PostgresqlDatabase, TextField
+
+__all__ = ["MIGRATIONS", "migrate", "applied_versions"]
+
+# pg_advisory_xact_lock key: "albedo" in ASCII, any constant shared by all processes.
+_PG_LOCK_KEY = 0x616C6265646F
+
+
+def _schema_version(db: Database) -> type[Model]:
+    class SchemaVersion(Model):
+        version = IntegerField(primary_key=True)
+        applied_at = DoubleField()
+
+        class Meta:
+            database = db
+            table_name = "albedo_schema_version"
+
+    return SchemaVersion
+
+
+def m0001_initial(db: Database) -> None:
+    """Credentials, catalogues and OAuth client registrations."""
+
+    class Base(Model):
+        class Meta:
+            database = db
+
+    class Credentials(Base):
+        server = TextField(primary_key=True)
+        bearer_token = TextField(null=True)
+        header_name = TextField(null=True)
+        header_value = TextField(null=True)
+        env = TextField(default="{}")
+        oauth = TextField(null=True)
+        updated_at = DoubleField()
+
+        class Meta:
+            table_name = "credentials"
+
+    class Catalogues(Base):
+        server = TextField(primary_key=True)
+        fingerprint = TextField()
+        era = TextField()
+        catalogue = TextField()
+        saved_at = DoubleField()
+
+        class Meta:
+            table_name = "catalogues"
+
+    class OAuthClients(Base):
+        issuer = TextField()
+        redirect_uri = TextField()
+        client = TextField()
+        saved_at = DoubleField()
+
+        class Meta:
+            table_name = "oauth_clients"
+            primary_key = CompositeKey("issuer", "redirect_uri")
+
+    db.create_tables([Credentials, Catalogues, OAuthClients], safe=False)
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [m0001_initial]
+
+
+def migrate(db: Database) -> list[int]:
+    """Apply the migrations this database lacks; return the versions applied now.
+
+    The caller has connected ``db`` in this thread. Raises whatever the driver raises
+    (the store translates it).
+    """
+    SchemaVersion = _schema_version(db)
+    if isinstance(db, PostgresqlDatabase):
+        txn = db.atomic()
+    else:
+        txn = db.atomic("IMMEDIATE")
+    applied: list[int] = []
+    with txn:
+        if isinstance(db, PostgresqlDatabase):
+            db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_PG_LOCK_KEY,))
+        db.create_tables([SchemaVersion], safe=True)
+        done = {row.version for row in SchemaVersion.select(SchemaVersion.version)}
+        for number, step in enumerate(MIGRATIONS, start=1):
+            if number in done:
+                continue
+            step(db)
+            SchemaVersion.insert(version=number, applied_at=time.time()).execute()
+            applied.append(number)
+    return applied
+
+
+def applied_versions(db: Database) -> list[int]:
+    """The versions recorded in ``albedo_schema_version``, in order."""
+    SchemaVersion = _schema_version(db)
+    return [row.version for row in SchemaVersion.select().order_by(SchemaVersion.version)]

@@ -1,0 +1,65 @@
+"""The tables as they are now (the shapes migration 0001 froze): peewee models, private to ``store/``.
+
+No model row leaves this package: :mod:`.store` turns rows into frozen records.
+
+``BaseModel`` names a deferred database (``None``): one process may hold several
+stores (the host's and a test's, SQLite and PostgreSQL), so every query is bound to
+its store's database explicitly (``query.execute(db)``) instead of binding the model
+classes globally.
+"""
+
+from __future__ import annotations
+
+from peewee import CompositeKey, DoubleField, Model, TextField
+
+__all__ = ["BaseModel", "CredentialRow", "CatalogueRow", "OAuthClientRow", "ALL"]
+
+
+class BaseModel(Model):
+    class Meta:
+        database = None  # deferred: each Store binds its queries to its own database
+        legacy_table_names = False
+
+
+class CredentialRow(BaseModel):
+    """One server's secrets; one row, so a write replaces them all or none."""
+
+    server = TextField(primary_key=True)
+    bearer_token = TextField(null=True)
+    header_name = TextField(null=True)
+    header_value = TextField(null=True)
+    env = TextField(default="{}")  # JSON object of str -> str
+    oauth = TextField(null=True)  # JSON object, or NULL
+    updated_at = DoubleField()
+
+    class Meta:
+        table_name = "credentials"
+
+
+class CatalogueRow(BaseModel):
+    """A server's last catalogue, under the fingerprint of its configuration and credentials."""
+
+    server = TextField(primary_key=True)
+    fingerprint = TextField()
+    era = TextField()
+    catalogue = TextField()  # JSON object
+    saved_at = DoubleField()
+
+    class Meta:
+        table_name = "catalogues"
+
+
+class OAuthClientRow(BaseModel):
+    """A dynamic client registration, per authorization server (issuer) and redirect URI."""
+
+    issuer = TextField()
+    redirect_uri = TextField()
+    client = TextField()  # JSON object
+    saved_at = DoubleField()
+
+    class Meta:
+        table_name = "oauth_clients"
+        primary_key = CompositeKey("issuer", "redirect_uri")
+
+
+ALL = (CredentialRow, CatalogueRow, OAuthClientRow)

@@ -1,0 +1,110 @@
+"""The frozen records the store hands out; plain immutable data, safe to share between threads.
+
+Secret values (bearer token, header value, env values, the OAuth record) never appear in
+a ``repr``: it shows only which of them are set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+__all__ = ["Credentials", "SavedCatalogue", "freeze", "thaw"]
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+def freeze(value: Any) -> Any:
+    """A deep, immutable copy of JSON-like data: dicts become read-only mappings, lists tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({str(k): freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """The inverse of :func:`freeze`: plain dicts and lists, ready for ``json.dumps``."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, repr=False)
+class Credentials:
+    """One server's secrets. Every field is optional; ``Credentials()`` means none stored.
+
+    ``header`` is one custom HTTP header as ``(name, value)``; ``env`` holds the
+    ``KEY=value`` entries for a stdio server; ``oauth`` is the OAuth record (a mapping).
+    """
+
+    bearer_token: str | None = None
+    header: tuple[str, str] | None = None
+    env: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    oauth: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.bearer_token is not None and not isinstance(self.bearer_token, str):
+            raise TypeError("Credentials.bearer_token must be a str or None")
+        if self.header is not None:
+            if not (isinstance(self.header, (tuple, list)) and len(self.header) == 2
+                    and all(isinstance(p, str) for p in self.header)):
+                raise TypeError("Credentials.header must be a (name, value) pair of str or None")
+            object.__setattr__(self, "header", (self.header[0], self.header[1]))
+        env = self.env if self.env is not None else {}
+        if not isinstance(env, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise TypeError("Credentials.env must map str to str")
+        object.__setattr__(self, "env", MappingProxyType(dict(env)) if env else _EMPTY)
+        if self.oauth is not None:
+            if not isinstance(self.oauth, Mapping):
+                raise TypeError("Credentials.oauth must be a mapping or None")
+            object.__setattr__(self, "oauth", freeze(self.oauth))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Credentials):
+            return NotImplemented
+        return (self.bearer_token == other.bearer_token and self.header == other.header
+                and dict(self.env) == dict(other.env)
+                and thaw(self.oauth) == thaw(other.oauth))
+
+    __hash__ = None  # type: ignore[assignment]  # mappings inside: not hashable
+
+    def __repr__(self) -> str:
+        parts = []
+        if self.bearer_token is not None:
+            parts.append("bearer_token=<secret>")
+        if self.header is not None:
+            parts.append(f"header=({self.header[0]!r}, <secret>)")
+        if self.env:
+            parts.append("env={" + ", ".join(f"{k!r}: <secret>" for k in sorted(self.env)) + "}")
+        if self.oauth is not None:
+            parts.append("oauth=<secret>")
+        return "Credentials(" + ", ".join(parts) + ")"
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing is stored."""
+        return self.bearer_token is None and self.header is None and not self.env and self.oauth is None
+
+
+@dataclass(frozen=True)
+class SavedCatalogue:
+    """A server's catalogue as saved under ``fingerprint`` (of its configuration and credentials).
+
+    ``catalogue`` is a fresh dict decoded for this record alone (no one else holds it);
+    ``saved_at`` is a Unix time.
+    """
+
+    server: str
+    fingerprint: str
+    era: str
+    catalogue: dict
+    saved_at: float
+
+    def __repr__(self) -> str:
+        return (f"SavedCatalogue(server={self.server!r}, fingerprint={self.fingerprint!r}, "
+                f"era={self.era!r}, saved_at={self.saved_at!r}, catalogue=<{len(self.catalogue)} keys>)")

@@ -1,0 +1,441 @@
+"""The store: credentials, saved catalogues and OAuth client registrations.
+
+Owns one peewee database (SQLite at ``$ALBEDO_HOME/albedo.db`` by default, or PostgreSQL
+by URL) and every connection to it: one connection per thread that uses the store,
+opened on first use and all closed by :meth:`Store.close`. Hands out frozen records
+(:class:`Credentials`, :class:`SavedCatalogue`) and fresh plain dicts, never rows.
+
+Durability and concurrency:
+
+- SQLite: WAL, ``synchronous=FULL``, a bounded busy timeout (a second process writing
+  at once waits instead of failing), every write in ``BEGIN IMMEDIATE``; the database
+  file and its ``-wal``/``-shm`` are 0600 inside a 0700 home.
+- PostgreSQL: read-modify-write takes the row with ``SELECT ... FOR UPDATE``; lock
+  waits and statements are bounded by ``lock_timeout``/``statement_timeout``.
+- Each write is one transaction over one row, so a process killed mid-write leaves
+  the old record or the new one, never a mix.
+
+Every failure of the database or its driver becomes :class:`StoreError` with a
+one-line message that names the operation and never a secret value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+import urllib.parse
+from typing import Any, Callable, Iterator
+
+import peewee
+from peewee import PostgresqlDatabase, SqliteDatabase
+
+from ..errors import StoreError
+from . import migrations
+from .models import CatalogueRow, CredentialRow, OAuthClientRow
+from .records import Credentials, SavedCatalogue, thaw
+
+__all__ = ["open_store", "Store", "MAX_CATALOGUE_BYTES", "DB_FILENAME", "BUSY_TIMEOUT_S"]
+
+log = logging.getLogger(__name__)
+
+DB_FILENAME = "albedo.db"
+# A saved catalogue larger than this (as UTF-8 JSON) is refused.
+MAX_CATALOGUE_BYTES = 8 * 1024 * 1024
+# How long a writer waits for another process's write lock before failing (SQLite busy
+# timeout; PostgreSQL lock_timeout).
+BUSY_TIMEOUT_S = 30.0
+PG_CONNECT_TIMEOUT_S = 10
+PG_STATEMENT_TIMEOUT_S = 60
+
+try:  # the `postgres` extra
+    import psycopg2
+    _DRIVER_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, psycopg2.Error)
+except ImportError:  # pragma: no cover - depends on the extra
+    psycopg2 = None
+    _DRIVER_ERRORS = (sqlite3.Error,)
+
+
+def open_store(home: str, url: str | None = None) -> "Store":
+    """Open (creating and migrating as needed) the store.
+
+    ``url`` None means ``$ALBEDO_DATABASE_URL``, else SQLite at ``home/albedo.db``.
+    ``postgresql://`` (or ``postgres://``) URLs select PostgreSQL (extra ``postgres``);
+    ``sqlite:///PATH`` names another SQLite file.
+
+    Raises:
+        StoreError: the URL is not understood, or the database cannot be opened or migrated.
+    """
+    url = url or os.environ.get("ALBEDO_DATABASE_URL") or None
+    if url is None:
+        return Store(_sqlite(os.path.join(home, DB_FILENAME), home), "sqlite:" + DB_FILENAME)
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme in ("postgresql", "postgres"):
+        return Store(_postgres(url), _redact(url))
+    if scheme == "sqlite":
+        path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+        if not path:
+            raise StoreError(f"store: database URL {_redact(url)} names no file")
+        return Store(_sqlite(path, os.path.dirname(path) or "."), "sqlite:" + path)
+    raise StoreError(f"store: database URL scheme {scheme or '(none)'!r} is not supported; "
+                     "use postgresql://... or leave it unset for SQLite in $ALBEDO_HOME")
+
+
+class Store:
+    """Credentials, saved catalogues and OAuth clients; safe to use from several threads.
+
+    Use :func:`open_store` to get one, and :meth:`close` it when every thread is done.
+    """
+
+    def __init__(self, db: peewee.Database, where: str) -> None:
+        self._db = db
+        self._where = where
+        self._pg = isinstance(db, PostgresqlDatabase)
+        self._closed = False
+        with self._op("open"):
+            self.migrations_applied = tuple(migrations.migrate(db))
+
+    def __repr__(self) -> str:
+        return f"<Store {self._where}{' closed' if self._closed else ''}>"
+
+    # --- credentials ----------------------------------------------------------
+
+    def get_credentials(self, server: str) -> Credentials:
+        """The server's credentials; ``Credentials()`` when none are stored.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op(f"reading the credentials of {server!r}"):
+            row = CredentialRow.select().where(CredentialRow.server == server).first(self._db)
+            return _credentials(row)
+
+    def put_credentials(self, server: str, creds: Credentials) -> None:
+        """Replace the server's credentials (storing ``Credentials()`` keeps an empty row).
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op(f"saving the credentials of {server!r}"), self._write():
+            self._upsert_credentials(server, creds)
+
+    def update_credentials(self, server: str, fn: Callable[[Credentials], Credentials]) -> Credentials:
+        """Read, ``fn(old)``, write back, in one transaction that holds the row; returns the new one.
+
+        Two processes updating the same server at once are serialised: neither loses
+        the other's change. ``fn`` runs inside the transaction: keep it short and
+        free of I/O. An exception from ``fn`` rolls back and propagates unchanged.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op(f"updating the credentials of {server!r}"), self._write():
+            # Make sure there is a row to lock (FOR UPDATE locks nothing that is not there).
+            CredentialRow.insert(server=server, env="{}", updated_at=time.time()) \
+                .on_conflict_ignore().execute(self._db)
+            query = CredentialRow.select().where(CredentialRow.server == server)
+            if self._pg:
+                query = query.for_update()
+            old = _credentials(query.first(self._db))
+            new = fn(old)
+            if not isinstance(new, Credentials):
+                raise TypeError("update_credentials: fn must return Credentials")
+            self._upsert_credentials(server, new)
+            return new
+
+    def delete_credentials(self, server: str) -> None:
+        """Forget the server's credentials (nothing happens when there are none).
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op(f"deleting the credentials of {server!r}"), self._write():
+            CredentialRow.delete().where(CredentialRow.server == server).execute(self._db)
+
+    # --- catalogues -----------------------------------------------------------
+
+    def save_catalogue(self, server: str, fingerprint: str, era: str, catalogue: dict) -> None:
+        """Save the server's catalogue, replacing the one saved before.
+
+        Raises:
+            StoreError: the catalogue is not JSON or is larger than ``MAX_CATALOGUE_BYTES``
+                as JSON, or the database failed.
+        """
+        try:
+            text = json.dumps(thaw(catalogue), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"store: the catalogue of server {server!r} is not JSON: {_line(exc)}") from None
+        size = len(text.encode("utf-8"))
+        if size > MAX_CATALOGUE_BYTES:
+            raise StoreError(
+                f"store: the catalogue of server {server!r} is {size} bytes of JSON, over the "
+                f"{MAX_CATALOGUE_BYTES}-byte limit; it was not saved")
+        with self._op(f"saving the catalogue of {server!r}"), self._write():
+            CatalogueRow.insert(server=server, fingerprint=fingerprint, era=era, catalogue=text,
+                                saved_at=time.time()).on_conflict(
+                conflict_target=[CatalogueRow.server],
+                preserve=[CatalogueRow.fingerprint, CatalogueRow.era, CatalogueRow.catalogue,
+                          CatalogueRow.saved_at]).execute(self._db)
+
+    def load_catalogue(self, server: str) -> SavedCatalogue | None:
+        """The server's saved catalogue, or None.
+
+        Raises:
+            StoreError: the database failed, or the saved JSON is unreadable.
+        """
+        with self._op(f"loading the catalogue of {server!r}"):
+            row = CatalogueRow.select().where(CatalogueRow.server == server).first(self._db)
+            if row is None:
+                return None
+            return SavedCatalogue(server=row.server, fingerprint=row.fingerprint, era=row.era,
+                                  catalogue=_json_object(row.catalogue, "catalogue", server),
+                                  saved_at=row.saved_at)
+
+    def delete_catalogue(self, server: str) -> None:
+        """Forget the server's saved catalogue.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op(f"deleting the catalogue of {server!r}"), self._write():
+            CatalogueRow.delete().where(CatalogueRow.server == server).execute(self._db)
+
+    # --- OAuth client registrations -------------------------------------------
+
+    def put_oauth_client(self, issuer: str, redirect_uri: str, client: dict) -> None:
+        """Save the client registration for (issuer, redirect URI), replacing any before.
+
+        Raises:
+            StoreError: ``client`` is not JSON, or the database failed.
+        """
+        try:
+            text = json.dumps(thaw(client), separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError):
+            raise StoreError(f"store: the OAuth client for issuer {issuer!r} is not JSON") from None
+        with self._op(f"saving the OAuth client for issuer {issuer!r}"), self._write():
+            OAuthClientRow.insert(issuer=issuer, redirect_uri=redirect_uri, client=text,
+                                  saved_at=time.time()).on_conflict(
+                conflict_target=[OAuthClientRow.issuer, OAuthClientRow.redirect_uri],
+                preserve=[OAuthClientRow.client, OAuthClientRow.saved_at]).execute(self._db)
+
+    def get_oauth_client(self, issuer: str, redirect_uri: str) -> dict | None:
+        """The client registration for (issuer, redirect URI) as a fresh dict, or None.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op(f"reading the OAuth client for issuer {issuer!r}"):
+            row = OAuthClientRow.select().where(
+                (OAuthClientRow.issuer == issuer) & (OAuthClientRow.redirect_uri == redirect_uri)
+            ).first(self._db)
+            return None if row is None else _json_object(row.client, "OAuth client", issuer)
+
+    # --- lifecycle ------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every connection of every thread. Idempotent; later calls raise StoreError."""
+        if self._closed:
+            return
+        self._closed = True
+        self._db.close_all_connections()
+
+    def schema_versions(self) -> list[int]:
+        """The migrations recorded in this database (for admins and tests)."""
+        with self._op("reading the schema version"):
+            return migrations.applied_versions(self._db)
+
+    # --- internals ------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _op(self, what: str) -> Iterator[None]:
+        if self._closed:
+            raise StoreError(f"store {self._where}: {what}: the store is closed")
+        try:
+            self._db.connect(reuse_if_open=True)
+            yield
+        except (peewee.PeeweeException, OSError) + _DRIVER_ERRORS as exc:
+            self._db.drop_broken_connection()
+            message = f"store {self._where}: {what} failed: {_line(exc)}"
+            log.warning("%s", message)
+            raise StoreError(message) from None
+
+    def _write(self) -> Any:
+        # BEGIN IMMEDIATE takes SQLite's write lock up front, so the busy timeout
+        # applies (a deferred transaction upgrading to a writer fails at once instead).
+        return self._db.atomic() if self._pg else self._db.atomic("IMMEDIATE")
+
+    def _upsert_credentials(self, server: str, creds: Credentials) -> None:
+        values = {
+            "bearer_token": creds.bearer_token,
+            "header_name": creds.header[0] if creds.header else None,
+            "header_value": creds.header[1] if creds.header else None,
+            "env": json.dumps(dict(creds.env), sort_keys=True),
+            "oauth": None if creds.oauth is None else json.dumps(thaw(creds.oauth), sort_keys=True),
+            "updated_at": time.time(),
+        }
+        CredentialRow.insert(server=server, **values).on_conflict(
+            conflict_target=[CredentialRow.server],
+            update={getattr(CredentialRow, k): v for k, v in values.items()},
+        ).execute(self._db)
+
+
+# --- databases ----------------------------------------------------------------
+
+
+class _Tracked:
+    """Mixin: remember every connection (they are per thread) so close_all_connections reaches all."""
+
+    def _track_init(self) -> None:
+        self._conns_lock = threading.Lock()
+        self._conns: dict[int, tuple[threading.Thread, Any]] = {}
+
+    def _connect(self):  # type: ignore[no-untyped-def]
+        conn = super()._connect()  # type: ignore[misc]
+        stale = []
+        with self._conns_lock:
+            # Connections of threads that have ended are closed here, so they do not pile up.
+            for key, (thread, old) in list(self._conns.items()):
+                if not thread.is_alive():
+                    stale.append(old)
+                    del self._conns[key]
+            self._conns[id(conn)] = (threading.current_thread(), conn)
+        for old in stale:
+            with contextlib.suppress(Exception):
+                old.close()
+        return conn
+
+    def _close(self, conn):  # type: ignore[no-untyped-def]
+        with self._conns_lock:
+            self._conns.pop(id(conn), None)
+        super()._close(conn)  # type: ignore[misc]
+
+    def drop_broken_connection(self) -> None:
+        """After an error: roll back and close this thread's connection so the next use reconnects."""
+        if self._state.closed:  # type: ignore[attr-defined]
+            return
+        conn = self._state.conn  # type: ignore[attr-defined]
+        with contextlib.suppress(Exception):
+            conn.rollback()
+        with contextlib.suppress(Exception):
+            self._close(conn)
+        self._state.reset()  # type: ignore[attr-defined]
+
+    def close_all_connections(self) -> None:
+        with self._conns_lock:
+            conns = [conn for _thread, conn in self._conns.values()]
+            self._conns.clear()
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                conn.close()
+        with contextlib.suppress(Exception):
+            self._state.reset()  # type: ignore[attr-defined]
+
+
+class _SqliteDatabase(_Tracked, SqliteDatabase):
+    def __init__(self, path: str) -> None:
+        self._track_init()
+        super().__init__(
+            path,
+            pragmas={"journal_mode": "wal", "synchronous": "full", "foreign_keys": 1},
+            timeout=BUSY_TIMEOUT_S,
+            # Connections stay in their own thread; close_all_connections may close
+            # them from another thread once every user is done.
+            check_same_thread=False,
+        )
+
+    def _connect(self):  # type: ignore[no-untyped-def]
+        conn = super()._connect()
+        _restrict(self.database)
+        return conn
+
+
+class _PostgresqlDatabase(_Tracked, PostgresqlDatabase):
+    def __init__(self, url: str) -> None:
+        self._track_init()
+        if url.lower().startswith("postgres://"):
+            url = "postgresql://" + url[len("postgres://"):]
+        super().__init__(
+            url,  # peewee hands a postgresql:// URL to psycopg2 as the DSN
+            connect_timeout=PG_CONNECT_TIMEOUT_S,
+            options=f"-c lock_timeout={int(BUSY_TIMEOUT_S * 1000)} "
+                    f"-c statement_timeout={PG_STATEMENT_TIMEOUT_S * 1000}",
+            application_name="albedo_actors",
+        )
+
+
+def _sqlite(path: str, home: str) -> _SqliteDatabase:
+    try:
+        if not os.path.isdir(home):
+            os.makedirs(home, mode=0o700, exist_ok=True)
+        os.chmod(home, 0o700)
+        # Create the file ourselves with 0600; SQLite gives -wal and -shm the mode of
+        # the database file, and _restrict() re-checks them after every connect.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        os.close(fd)
+        _restrict(path)
+    except OSError as exc:
+        raise StoreError(f"store sqlite:{path}: cannot create it: {_line(exc)}") from None
+    return _SqliteDatabase(path)
+
+
+def _restrict(path: str) -> None:
+    for name in (path, path + "-wal", path + "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(name).st_mode & 0o077:
+                os.chmod(name, 0o600)
+
+
+def _postgres(url: str) -> _PostgresqlDatabase:
+    if psycopg2 is None:
+        raise StoreError("store: a postgresql:// URL needs psycopg2: install albedo-actors[postgres]")
+    return _PostgresqlDatabase(url)
+
+
+def _redact(url: str) -> str:
+    """The URL without user info, query or fragment (they may hold a password)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def _line(exc: BaseException, limit: int = 200) -> str:
+    """One bounded line about ``exc``: its type and the first line of its message.
+
+    psycopg2 puts details (which may quote values) on later lines; only the first is kept.
+    """
+    cause = exc.__cause__ or exc.__context__
+    diag = getattr(exc, "diag", None) or getattr(cause, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    text = primary or (str(exc).strip().splitlines() or [""])[0]
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _credentials(row: CredentialRow | None) -> Credentials:
+    if row is None:
+        return Credentials()
+    header = None
+    if row.header_name is not None and row.header_value is not None:
+        header = (row.header_name, row.header_value)
+    env = _json_object(row.env or "{}", "credentials", row.server)
+    oauth = None if row.oauth is None else _json_object(row.oauth, "credentials", row.server)
+    return Credentials(bearer_token=row.bearer_token, header=header, env=env, oauth=oauth)
+
+
+def _json_object(text: str, what: str, name: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        # Never quote the text: it may be a secret.
+        raise StoreError(f"store: the saved {what} of {name!r} is not a JSON object")
+    return value
