@@ -1,0 +1,104 @@
+"""Saved catalogues: the fingerprint that keys them and their JSON form.
+
+A catalogue is saved under a fingerprint of the server's configuration and
+credentials; one saved under another fingerprint (the configuration or a secret
+changed) is not used. The fingerprint is a SHA-256 over a canonical JSON of every
+field that can change what the server offers, with secret values hashed first, so
+nothing secret can be read back from it.
+
+Pure code: no store, no threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, Mapping
+
+from .catalogue import Catalogue
+from .config import ServerConfig
+
+FINGERPRINT_VERSION = 1
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+def fingerprint(server: ServerConfig, credentials: Any = None, environ: Mapping[str, str] | None = None) -> str:
+    """The key a catalogue of ``server`` is saved under.
+
+    ``credentials`` is the server's stored :class:`~albedo_actors.store.Credentials`
+    (or None); ``environ`` gives the values of the variables the configuration names,
+    so that changing a named secret also changes the fingerprint.
+    """
+    config = dataclasses.asdict(server)
+    config.pop("enabled", None)  # switching a server off and on does not change it
+    config.pop("call_timeout_ms", None)
+    named = {}
+    if environ is not None:
+        variables = list(server.env.values()) + list(server.headers.values())
+        if server.bearer_token_env_var:
+            variables.append(server.bearer_token_env_var)
+        named = {variable: _digest(environ[variable]) for variable in sorted(variables) if variable in environ}
+    secrets = {}
+    if credentials is not None:
+        secrets = {
+            "bearer": _digest(credentials.bearer_token) if credentials.bearer_token else None,
+            "header": [credentials.header[0], _digest(credentials.header[1])] if credentials.header else None,
+            "env": {key: _digest(value) for key, value in sorted(credentials.env.items())},
+        }
+    canonical = json.dumps(
+        {"v": FINGERPRINT_VERSION, "config": config, "named": named, "secrets": secrets},
+        sort_keys=True,
+        separators=(",", ":"),
+        default=lambda value: dict(value) if isinstance(value, Mapping) else list(value),
+    )
+    return _digest(canonical)
+
+
+def to_json(catalogue: Catalogue) -> dict[str, Any]:
+    """A catalogue as a JSON object (for the store)."""
+    return {
+        "era": catalogue.era,
+        "protocolVersion": catalogue.protocol_version,
+        "serverInfo": catalogue.server_info,
+        "instructions": catalogue.instructions,
+        "capabilities": catalogue.capabilities,
+        "tools": list(catalogue.tools),
+        "resources": list(catalogue.resources),
+        "resourceTemplates": list(catalogue.resource_templates),
+        "prompts": list(catalogue.prompts),
+    }
+
+
+def from_json(server: str, data: Mapping[str, Any]) -> Catalogue:
+    """The catalogue a saved JSON object describes.
+
+    Raises:
+        ValueError: the object is not a saved catalogue.
+    """
+    def items(key: str) -> tuple[dict[str, Any], ...]:
+        value = data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+            raise ValueError(f"saved catalogue of {server!r}: {key} is not a list of objects")
+        return tuple(value)
+
+    era = data.get("era")
+    version = data.get("protocolVersion")
+    if era not in ("modern", "legacy") or not isinstance(version, str):
+        raise ValueError(f"saved catalogue of {server!r} has no era or protocol version")
+    instructions = data.get("instructions")
+    return Catalogue(
+        server=server,
+        era=era,
+        protocol_version=version,
+        server_info=dict(data.get("serverInfo") or {}),
+        instructions=instructions if isinstance(instructions, str) else None,
+        capabilities=dict(data.get("capabilities") or {}),
+        tools=items("tools"),
+        resources=items("resources"),
+        resource_templates=items("resourceTemplates"),
+        prompts=items("prompts"),
+    )

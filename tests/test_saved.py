@@ -1,0 +1,62 @@
+"""Fingerprints of configuration and credentials, and the saved form of a catalogue."""
+
+import json
+
+import pytest
+
+from albedo_actors.catalogue import Catalogue
+from albedo_actors.config import ServerConfig
+from albedo_actors.saved import fingerprint, from_json, to_json
+from albedo_actors.store import Credentials
+
+BASE = ServerConfig(name="docs", type="stdio", command="/bin/docs", args=("--root", "/srv"), env={"TOKEN": "DOCS_TOKEN"})
+
+
+def test_the_fingerprint_is_stable_and_keeps_no_secret():
+    creds = Credentials(bearer_token="tok-123456", env={"K": "secret-env-987"})
+    environ = {"DOCS_TOKEN": "named-secret-555"}
+    first = fingerprint(BASE, creds, environ)
+    assert first == fingerprint(BASE, creds, dict(environ))
+    assert len(first) == 64
+    for secret in ("tok-123456", "secret-env-987", "named-secret-555"):
+        assert secret not in first
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c, k, e: (ServerConfig(**{**BASE.__dict__, "args": ("--root", "/other")}), k, e),
+        lambda c, k, e: (ServerConfig(**{**BASE.__dict__, "disabled_tools": ("rm",)}), k, e),
+        lambda c, k, e: (c, Credentials(bearer_token="other"), e),
+        lambda c, k, e: (c, Credentials(env={"K": "changed"}), e),
+        lambda c, k, e: (c, k, {"DOCS_TOKEN": "rotated"}),
+    ],
+    ids=["args", "tool filter", "bearer token", "env entry", "named variable"],
+)
+def test_what_changes_the_server_changes_the_fingerprint(change):
+    creds, environ = Credentials(env={"K": "v"}), {"DOCS_TOKEN": "s"}
+    before = fingerprint(BASE, creds, environ)
+    assert fingerprint(*change(BASE, creds, environ)) != before
+
+
+def test_switching_a_server_off_and_on_or_its_call_timeout_keeps_the_fingerprint():
+    assert fingerprint(ServerConfig(**{**BASE.__dict__, "enabled": False})) == fingerprint(BASE)
+    assert fingerprint(ServerConfig(**{**BASE.__dict__, "call_timeout_ms": 5})) == fingerprint(BASE)
+
+
+def test_a_catalogue_round_trips_through_json():
+    catalogue = Catalogue(
+        server="docs", era="modern", protocol_version="2026-07-28", server_info={"name": "d", "version": "1"},
+        instructions="use search", capabilities={"tools": {"listChanged": True}},
+        tools=({"name": "search", "inputSchema": {"type": "object"}},), prompts=({"name": "greet"},),
+    )
+    restored = from_json("docs", json.loads(json.dumps(to_json(catalogue))))
+    assert restored == catalogue and restored.same_listing(catalogue)
+    assert restored.server_info == catalogue.server_info and restored.capabilities == catalogue.capabilities
+
+
+@pytest.mark.parametrize("data", [{}, {"era": "modern"}, {"era": "x", "protocolVersion": "v"},
+                                  {"era": "legacy", "protocolVersion": "v", "tools": [1]}])
+def test_a_damaged_saved_catalogue_is_refused(data):
+    with pytest.raises(ValueError, match="saved catalogue of 'docs'"):
+        from_json("docs", data)
