@@ -2,24 +2,46 @@
 
 ::
 
-    albedo-mcp [--home DIR] tools [--json]
-    albedo-mcp [--home DIR] call NAME [--args JSON] [--json]
+    albedo-mcp [--home DIR] [--database URL] tools [--json]
+    albedo-mcp [--home DIR] [--database URL] call NAME [--args JSON] [--json]
     albedo-mcp demo
+
+    albedo-mcp servers [--json]
+    albedo-mcp add TARGET [--transport http|stdio] [--name NAME] [--disabled]
+               [--bearer-token | --bearer-token-env VAR]
+               [--header NAME [--header-env VAR]] [--env KEY ...] [--env-from KEY=VAR ...] [--stdin]
+    albedo-mcp edit NAME [--url URL | --command LINE] [the secret options of add]
+    albedo-mcp remove NAME | enable NAME | disable NAME
+
+The admin commands (servers, add, edit, remove, enable, disable) take ``--home`` and
+``--database URL`` (else ``$ALBEDO_DATABASE_URL``, else SQLite at HOME/albedo.db) and
+change settings only through :mod:`albedo_actors.settings`. Secrets are never taken
+from the command line: each one named by an option is read without echo from the
+terminal, or, when standard input is not a terminal (or ``--stdin`` is given), as one
+line of standard input each, in the order bearer token, header value, env entries;
+``--bearer-token-env``, ``--header-env`` and ``--env-from`` read them from the
+script's environment instead. For ``edit`` a blank secret keeps the stored one and
+``-`` removes it.
 
 Exit codes: 0 done; 1 the tool reported ``isError`` (or the server answered the call
 with a JSON-RPC error); 2 usage or configuration error; 3 unavailable (the call did
-not run); 4 unknown outcome (the call was sent and the connection was lost, or the
-answer was not valid MCP); 5 timed out. Warnings go to stderr, one line each, naming
-the server. No traceback reaches the user unless ``--verbose`` is given.
+not run; for add/edit/enable: the server could not connect, so nothing was saved);
+4 unknown outcome (the call was sent and the connection was lost, or the answer was
+not valid MCP); 5 timed out. Warnings go to stderr, one line each, naming the server.
+No traceback reaches the user unless ``--verbose`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import getpass
 import json
 import logging
+import os
+import shlex
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from . import __version__
 from .config import load, resolve_home
@@ -28,6 +50,7 @@ from .errors import (
     ConfigError,
     ProtocolViolation,
     RemoteError,
+    SettingsConflict,
     TimedOut,
     Unavailable,
     UnknownOutcome,
@@ -54,19 +77,79 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Connect to configured MCP servers; list and call their tools.")
+    parser = _Parser(
+        prog=PROG,
+        description="Connect to configured MCP servers, list and call their tools; manage the servers and their credentials.",
+        epilog="exit codes: 0 done, 1 tool error, 2 usage or configuration, 3 unavailable (add/edit/enable: "
+        "the server could not connect, nothing saved), 4 unknown outcome, 5 timed out",
+    )
     parser.add_argument("--home", help="configuration directory (default: $ALBEDO_HOME, else ~/.albedo)")
+    parser.add_argument("--database", metavar="URL", help="store URL (default: $ALBEDO_DATABASE_URL, else SQLite at HOME/albedo.db)")
     parser.add_argument("--verbose", "-v", action="store_true", help="log what happens to stderr")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     tools = commands.add_parser("tools", help="list the tools every enabled server advertises")
     tools.add_argument("--json", action="store_true", help="print a JSON array")
+    _place_options(tools)
     call = commands.add_parser("call", help="call one tool by advertised name or SERVER/TOOL")
     call.add_argument("name", metavar="NAME", help="an advertised name (mcp_SERVER_TOOL) or SERVER/TOOL")
     call.add_argument("--args", default=None, metavar="JSON", help="the arguments, a JSON object")
     call.add_argument("--json", action="store_true", help="print the CallToolResult as JSON")
+    _place_options(call)
     commands.add_parser("demo", help="show what albedo_actors does, on the bundled demo server")
+    _admin_parsers(commands)
     return parser
+
+
+_SECRETS_HELP = (
+    "secrets are never taken from the command line: each is read without echo from the terminal, "
+    "or as one line of standard input (order: bearer token, header value, env entries)"
+)
+
+
+def _place_options(sub: argparse.ArgumentParser) -> None:
+    # --home and --database after the command too; SUPPRESS keeps a value given before it.
+    sub.add_argument("--home", default=argparse.SUPPRESS, help="configuration directory")
+    sub.add_argument("--database", default=argparse.SUPPRESS, metavar="URL", help="store URL (default: $ALBEDO_DATABASE_URL, else HOME/albedo.db)")
+    sub.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help="log what happens to stderr")
+
+
+def _admin_parsers(commands: Any) -> None:
+    def admin(name: str, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help)
+        _place_options(sub)
+        return sub
+
+    def secrets(sub: argparse.ArgumentParser) -> None:
+        group = sub.add_argument_group("secrets", _SECRETS_HELP)
+        group.add_argument("--bearer-token", action="store_true", help="read a bearer token (HTTP)")
+        group.add_argument("--bearer-token-from-stdin", dest="bearer_token", action="store_true", help=argparse.SUPPRESS)
+        group.add_argument("--bearer-token-env", metavar="VAR", help="take the bearer token from this variable of your environment")
+        group.add_argument("--header", metavar="NAME", help="one custom HTTP header; its value is read like a secret")
+        group.add_argument("--header-env", metavar="VAR", help="take the --header value from this variable of your environment")
+        group.add_argument("--env", action="append", default=[], metavar="KEY", help="a KEY=value env entry for a stdio server; the value is read like a secret (repeatable)")
+        group.add_argument("--env-from", action="append", default=[], metavar="KEY=VAR", help="an env entry whose value is taken from VAR of your environment (repeatable)")
+        group.add_argument("--stdin", action="store_true", help="read the secrets from standard input even on a terminal")
+
+    servers = admin("servers", "list the configured servers (never a secret)")
+    servers.add_argument("--json", action="store_true", help="print a JSON array")
+    add = admin("add", "add a server; it must connect unless --disabled (else nothing is saved, exit 3)")
+    add.add_argument("target", metavar="TARGET", help="the URL (http) or the command line as one shell-quoted string (stdio; no shell runs)")
+    add.add_argument("--transport", choices=("http", "stdio"), default="http", help="default: http")
+    add.add_argument("--name", help="default: suggested from the URL host (mcp.example.com -> example) or the command's package")
+    add.add_argument("--disabled", action="store_true", help='save it switched off ("enabled": false); it is not tried')
+    secrets(add)
+    edit = admin("edit", "change a server's URL, command or secrets; it must connect unless disabled (else exit 3)")
+    edit.add_argument("name", metavar="NAME")
+    edit.add_argument("--url", help="the new URL (http)")
+    edit.add_argument("--command", dest="command_line", metavar="LINE", help="the new command line, one shell-quoted string (stdio)")
+    secrets(edit)
+    for name, help in (
+        ("remove", "delete a server, its credentials and its saved catalogue"),
+        ("enable", "switch a server back on; it must connect (else it stays off, exit 3)"),
+        ("disable", 'switch a server off ("enabled": false)'),
+    ):
+        admin(name, help).add_argument("name", metavar="NAME")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,6 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if not args.verbose:
         logging.getLogger("pykka").setLevel(logging.CRITICAL)
+    # peewee logs every query with its parameters at DEBUG: those may be secrets.
+    logging.getLogger("peewee").setLevel(logging.INFO)
     try:
         if args.command == "tools":
             return _tools(args)
@@ -91,7 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .demo.run import run_demo
 
             return run_demo(out=sys.stdout)
-        _error(f"a command is required: tools, call or demo (see {PROG} --help)")
+        if args.command in _ADMIN:
+            return _admin(args)
+        _error(f"a command is required: tools, call, demo, servers, add, edit, remove, enable or disable (see {PROG} --help)")
         return EXIT_USAGE
     except _Usage as exc:
         _error(str(exc))
@@ -111,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def exit_code(exc: AlbedoError) -> int:
     """The exit code for an error, as the module docstring lists them."""
+    if isinstance(exc, SettingsConflict):
+        return EXIT_UNAVAILABLE
     if isinstance(exc, ConfigError):
         return EXIT_USAGE
     if isinstance(exc, Unavailable):
@@ -126,7 +215,7 @@ def exit_code(exc: AlbedoError) -> int:
 
 def _tools(args: argparse.Namespace) -> int:
     config = load(resolve_home(args.home))
-    with Session(config, list(config.enabled), _warn) as session:
+    with _stored_credentials(args, config.home) as credentials, Session(config, list(config.enabled), _warn, credentials) as session:
         for failure in session.failures.values():
             _warn(f"{failure}; left out")
         tools = session.tools()
@@ -153,7 +242,7 @@ def _call(args: argparse.Namespace) -> int:
     for server in candidates:
         if not server.enabled:
             raise _Usage(f"server {server.name!r} is disabled in extensions.json")
-    with Session(config, candidates, _warn) as session:
+    with _stored_credentials(args, config.home) as credentials, Session(config, candidates, _warn, credentials) as session:
         if not session.catalogues:
             raise next(iter(session.failures.values()))
         matches = [
@@ -178,6 +267,149 @@ def _call(args: argparse.Namespace) -> int:
         _error(f"server {server_name!r}: tool {tool!r} reported an error")
         return EXIT_TOOL_ERROR
     return EXIT_OK
+
+
+# -- admin commands ---------------------------------------------------------------------------
+
+_ADMIN = ("servers", "add", "edit", "remove", "enable", "disable")
+
+
+@contextlib.contextmanager
+def _stored_credentials(args: argparse.Namespace, home: str) -> Iterator[Callable[[str], Any] | None]:
+    """The store's credentials for tools/call, when there is a store to read.
+
+    Without ``--database``, ``$ALBEDO_DATABASE_URL`` or an existing HOME/albedo.db
+    nothing is opened (listing tools creates no database).
+    """
+    url = args.database or os.environ.get("ALBEDO_DATABASE_URL")
+    if not url and not os.path.exists(os.path.join(home, "albedo.db")):
+        yield None
+        return
+    from .store import open_store
+
+    store = open_store(home, url=url)
+    try:
+        yield store.get_credentials
+    finally:
+        store.close()
+
+
+def _admin(args: argparse.Namespace) -> int:
+    from .settings import ServerChanges, ServerSpec, Settings, suggest_name
+    from .store import open_store
+
+    home = resolve_home(args.home)
+    secrets = _read_secrets(args) if args.command in ("add", "edit") else None
+    store = open_store(home, url=args.database)
+    try:
+        settings = Settings(home, store)
+        if args.command == "servers":
+            views = settings.servers()
+            if args.json:
+                _print_json([view.as_json() for view in views])
+            else:
+                for view in views:
+                    stored = ", ".join(view.credentials) or "no credentials"
+                    print(f"{view.name}\t{view.transport}\t{view.state}\t{view.target}\t{stored}")
+            return EXIT_OK
+        if args.command == "add":
+            if args.transport == "http":
+                spec_kwargs: dict[str, Any] = {"url": args.target}
+            else:
+                words = _split(args.target, "TARGET")
+                spec_kwargs = {"command": words[0], "args": tuple(words[1:])}
+            name = args.name or suggest_name(args.transport, args.target, set(settings.names()))
+            view = settings.add(ServerSpec(name=name, transport=args.transport, enabled=not args.disabled, **spec_kwargs), secrets)
+            print(f"added {view.name} ({view.transport}, {view.state})")
+            return EXIT_OK
+        if args.command == "edit":
+            if args.url is not None and args.command_line is not None:
+                raise _Usage("give --url or --command, not both")
+            changes = ServerChanges(url=args.url)
+            if args.command_line is not None:
+                words = _split(args.command_line, "--command")
+                changes = ServerChanges(command=words[0], args=tuple(words[1:]))
+            view = settings.edit(args.name, changes, secrets)
+            print(f"saved {view.name} ({view.transport}, {view.state})")
+            return EXIT_OK
+        if args.command == "remove":
+            settings.remove(args.name)
+            print(f"removed {args.name}")
+            return EXIT_OK
+        if args.command == "enable":
+            view = settings.enable(args.name)
+            print(f"enabled {view.name} ({view.state})")
+            return EXIT_OK
+        view = settings.disable(args.name)
+        print(f"disabled {view.name}")
+        return EXIT_OK
+    finally:
+        store.close()
+
+
+def _split(line: str, what: str) -> list[str]:
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:
+        raise _Usage(f"{what} is not a valid command line: {exc}") from None
+    if not words:
+        raise _Usage(f"{what} names no command")
+    return words
+
+
+def _read_secrets(args: argparse.Namespace) -> Any:
+    """Read every secret the options name, in the documented order; never from argv."""
+    from .settings import SecretInput
+
+    if args.bearer_token and args.bearer_token_env:
+        raise _Usage("give --bearer-token or --bearer-token-env, not both")
+    if args.header_env and not args.header:
+        raise _Usage("--header-env needs --header NAME")
+    reader = _SecretReader(args.stdin, editing=args.command == "edit")
+    bearer = None
+    if args.bearer_token_env:
+        bearer = _from_environment(args.bearer_token_env, "--bearer-token-env")
+    elif args.bearer_token:
+        bearer = reader.read("bearer token")
+    header = None
+    if args.header:
+        value = _from_environment(args.header_env, "--header-env") if args.header_env else reader.read(f"value of header {args.header}")
+        header = (args.header, value)
+    env: dict[str, str] = {}
+    for key in args.env:
+        if "=" in key:
+            # Say nothing of what follows the "=": it may be a secret.
+            raise _Usage("--env takes a KEY only; its value is read without echo or from standard input, never from the command line")
+        env[key] = reader.read(f"value of env {key}")
+    for item in args.env_from:
+        key, sep, variable = item.partition("=")
+        if not sep or not key or not variable:
+            raise _Usage("--env-from takes KEY=VAR (VAR: a variable of your environment holding the value)")
+        env[key] = _from_environment(variable, "--env-from")
+    return SecretInput(bearer_token=bearer, header=header, env=env)
+
+
+def _from_environment(variable: str, option: str) -> str:
+    value = os.environ.get(variable)
+    if value is None:
+        raise _Usage(f"{option}: ${variable} is not set")
+    return value
+
+
+class _SecretReader:
+    """Reads secrets: a prompt without echo on a terminal, else one line of stdin each."""
+
+    def __init__(self, force_stdin: bool, editing: bool) -> None:
+        self.interactive = not force_stdin and sys.stdin is not None and sys.stdin.isatty()
+        self.hint = " (blank keeps, - removes)" if editing else ""
+
+    def read(self, what: str) -> str:
+        if self.interactive:
+            return getpass.getpass(f"{what}{self.hint}: ")
+        line = sys.stdin.readline() if sys.stdin is not None else ""
+        if not line:
+            raise _Usage(f"standard input ended before the {what}; give one line per secret")
+        return line.rstrip("\r\n")
 
 
 def _arguments(text: str | None) -> dict[str, Any] | None:

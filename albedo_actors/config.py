@@ -256,11 +256,16 @@ def _url(value: Any, where: str) -> str:
     return value
 
 
-def launch_spec(server: ServerConfig, home: str, environ: Mapping[str, str] = os.environ) -> LaunchSpec:
+def launch_spec(
+    server: ServerConfig, home: str, environ: Mapping[str, str] = os.environ, credentials: Any = None
+) -> LaunchSpec:
     """Resolve what to run for a stdio server: exact executable, directory, environment.
 
-    The environment is HOME, PATH and TMPDIR of the host plus the named values;
-    nothing else of the host's environment reaches the server.
+    The environment is HOME, PATH and TMPDIR of the host plus the named values, plus
+    the ``KEY=value`` entries stored for the server (``credentials.env``, a
+    :class:`albedo_actors.store.Credentials` or anything with an ``env`` mapping),
+    which win over a named value of the same key; nothing else of the host's
+    environment reaches the server.
 
     Raises:
         ConfigError: a named variable is not set, or the directory does not exist.
@@ -275,6 +280,9 @@ def launch_spec(server: ServerConfig, home: str, environ: Mapping[str, str] = os
             raise ConfigError(f"{where}: env {key} names ${variable}, which is not set in the host's environment")
         env[key] = environ[variable]
         secrets.append(environ[variable])
+    for key, value in (getattr(credentials, "env", None) or {}).items():
+        env[key] = value
+        secrets.append(value)
     cwd = server.cwd
     if cwd is None:
         cwd = os.path.join(home, "servers", server.name)
@@ -294,8 +302,12 @@ def launch_spec(server: ServerConfig, home: str, environ: Mapping[str, str] = os
     return LaunchSpec(executable=executable, args=server.args, cwd=cwd, env=env, secrets=tuple(secrets))
 
 
-def http_headers(server: ServerConfig, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+def http_headers(server: ServerConfig, environ: Mapping[str, str] = os.environ, credentials: Any = None) -> dict[str, str]:
     """The credentials an HTTP server gets on every request, read from named variables.
+
+    Stored ``credentials`` (a :class:`albedo_actors.store.Credentials`: its
+    ``bearer_token`` and its one ``header``, a (name, value) pair) are added, and win
+    over a named variable for the same header.
 
     Raises:
         ConfigError: a named variable is not set, or its value cannot be a header.
@@ -312,4 +324,17 @@ def http_headers(server: ServerConfig, environ: Mapping[str, str] = os.environ) 
         if any(ch in value for ch in "\r\n\0"):
             raise ConfigError(f"{where}: ${variable} holds a line break, which cannot go into an HTTP header")
         out[header] = f"Bearer {value}" if header == "Authorization" and variable == server.bearer_token_env_var else value
+    stored = []
+    bearer = getattr(credentials, "bearer_token", None)
+    if bearer:
+        stored.append(("Authorization", f"Bearer {bearer}"))
+    header = getattr(credentials, "header", None)
+    if header:
+        stored.append((header[0], header[1]))
+    for name, value in stored:
+        if any(ch in value for ch in "\r\n\0") or not _HEADER_NAME.match(name):
+            raise ConfigError(f"{where}: the stored {name} header cannot be sent (a line break or a bad name)")
+        for existing in [h for h in out if h.lower() == name.lower()]:
+            del out[existing]
+        out[name] = value
     return out

@@ -359,6 +359,7 @@ def open_http(
     environ: Mapping[str, str] = os.environ,
     track: Callable[[Any], None] = lambda link: None,
     handlers: Handlers | None = None,
+    credentials: Any = None,
 ) -> Connection:
     """Connect to a streamable HTTP server and find out its era within ``timeout`` seconds.
 
@@ -369,7 +370,7 @@ def open_http(
     """
     server = config.name
     deadline = time.monotonic() + timeout
-    headers = http_headers(config, environ)
+    headers = http_headers(config, environ, credentials)
     opened_event = threading.Event()
 
     def closed(reason: str) -> None:

@@ -4,6 +4,7 @@
 
     AlbedoError
      ├── ConfigError            extensions.json or a server entry is wrong; fix it and retry
+     │    └── SettingsConflict  a saved server could not connect; the save was undone
      ├── StoreError             the catalogue/credential store failed (later issues)
      ├── ServerError            something about one server (always names it)
      │    ├── Unavailable       the request never left: the server could not be reached
@@ -29,6 +30,7 @@ from typing import Any
 __all__ = [
     "AlbedoError",
     "ConfigError",
+    "SettingsConflict",
     "StoreError",
     "ServerError",
     "Unavailable",
@@ -50,6 +52,21 @@ class AlbedoError(Exception):
 
 class ConfigError(AlbedoError):
     """The configuration is invalid; the message says which entry and why."""
+
+
+class SettingsConflict(ConfigError):
+    """Saving a server was refused: it could not connect, so the previous
+    extensions.json and credentials were restored. ``server`` names it; ``cause`` is
+    the server's own error (its message is one line)."""
+
+    def __init__(self, server: str, cause: AlbedoError) -> None:
+        super().__init__(f"server {server!r} was not saved, it could not connect: {_detail(cause)}")
+        self.server = server
+        self.cause = cause
+
+
+def _detail(exc: AlbedoError) -> str:
+    return getattr(exc, "detail", None) or str(exc)
 
 
 class StoreError(AlbedoError):

@@ -44,7 +44,16 @@ def advertised_name(server: str, tool: str) -> str:
 class Session:
     """Clients for some servers of one configuration. Use as a context manager."""
 
-    def __init__(self, config: McpConfig, servers: list[ServerConfig], warn: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        config: McpConfig,
+        servers: list[ServerConfig],
+        warn: Callable[[str], None],
+        credentials: Callable[[str], Any] | None = None,
+    ) -> None:
+        # ``credentials(name)`` gives a server's stored credentials (a plain record, see
+        # albedo_actors.store.Credentials), read once per open; None: none stored.
+        self._credentials = credentials
         self.config = config
         self._warn = warn
         self.handles: dict[str, ServerHandle] = {}
@@ -68,8 +77,9 @@ class Session:
             ConfigError: the configuration of a server is unusable (e.g. a named
                 variable is not set); all clients are stopped first.
         """
+        stored = {s.name: self._credentials(s.name) for s in self._servers} if self._credentials is not None else {}
         for server in self._servers:
-            self.handles[server.name] = ServerHandle.start(server, self.config.home)
+            self.handles[server.name] = ServerHandle.start(server, self.config.home, credentials=stored.get(server.name))
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(self.handles)))) as pool:
             futures = {name: pool.submit(handle.connect) for name, handle in self.handles.items()}
         config_errors = []

@@ -114,3 +114,30 @@ def test_a_missing_working_directory_is_a_configuration_error(tmp_path):
     config = parse(servers(s={"command": sys.executable, "cwd": "does/not/exist"}), str(tmp_path))
     with pytest.raises(ConfigError, match="is not a directory"):
         launch_spec(config.servers[0], str(tmp_path), {"PATH": "/bin"})
+
+
+# -- stored credentials ---------------------------------------------------------------------
+
+
+def test_launch_spec_adds_the_stored_env_entries_over_named_ones(tmp_path):
+    from albedo_actors.store import Credentials
+
+    config = parse({"mcp": {"servers": {"s": {"command": sys.executable, "env": {"A": {"env": "HOST_A"}, "B": {"env": "HOST_B"}}}}}}, str(tmp_path))
+    creds = Credentials(env={"B": "stored-b", "C": "stored-c"})
+    spec = launch_spec(config.server("s"), str(tmp_path), {"PATH": os.defpath, "HOST_A": "a", "HOST_B": "b"}, creds)
+    assert (spec.env["A"], spec.env["B"], spec.env["C"]) == ("a", "stored-b", "stored-c")
+    assert "stored-c" in spec.secrets
+
+
+def test_http_headers_add_the_stored_bearer_and_header(tmp_path):
+    from albedo_actors.config import http_headers
+    from albedo_actors.store import Credentials
+
+    config = parse({"mcp": {"servers": {"s": {"url": "https://x.example/mcp", "bearerTokenEnvVar": "TOK", "headers": {"x-key": {"env": "KEY"}}}}}}, str(tmp_path))
+    server = config.server("s")
+    environ = {"TOK": "named", "KEY": "named-key"}
+    assert http_headers(server, environ) == {"Authorization": "Bearer named", "x-key": "named-key"}
+    stored = http_headers(server, environ, Credentials(bearer_token="stored", header=("X-Key", "stored-key")))
+    assert stored == {"Authorization": "Bearer stored", "X-Key": "stored-key"}
+    with pytest.raises(ConfigError):
+        http_headers(server, environ, Credentials(header=("X-Key", "bad\r\nvalue")))

@@ -98,13 +98,18 @@ class ServerClient(pykka.ThreadingActor):
         owner: pykka.ActorRef | None = None,
         spec_factory: Callable[[ServerConfig], LaunchSpec] | None = None,
         handlers: Handlers | None = None,
+        credentials: Any = None,
     ) -> None:
+        # ``credentials``: the server's stored credentials, a plain record (see
+        # albedo_actors.store.Credentials) with ``bearer_token``, ``header`` and ``env``;
+        # the actor never touches the store itself.
         super().__init__()
         self._handlers = handlers
         self.config = config
         self._home = home
         self._owner = owner
-        self._spec_factory = spec_factory or (lambda cfg: launch_spec(cfg, home))
+        self._credentials = credentials
+        self._spec_factory = spec_factory or (lambda cfg: launch_spec(cfg, home, credentials=credentials))
         self._connection: Connection | None = None
         self._catalogue: Catalogue | None = None
         self._attempt = 0
@@ -304,7 +309,13 @@ class ServerClient(pykka.ThreadingActor):
     def _open(self, config: ServerConfig, on_notification: Any, on_closed: Any) -> Connection:
         if config.type == "http":
             return open_http(
-                config, on_notification, on_closed, config.startup_timeout, track=self._opening.add, handlers=self._handlers
+                config,
+                on_notification,
+                on_closed,
+                config.startup_timeout,
+                track=self._opening.add,
+                handlers=self._handlers,
+                credentials=self._credentials,
             )
         spec = self._spec_factory(config)
         return open_stdio(

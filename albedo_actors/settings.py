@@ -1,0 +1,526 @@
+"""The settings API: the one writer of ``extensions.json`` and of the stored credentials.
+
+::
+
+    settings = Settings(home, store)
+    settings.servers()                        # [ServerView], never a secret
+    settings.add(ServerSpec("docs", "stdio", command="docs-mcp", args=("--root", "/srv")),
+                 SecretInput(env={"DOCS_TOKEN": "..."}))
+    settings.edit("docs", ServerChanges(args=("--root", "/data")), SecretInput(env={"DOCS_TOKEN": "-"}))
+    settings.disable("docs"); settings.enable("docs"); settings.remove("docs")
+
+A save writes the server's entry into ``extensions.json`` (atomically: a temporary file
+in the same directory, fsync, ``os.replace``, mode 0600) and its credentials into the
+store together. Then, unless the server is switched off (``"enabled": false``), it is
+connected once, within its ``startupTimeoutMs``; when that fails both the previous
+file and the previous credentials are restored and :class:`SettingsConflict` is raised
+with the server's one-line error. Saves of one home are serialised by an advisory lock
+(``HOME/.extensions.lock``), so two admin processes do not interleave.
+
+Secret edits follow the reference's form: a blank secret (``""`` or ``None``) keeps the
+stored one, ``"-"`` removes it, anything else replaces it. Secrets go to the store
+only; ``extensions.json`` only ever names environment variables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import re
+import shlex
+import tempfile
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+from .actors.client import ServerHandle
+from .config import _ENV_NAME, _HEADER_NAME, _NAME, ServerConfig, parse
+from .errors import AlbedoError, ConfigError, SettingsConflict
+
+logger = logging.getLogger(__name__)
+
+REMOVE = "-"  # a secret given as "-" removes the stored one
+FILE_NAME = "extensions.json"
+LOCK_NAME = ".extensions.lock"
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """A new server, as the reference's form takes it (secrets apart)."""
+
+    name: str
+    transport: str = "http"  # "http" or "stdio"
+    url: str | None = None
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class ServerChanges:
+    """What :meth:`Settings.edit` changes; None leaves a field as it is."""
+
+    url: str | None = None
+    command: str | None = None
+    args: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class SecretInput:
+    """Secrets typed for a save. Per value: blank keeps the stored one, ``-`` removes it.
+
+    ``header`` is one custom HTTP header, (name, value); a blank value with a new name
+    renames the stored header, keeping its value. ``env`` maps KEY -> value (stdio).
+    """
+
+    bearer_token: str | None = None
+    header: tuple[str, str] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # never show a secret, even in a traceback
+        return f"SecretInput(bearer_token={'***' if self.bearer_token else None}, header={self.header[0] if self.header else None}, env={sorted(self.env)})"
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """One server as :meth:`Settings.servers` lists it. Never carries a secret."""
+
+    name: str
+    transport: str
+    enabled: bool
+    target: str  # the URL, or the command line (shell-quoted)
+    catalogue_saved: bool
+    credentials: tuple[str, ...]  # what is stored, e.g. "bearer token", "header X-Key", "env KEY"
+
+    @property
+    def state(self) -> str:
+        if not self.enabled:
+            return "disabled"
+        return "catalogue saved" if self.catalogue_saved else "not discovered yet"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "transport": self.transport,
+            "enabled": self.enabled,
+            "state": self.state,
+            "target": self.target,
+            "catalogueSaved": self.catalogue_saved,
+            "credentials": list(self.credentials),
+        }
+
+
+class Settings:
+    """Reads and writes one home's server settings and the store's credentials."""
+
+    def __init__(self, home: str, store: Any) -> None:
+        self.home = os.path.abspath(home)
+        self.store = store
+        self.path = os.path.join(self.home, FILE_NAME)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def servers(self) -> list[ServerView]:
+        config = parse(self._read_document(), self.home, source=self.path)
+        views = []
+        for server in config.servers:
+            target = server.url if server.type == "http" else shlex.join([server.command or "", *server.args])
+            views.append(
+                ServerView(
+                    name=server.name,
+                    transport=server.type,
+                    enabled=server.enabled,
+                    target=target or "",
+                    catalogue_saved=self._has_catalogue(server.name),
+                    credentials=describe_credentials(self.store.get_credentials(server.name)),
+                )
+            )
+        return views
+
+    def names(self) -> list[str]:
+        return list(self._servers(self._read_document()))
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def add(self, spec: ServerSpec, secrets: SecretInput | None = None) -> ServerView:
+        """Add a server and its credentials; connect it unless it is disabled.
+
+        Raises:
+            ConfigError: the entry is invalid, or the name is taken.
+            SettingsConflict: it could not connect; nothing was kept.
+        """
+        secrets = secrets or SecretInput()
+        if not _NAME.match(spec.name or ""):
+            raise ConfigError(f"{spec.name!r} is not a valid server name: 1-48 letters, digits, '-' or '_', starting with a letter or digit")
+        entry = _entry(spec)
+        with self._lock():
+            document = self._read_document()
+            servers = self._servers(document)
+            if spec.name in servers:
+                raise ConfigError(f"a server named {spec.name!r} exists already in {self.path}; edit or remove it")
+            if spec.transport == "http" and secrets.env:
+                raise ConfigError(f"server {spec.name!r}: env entries are for stdio servers")
+            if spec.transport == "stdio" and (secrets.bearer_token or secrets.header):
+                raise ConfigError(f"server {spec.name!r}: a bearer token or header is for HTTP servers")
+            servers[spec.name] = entry
+            credentials = _apply(_empty_credentials(), secrets, spec.name)
+            self._save(spec.name, document, credentials, try_connect=spec.enabled)
+        return self._view(spec.name)
+
+    def edit(self, name: str, changes: ServerChanges | None = None, secrets: SecretInput | None = None) -> ServerView:
+        """Change a server's URL or command and its secrets; reconnect unless disabled.
+
+        Raises:
+            ConfigError: no such server, or the result is invalid.
+            SettingsConflict: it could not connect; the previous settings were restored.
+        """
+        changes = changes or ServerChanges()
+        secrets = secrets or SecretInput()
+        with self._lock():
+            document = self._read_document()
+            servers = self._servers(document)
+            entry = self._existing(servers, name)
+            kind = _kind(entry)
+            if kind == "http":
+                if changes.command is not None or changes.args is not None:
+                    raise ConfigError(f"server {name!r} is an HTTP server: change its URL, not a command")
+                if secrets.env:
+                    raise ConfigError(f"server {name!r}: env entries are for stdio servers")
+                if changes.url is not None:
+                    entry["url"] = changes.url
+            else:
+                if changes.url is not None:
+                    raise ConfigError(f"server {name!r} is a stdio server: change its command, not a URL")
+                if secrets.bearer_token or secrets.header:
+                    raise ConfigError(f"server {name!r}: a bearer token or header is for HTTP servers")
+                if changes.command is not None:
+                    entry["command"] = changes.command
+                if changes.args is not None:
+                    entry["args"] = list(changes.args)
+            credentials = _apply(self.store.get_credentials(name), secrets, name)
+            self._save(name, document, credentials, try_connect=entry.get("enabled", True))
+        return self._view(name)
+
+    def remove(self, name: str) -> None:
+        """Delete a server, its credentials and its saved catalogue."""
+        with self._lock():
+            document = self._read_document()
+            servers = self._servers(document)
+            self._existing(servers, name)
+            del servers[name]
+            self._write(document)
+            self.store.delete_credentials(name)
+            with contextlib.suppress(AttributeError):
+                self.store.delete_catalogue(name)
+        logger.info("server %r removed", name)
+
+    def enable(self, name: str) -> ServerView:
+        """Switch a server back on (drops ``"enabled": false``); it must connect.
+
+        Raises:
+            SettingsConflict: it could not connect; it stays switched off.
+        """
+        with self._lock():
+            document = self._read_document()
+            entry = self._existing(self._servers(document), name)
+            entry.pop("enabled", None)
+            self._save(name, document, None, try_connect=True)
+        return self._view(name)
+
+    def disable(self, name: str) -> ServerView:
+        """Switch a server off (``"enabled": false``); it is not tried."""
+        with self._lock():
+            document = self._read_document()
+            entry = self._existing(self._servers(document), name)
+            entry["enabled"] = False
+            self._save(name, document, None, try_connect=False)
+        return self._view(name)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _save(self, name: str, document: dict, credentials: Any, try_connect: bool) -> None:
+        """Validate, write the file and the credentials, try the server; undo both on failure."""
+        config = parse(document, self.home, source=self.path)  # raises before anything is written
+        server = config.server(name)
+        previous_text = self._read_text()
+        previous_credentials = self.store.get_credentials(name)
+        self._write(document)
+        try:
+            if credentials is not None:
+                self._put_credentials(name, credentials)
+        except BaseException:
+            self._restore_file(previous_text)
+            raise
+        if not try_connect:
+            logger.info("server %r saved (switched off, not tried)", name)
+            return
+        stored = credentials if credentials is not None else previous_credentials
+        try:
+            self._try(server, stored)
+        except AlbedoError as exc:
+            logger.info("server %r could not connect; restoring its previous settings", name)
+            self._restore_file(previous_text)
+            self._put_credentials(name, previous_credentials)
+            raise SettingsConflict(name, exc) from None
+        logger.info("server %r saved and connected", name)
+
+    def _try(self, server: ServerConfig, credentials: Any) -> None:
+        handle = ServerHandle.start(server, self.home, credentials=credentials)
+        try:
+            handle.connect(timeout=server.startup_timeout + 1.0)
+        finally:
+            handle.stop()
+
+    def _put_credentials(self, name: str, credentials: Any) -> None:
+        if _is_empty(credentials):
+            self.store.delete_credentials(name)
+        else:
+            self.store.put_credentials(name, credentials)
+
+    def _view(self, name: str) -> ServerView:
+        for view in self.servers():
+            if view.name == name:
+                return view
+        raise ConfigError(f"no server named {name!r} in {self.path}")
+
+    def _has_catalogue(self, name: str) -> bool:
+        try:
+            return self.store.load_catalogue(name) is not None
+        except (AttributeError, TypeError):
+            return False
+
+    def _existing(self, servers: dict, name: str) -> dict:
+        entry = servers.get(name)
+        if not isinstance(entry, dict):
+            raise ConfigError(f"no server named {name!r} in {self.path}")
+        return entry
+
+    def _servers(self, document: dict) -> dict:
+        mcp = document.setdefault("mcp", {})
+        if not isinstance(mcp, dict):
+            raise ConfigError(f'{self.path}: "mcp" must be an object')
+        servers = mcp.setdefault("servers", {})
+        if not isinstance(servers, dict):
+            raise ConfigError(f'{self.path}: "mcp.servers" must be an object of name → server')
+        return servers
+
+    def _read_text(self) -> str | None:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read {self.path}: {exc}") from None
+
+    def _read_document(self) -> dict:
+        text = self._read_text()
+        if text is None:
+            return {}
+        try:
+            document = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"{self.path} is not valid JSON: {exc}") from None
+        if not isinstance(document, dict):
+            raise ConfigError(f"{self.path}: the top level must be a JSON object")
+        return document
+
+    def _write(self, document: dict) -> None:
+        self._write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+
+    def _restore_file(self, text: str | None) -> None:
+        if text is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        else:
+            self._write_text(text)
+
+    def _write_text(self, text: str) -> None:
+        """Atomic replace: temp file in the same directory, fsync, rename, fsync the directory."""
+        os.makedirs(self.home, mode=0o700, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=".extensions.json.", suffix=".tmp", dir=self.home)  # mode 0600
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(temp, 0o600)
+            os.replace(temp, self.path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
+        directory = os.open(self.home, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        os.makedirs(self.home, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(self.home, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _kind(entry: dict) -> str:
+    return entry.get("type") or ("stdio" if "command" in entry else "http")
+
+
+def _entry(spec: ServerSpec) -> dict[str, Any]:
+    if spec.transport == "http":
+        if not spec.url:
+            raise ConfigError(f"server {spec.name!r}: an HTTP server needs a URL")
+        entry: dict[str, Any] = {"type": "http", "url": spec.url}
+    elif spec.transport == "stdio":
+        if not spec.command:
+            raise ConfigError(f"server {spec.name!r}: a stdio server needs a command")
+        entry = {"type": "stdio", "command": spec.command}
+        if spec.args:
+            entry["args"] = list(spec.args)
+    else:
+        raise ConfigError(f"server {spec.name!r}: the transport must be http or stdio, not {spec.transport!r}")
+    if not spec.enabled:
+        entry["enabled"] = False
+    return entry
+
+
+def _credentials_type() -> Any:
+    from .store import Credentials
+
+    return Credentials
+
+
+def _empty_credentials() -> Any:
+    return _credentials_type()()
+
+
+def _is_empty(credentials: Any) -> bool:
+    return not (credentials.bearer_token or credentials.header or credentials.env or credentials.oauth)
+
+
+def _apply(current: Any, secrets: SecretInput, name: str) -> Any:
+    """The credentials after a save: blank keeps, ``-`` removes, anything else replaces."""
+    bearer = current.bearer_token
+    if secrets.bearer_token == REMOVE:
+        bearer = None
+    elif secrets.bearer_token:
+        _check_value(secrets.bearer_token, "the bearer token", name)
+        bearer = secrets.bearer_token
+    header = current.header
+    if secrets.header is not None:
+        header_name, value = secrets.header
+        if not _HEADER_NAME.match(header_name or ""):
+            raise ConfigError(f"server {name!r}: {header_name!r} is not an HTTP header name")
+        if value == REMOVE:
+            header = None
+        elif value:
+            _check_value(value, f"the {header_name} header", name)
+            header = (header_name, value)
+        elif header is not None:
+            header = (header_name, header[1])  # renamed, value kept
+        else:
+            raise ConfigError(f"server {name!r}: the {header_name} header has no stored value to keep; give one")
+    env = dict(current.env or {})
+    for key, value in secrets.env.items():
+        if not _ENV_NAME.match(key):
+            raise ConfigError(f"server {name!r}: {key!r} is not an environment variable name")
+        if value == REMOVE:
+            env.pop(key, None)
+        elif value:
+            if "\0" in value:
+                raise ConfigError(f"server {name!r}: env {key} holds a NUL character")
+            env[key] = value
+        elif key not in env:
+            raise ConfigError(f"server {name!r}: env {key} has no stored value to keep; give one")
+    return dataclasses.replace(current, bearer_token=bearer, header=header, env=env)
+
+
+def _check_value(value: str, what: str, name: str) -> None:
+    if any(ch in value for ch in "\r\n\0"):
+        raise ConfigError(f"server {name!r}: {what} holds a line break or NUL, which cannot go into an HTTP header")
+
+
+def describe_credentials(credentials: Any) -> tuple[str, ...]:
+    """What is stored for a server, without any value: safe to print."""
+    out = []
+    if credentials.bearer_token:
+        out.append("bearer token")
+    if credentials.header:
+        out.append(f"header {credentials.header[0]}")
+    out.extend(f"env {key}" for key in sorted(credentials.env or {}))
+    if credentials.oauth:
+        out.append("oauth")
+    return tuple(out)
+
+
+# -- name suggestion --------------------------------------------------------------------------
+
+_LAUNCHERS = {"npx", "bunx", "uvx", "pipx", "pnpx", "node", "deno", "bun", "python", "python3", "uv", "pnpm", "yarn", "npm", "docker", "podman", "run", "dlx", "exec", "tool"}
+_HOST_NOISE = {"mcp", "api", "www"}
+
+
+def suggest_name(transport: str, target: str, taken: set[str] | frozenset[str] = frozenset()) -> str:
+    """A server name from a URL host or a command's package.
+
+    URL: the host's labels without the top-level domain and without leading ``mcp``,
+    ``api`` or ``www`` labels; the last label left is the name (``mcp.example.com`` →
+    ``example``, ``docs.acme.io`` → ``acme``, ``localhost`` → ``localhost``; an IP
+    address gives its digits joined by ``-``). Command: the first word that is not a
+    launcher (``npx``, ``uvx``, ``python``, ``node``, ``docker run``, ...) or an option,
+    as a package name without scope, version or extension (``npx -y
+    @modelcontextprotocol/server-filesystem "/srv/my docs"`` → ``server-filesystem``).
+    A name already taken gets ``-2``, ``-3``, ...
+    """
+    base = _from_url(target) if transport == "http" else _from_command(target)
+    base = re.sub(r"[^A-Za-z0-9_-]+", "-", base).strip("-_")[:44] or "server"
+    if not base[0].isalnum():
+        base = "s" + base
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+def _from_url(url: str) -> str:
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if re.fullmatch(r"[0-9.]+", host) or ":" in host:
+        return re.sub(r"[^0-9A-Za-z]+", "-", host)
+    labels = [label for label in host.split(".") if label]
+    if len(labels) > 1:
+        labels = labels[:-1]
+    while len(labels) > 1 and labels[0].lower() in _HOST_NOISE:
+        labels = labels[1:]
+    return labels[-1] if labels else "server"
+
+
+def _from_command(command: str) -> str:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    for word in words:
+        if word.startswith("-") or "=" in word:
+            continue
+        base = os.path.basename(word.rstrip("/"))
+        if base.lower() in _LAUNCHERS or re.fullmatch(r"python[0-9.]*", base):
+            continue
+        if word.startswith("@") and "/" in word:  # @scope/package[@version]
+            base = word.split("/", 1)[1]
+        base = base.split("@", 1)[0] if not base.startswith("@") else base.lstrip("@")
+        base = re.sub(r"\.(py|js|mjs|cjs|ts|sh|exe)$", "", base)
+        if base:
+            return base
+    return "server"
