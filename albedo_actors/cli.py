@@ -41,7 +41,7 @@ import logging
 import os
 import shlex
 import sys
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from . import __version__
 from .config import load, resolve_home
@@ -215,7 +215,7 @@ def exit_code(exc: AlbedoError) -> int:
 
 def _tools(args: argparse.Namespace) -> int:
     config = load(resolve_home(args.home))
-    with _stored_credentials(args, config.home) as credentials, Session(config, list(config.enabled), _warn, credentials) as session:
+    with _store_if_any(args, config.home) as store, Session(config, list(config.enabled), _warn, store=store) as session:
         for failure in session.failures.values():
             _warn(f"{failure}; left out")
         tools = session.tools()
@@ -242,7 +242,7 @@ def _call(args: argparse.Namespace) -> int:
     for server in candidates:
         if not server.enabled:
             raise _Usage(f"server {server.name!r} is disabled in extensions.json")
-    with _stored_credentials(args, config.home) as credentials, Session(config, candidates, _warn, credentials) as session:
+    with _store_if_any(args, config.home) as store, Session(config, candidates, _warn, store=store) as session:
         if not session.catalogues:
             raise next(iter(session.failures.values()))
         matches = [
@@ -275,8 +275,8 @@ _ADMIN = ("servers", "add", "edit", "remove", "enable", "disable")
 
 
 @contextlib.contextmanager
-def _stored_credentials(args: argparse.Namespace, home: str) -> Iterator[Callable[[str], Any] | None]:
-    """The store's credentials for tools/call, when there is a store to read.
+def _store_if_any(args: argparse.Namespace, home: str) -> Iterator[Any]:
+    """The store (credentials, saved catalogues) for tools/call, when there is one.
 
     Without ``--database``, ``$ALBEDO_DATABASE_URL`` or an existing HOME/albedo.db
     nothing is opened (listing tools creates no database).
@@ -289,7 +289,7 @@ def _stored_credentials(args: argparse.Namespace, home: str) -> Iterator[Callabl
 
     store = open_store(home, url=url)
     try:
-        yield store.get_credentials
+        yield store
     finally:
         store.close()
 

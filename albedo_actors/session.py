@@ -9,13 +9,15 @@ every stdio server) in parallel.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from .actors.client import ServerHandle
 from .catalogue import Catalogue
 from .config import McpConfig, ServerConfig
-from .errors import ConfigError, ServerError
+from .errors import ConfigError, ServerError, StoreError
+from .saved import fingerprint, from_json, to_json
 
 
 @dataclass(frozen=True)
@@ -50,10 +52,21 @@ class Session:
         servers: list[ServerConfig],
         warn: Callable[[str], None],
         credentials: Callable[[str], Any] | None = None,
+        *,
+        store: Any = None,
+        prefer_saved: bool = False,
     ) -> None:
         # ``credentials(name)`` gives a server's stored credentials (a plain record, see
         # albedo_actors.store.Credentials), read once per open; None: none stored.
+        # ``store`` (an albedo_actors.store.Store) also keeps catalogues: each one
+        # discovered is saved under the server's fingerprint, and with ``prefer_saved``
+        # a server whose saved catalogue has the current fingerprint is not dialled
+        # to open the session (its first call dials it).
+        if credentials is None and store is not None:
+            credentials = store.get_credentials
         self._credentials = credentials
+        self._store = store
+        self._prefer_saved = prefer_saved
         self.config = config
         self._warn = warn
         self.handles: dict[str, ServerHandle] = {}
@@ -78,10 +91,16 @@ class Session:
                 variable is not set); all clients are stopped first.
         """
         stored = {s.name: self._credentials(s.name) for s in self._servers} if self._credentials is not None else {}
+        fingerprints = {s.name: fingerprint(s, stored.get(s.name), os.environ) for s in self._servers}
         for server in self._servers:
             self.handles[server.name] = ServerHandle.start(server, self.config.home, credentials=stored.get(server.name))
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(self.handles)))) as pool:
-            futures = {name: pool.submit(handle.connect) for name, handle in self.handles.items()}
+            if self._prefer_saved:
+                saved = self._saved(server.name, fingerprints[server.name])
+                if saved is not None:
+                    self.catalogues[server.name] = saved
+        dial = [name for name in self.handles if name not in self.catalogues]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(dial)))) as pool:
+            futures = {name: pool.submit(self.handles[name].connect) for name in dial}
         config_errors = []
         for name, future in futures.items():
             try:
@@ -94,9 +113,33 @@ class Session:
                 self.catalogues[name] = catalogue
                 for warning in catalogue.warnings:
                     self._warn(warning)
+                self._save(name, fingerprints[name], catalogue)
         if config_errors:
             self.close()
             raise config_errors[0]
+
+    def _saved(self, name: str, current: str) -> Catalogue | None:
+        """The saved catalogue of ``name`` if it was saved under ``current``."""
+        if self._store is None:
+            return None
+        try:
+            saved = self._store.load_catalogue(name)
+            return from_json(name, saved.catalogue) if saved is not None and saved.fingerprint == current else None
+        except (StoreError, ValueError) as exc:
+            self._warn(f"server {name!r}: its saved catalogue cannot be used ({exc}); dialling it")
+            return None
+
+    def _save(self, name: str, current: str, catalogue: Catalogue) -> None:
+        """Save a discovered catalogue unless the same one is saved already."""
+        if self._store is None:
+            return
+        try:
+            saved = self._store.load_catalogue(name)
+            if saved is not None and saved.fingerprint == current and from_json(name, saved.catalogue).same_listing(catalogue):
+                return
+            self._store.save_catalogue(name, current, catalogue.era, to_json(catalogue))
+        except (StoreError, ValueError) as exc:
+            self._warn(f"server {name!r}: its catalogue was not saved ({exc})")
 
     def tools(self) -> list[AdvertisedTool]:
         out = []
