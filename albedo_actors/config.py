@@ -32,6 +32,7 @@ from .transport.stdio import LaunchSpec
 DEFAULT_STARTUP_TIMEOUT_MS = 30_000
 DEFAULT_CALL_TIMEOUT_MS = 60_000
 DEFAULT_RETRY_MS = 30_000
+EXTENSION_DEFAULTS = {"mcp": False, "editor-mcp": True}
 MAX_TIMEOUT_MS = 3_600_000
 # What a stdio server inherits from the host, besides the variables named for it.
 INHERITED_ENV = ("HOME", "PATH", "TMPDIR")
@@ -83,6 +84,12 @@ class McpConfig:
     home: str
     servers: tuple[ServerConfig, ...] = ()
     retry_ms: int = DEFAULT_RETRY_MS
+    # Per-extension defaults from the top-level "enabled" object (a session's own
+    # choice overrides them): the mcp extension is off, editor-mcp on, unless set.
+    extensions: Mapping[str, bool] = field(default_factory=lambda: dict(EXTENSION_DEFAULTS))
+
+    def extension_enabled(self, extension: str) -> bool:
+        return bool(self.extensions.get(extension, False))
 
     def server(self, name: str) -> ServerConfig:
         for server in self.servers:
@@ -139,7 +146,16 @@ def parse(data: Any, home: str, source: str = "extensions.json") -> McpConfig:
         raise ConfigError(f'{source}: "mcp.servers" must be an object of name → server')
     retry_ms = _timeout(mcp, "retryMs", DEFAULT_RETRY_MS, f"{source}: mcp")
     parsed = tuple(_server(name, entry, home, source) for name, entry in servers.items())
-    return McpConfig(home=home, servers=parsed, retry_ms=retry_ms)
+    return McpConfig(home=home, servers=parsed, retry_ms=retry_ms, extensions=_extensions(data.get("enabled"), source))
+
+
+def _extensions(value: Any, source: str) -> dict[str, bool]:
+    """The top-level ``enabled`` object: extension name -> on by default."""
+    if value is None:
+        return dict(EXTENSION_DEFAULTS)
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, bool) for k, v in value.items()):
+        raise ConfigError(f'{source}: "enabled" must map extension names to true or false, e.g. {{"mcp": true}}')
+    return {**EXTENSION_DEFAULTS, **value}
 
 
 def _server(name: str, entry: Any, home: str, source: str) -> ServerConfig:

@@ -141,3 +141,15 @@ def test_http_headers_add_the_stored_bearer_and_header(tmp_path):
     assert stored == {"Authorization": "Bearer stored", "X-Key": "stored-key"}
     with pytest.raises(ConfigError):
         http_headers(server, environ, Credentials(header=("X-Key", "bad\r\nvalue")))
+
+
+def test_extension_defaults_are_mcp_off_and_editor_mcp_on(tmp_path):
+    config = parse({}, str(tmp_path))
+    assert (config.extension_enabled("mcp"), config.extension_enabled("editor-mcp")) == (False, True)
+    config = parse({"enabled": {"mcp": True, "editor-mcp": False}}, str(tmp_path))
+    assert (config.extension_enabled("mcp"), config.extension_enabled("editor-mcp")) == (True, False)
+
+
+def test_an_invalid_enabled_section_is_reported(tmp_path):
+    with pytest.raises(ConfigError, match='extensions.json: "enabled" must map extension names to true or false'):
+        parse({"enabled": {"mcp": "yes"}}, str(tmp_path))
