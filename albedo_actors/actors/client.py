@@ -457,6 +457,20 @@ class ServerHandle:
         except pykka.Timeout:
             logger.warning("server %r: the client did not stop within %s s", self.name, timeout)
 
+    @property
+    def alive(self) -> bool:
+        """True while the client actor runs (a stopped or crashed one is not)."""
+        return self._ref.is_alive()
+
+    def stop_async(self) -> pykka.Future:
+        """Begin stopping; the returned future resolves when the client has stopped."""
+        try:
+            return self._ref.stop(block=False)
+        except pykka.ActorDeadError:
+            done = pykka.ThreadingFuture()
+            done.set(True)
+            return done
+
     def _connection(self, timeout: float | None) -> Connection:
         live = self._live
         if live is not None and live.alive:

@@ -1,0 +1,145 @@
+"""ServerRegistry: the single writer of the name → ServerClient map.
+
+**Owns** one :class:`~albedo_actors.actors.client.ServerHandle` per configured server,
+keyed by name, each tagged with the fingerprint of the configuration and credentials
+it was started with, and the restart budget of each name.
+
+**Asks** nobody; it starts and stops ServerClient actors, never waiting on one inside a
+message handler (stops are asynchronous; only ``on_stop`` waits, bounded).
+
+**Tells** nobody. Its callers (the runtime preparer, later issues) ask it with timeouts.
+
+- :meth:`apply` makes the map match a configuration: new servers get a client, a server
+  whose fingerprint changed gets a *new* client beside the old one, removed servers are
+  retired. Retired clients keep running until :meth:`retire` is called with them, so a
+  composition can swap to the new clients first and close the old ones only after a
+  successful swap (the reference's "prepares a replacement first").
+- :meth:`handle` returns the live client of a name, restarting a dead actor only within
+  a small budget (RESTARTS within RESTART_WINDOW seconds).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import pykka
+
+from ..config import ServerConfig
+from ..saved import fingerprint
+from .client import STOP_TIMEOUT, ServerHandle
+
+logger = logging.getLogger(__name__)
+
+RESTARTS = 3
+RESTART_WINDOW = 60.0
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What :meth:`ServerRegistry.apply` did: the current map and the clients it retired."""
+
+    handles: Mapping[str, ServerHandle]
+    retired: tuple[ServerHandle, ...]
+
+
+class ServerRegistry(pykka.ThreadingActor):
+    """One per daemon; see the module docstring."""
+
+    def __init__(
+        self,
+        home: str,
+        *,
+        handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self._home = home
+        self._handlers = handlers
+        self._environ = environ
+        self._clock = clock
+        self._entries: dict[str, tuple[str, ServerConfig, Any, ServerHandle]] = {}  # name -> (fingerprint, config, creds, handle)
+        self._restarts: dict[str, list[float]] = {}
+        self._stopping: list[pykka.Future] = []
+
+    # -- public API ---------------------------------------------------------------------
+
+    def apply(self, servers: tuple[ServerConfig, ...], credentials: Mapping[str, Any] | None = None) -> Applied:
+        """Make the map match ``servers`` (with their stored ``credentials`` by name)."""
+        credentials = credentials or {}
+        wanted = {server.name: server for server in servers}
+        retired = []
+        for name in list(self._entries):
+            if name not in wanted:
+                retired.append(self._entries.pop(name)[3])
+        for name, server in wanted.items():
+            creds = credentials.get(name)
+            key = fingerprint(server, creds, self._environ)
+            entry = self._entries.get(name)
+            if entry is not None and entry[0] == key and entry[3].alive:
+                continue
+            if entry is not None:
+                retired.append(entry[3])
+            self._entries[name] = (key, server, creds, self._start(server, creds))
+        return Applied({name: entry[3] for name, entry in self._entries.items()}, tuple(retired))
+
+    def retire(self, handles: tuple[ServerHandle, ...]) -> None:
+        """Stop clients a swap no longer needs (asynchronously; their servers end)."""
+        current = {id(entry[3]) for entry in self._entries.values()}
+        for handle in handles:
+            if id(handle) not in current:
+                self._stopping.append(handle.stop_async())
+        self._stopping = [future for future in self._stopping if not _done(future)]
+
+    def handle(self, name: str) -> ServerHandle | None:
+        """The client of ``name``; a dead actor is restarted within the restart budget."""
+        entry = self._entries.get(name)
+        if entry is None:
+            return None
+        key, server, creds, handle = entry
+        if handle.alive:
+            return handle
+        now = self._clock()
+        recent = [t for t in self._restarts.get(name, []) if now - t < RESTART_WINDOW]
+        if len(recent) >= RESTARTS:
+            logger.warning("server %r: its client died %d times within %g s; not restarting it", name, len(recent), RESTART_WINDOW)
+            self._restarts[name] = recent
+            return None
+        self._restarts[name] = recent + [now]
+        logger.info("server %r: its client had stopped; restarting it", name)
+        handle = self._start(server, creds)
+        self._entries[name] = (key, server, creds, handle)
+        return handle
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._entries)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def on_stop(self) -> None:
+        futures = [entry[3].stop_async() for entry in self._entries.values()] + self._stopping
+        self._entries = {}
+        deadline = self._clock() + STOP_TIMEOUT + 5.0
+        for future in futures:
+            try:
+                future.get(timeout=max(0.0, deadline - self._clock()))
+            except (pykka.Timeout, pykka.ActorDeadError):
+                pass
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _start(self, server: ServerConfig, creds: Any) -> ServerHandle:
+        return ServerHandle.start(server, self._home, credentials=creds, handlers=self._handlers)
+
+
+def _done(future: pykka.Future) -> bool:
+    try:
+        future.get(timeout=0)
+        return True
+    except pykka.Timeout:
+        return False
+    except Exception:  # noqa: BLE001 - a failed stop is done too
+        return True
