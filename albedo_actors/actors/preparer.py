@@ -1,0 +1,241 @@
+"""RuntimePreparer: turns a configuration into a composition without waiting on known servers.
+
+**Owns** nothing durable: the store (catalogues, credentials) belongs to the daemon and
+the clients to the :class:`~albedo_actors.actors.registry.ServerRegistry`; the preparer
+keeps only which subscribers to tell and which background dials are running.
+
+**Asks** the registry (with a timeout) for clients. **Tells** its subscribers (session
+composers) :class:`CatalogueSaved` when a background discovery found a catalogue that
+differs from the saved one.
+
+**Threads**: the preparer's own thread only decides; dials run on helper threads
+(one per server being prepared), which report back with messages. ``prepare`` returns
+a future at once; it resolves when every server without a usable saved catalogue has
+been dialled (each bounded by its ``startupTimeoutMs``).
+
+The reference's "Saved catalogues": a server with a saved catalogue for its current
+fingerprint is advertised at once and dialled in the background; one without is
+connected during preparation; one that cannot start, initialize or be discovered is
+left out with a warning naming it. Bad configuration (a missing credential variable)
+fails the whole preparation.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import pykka
+
+from ..catalogue import Catalogue
+from ..config import McpConfig, http_headers
+from ..errors import AlbedoError, ConfigError, ServerError, StoreError
+from ..saved import fingerprint, from_json, to_json
+from .client import ServerHandle
+
+logger = logging.getLogger(__name__)
+
+ASK_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Composition:
+    """What one session sees: clients, catalogues, and the servers left out (and why)."""
+
+    handles: Mapping[str, ServerHandle] = field(default_factory=dict)
+    catalogues: Mapping[str, Catalogue] = field(default_factory=dict)
+    left_out: Mapping[str, str] = field(default_factory=dict)  # server -> one-line reason
+    warnings: tuple[str, ...] = ()
+    retired: tuple[ServerHandle, ...] = ()  # clients to retire once this composition is in use
+
+    def context_lines(self) -> tuple[str, ...]:
+        """One line per left-out server, for the model (the MCP context)."""
+        return tuple(f"MCP server {name!r} is not available: {reason}" for name, reason in sorted(self.left_out.items()))
+
+
+@dataclass(frozen=True)
+class CatalogueSaved:
+    """Told to subscribers: a background discovery saved a catalogue that differs."""
+
+    server: str
+    catalogue: Catalogue
+
+
+@dataclass(frozen=True)
+class _BackgroundDone:
+    server: str
+    key: str
+    catalogue: Catalogue | None
+    error: str | None
+
+
+class RuntimePreparer(pykka.ThreadingActor):
+    """One per daemon; see the module docstring."""
+
+    def __init__(self, registry: pykka.ActorRef, store: Any = None, environ: Mapping[str, str] | None = None) -> None:
+        super().__init__()
+        self._registry = registry.proxy()
+        self._store = store
+        self._environ = dict(os.environ) if environ is None else dict(environ)
+        self._subscribers: list[pykka.ActorRef] = []
+        self._threads: list[threading.Thread] = []
+        self._background_pending = 0
+        self._settled: list[concurrent.futures.Future] = []
+
+    # -- public API -------------------------------------------------------------------------
+
+    def subscribe(self, ref: pykka.ActorRef) -> None:
+        if ref not in self._subscribers:
+            self._subscribers.append(ref)
+
+    def unsubscribe(self, ref: pykka.ActorRef) -> None:
+        if ref in self._subscribers:
+            self._subscribers.remove(ref)
+
+    def background_settled(self) -> concurrent.futures.Future:
+        """A future that resolves once no background dial is pending (and its outcome handled)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        if self._background_pending == 0:
+            future.set_result(None)
+        else:
+            self._settled.append(future)
+        return future
+
+    def prepare(self, config: McpConfig) -> concurrent.futures.Future:
+        """Start preparing ``config``'s enabled servers; a future of the :class:`Composition`.
+
+        The future fails with :class:`ConfigError` when the configuration is unusable
+        (then nothing changed: the caller keeps its previous composition).
+        """
+        result: concurrent.futures.Future = concurrent.futures.Future()
+        servers = config.enabled
+        try:
+            credentials = {s.name: self._credentials(s.name) for s in servers}
+            for server in servers:  # bad configuration fails the whole preparation
+                if server.type == "http":
+                    http_headers(server, self._environ, credentials=credentials[server.name])
+                else:
+                    _check_named_env(server, self._environ)
+        except (ConfigError, StoreError) as exc:
+            result.set_exception(exc)
+            return result
+        applied = self._registry.apply(servers, credentials).get(timeout=ASK_TIMEOUT)
+        keys = {s.name: fingerprint(s, credentials[s.name], self._environ) for s in servers}
+        saved = {s.name: self._saved(s.name, keys[s.name]) for s in servers}
+        for name, catalogue in saved.items():
+            if catalogue is not None:
+                self._background_pending += 1
+                self._start(self._background, name, applied.handles[name], keys[name])
+        unsaved = [name for name, catalogue in saved.items() if catalogue is None]
+        self._start(self._foreground, applied, unsaved, keys, {n: c for n, c in saved.items() if c is not None}, result)
+        return result
+
+    # -- messages from helper threads ------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, _BackgroundDone):
+            self._threads = [t for t in self._threads if t.is_alive()]
+            if message.catalogue is not None:
+                if self._save(message.server, message.key, message.catalogue):
+                    for subscriber in list(self._subscribers):
+                        _tell(subscriber, CatalogueSaved(message.server, message.catalogue))
+            else:
+                logger.info("server %r: background dial failed: %s", message.server, message.error)
+            self._background_pending -= 1
+            if self._background_pending == 0:
+                settled, self._settled = self._settled, []
+                for future in settled:
+                    future.set_result(None)
+            return None
+        return super().on_receive(message)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def on_stop(self) -> None:
+        for thread in self._threads:
+            thread.join(30)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _start(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name="mcp-prepare", daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def _foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue], result: Any) -> None:
+        """Dial the servers without a usable saved catalogue, all at once; then resolve."""
+        catalogues, left_out, warnings = dict(ready), {}, []
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(unsaved)))) as pool:
+            futures = {name: pool.submit(applied.handles[name].connect) for name in unsaved}
+        for name, future in futures.items():
+            try:
+                catalogue = future.result()
+            except ServerError as exc:
+                left_out[name] = exc.detail
+                warnings.append(f"{exc}; left out")
+            except AlbedoError as exc:
+                left_out[name] = str(exc)
+                warnings.append(f"server {name!r}: {exc}; left out")
+            else:
+                catalogues[name] = catalogue
+                warnings.extend(catalogue.warnings)
+                self._save(name, keys[name], catalogue)
+        handles = {name: handle for name, handle in applied.handles.items() if name in catalogues}
+        composition = Composition(handles, catalogues, left_out, tuple(warnings), applied.retired)
+        if not result.cancelled():
+            result.set_result(composition)
+
+    def _background(self, name: str, handle: ServerHandle, key: str) -> None:
+        """Dial a server advertised from its saved catalogue; report what was found."""
+        try:
+            catalogue, error = handle.connect(), None
+        except AlbedoError as exc:
+            catalogue, error = None, str(exc)
+        _tell(self.actor_ref, _BackgroundDone(name, key, catalogue, error))
+
+    def _credentials(self, name: str) -> Any:
+        return self._store.get_credentials(name) if self._store is not None else None
+
+    def _saved(self, name: str, key: str) -> Catalogue | None:
+        if self._store is None:
+            return None
+        try:
+            saved = self._store.load_catalogue(name)
+            return from_json(name, saved.catalogue) if saved is not None and saved.fingerprint == key else None
+        except (StoreError, ValueError) as exc:
+            logger.warning("server %r: its saved catalogue cannot be used (%s)", name, exc)
+            return None
+
+    def _save(self, name: str, key: str, catalogue: Catalogue) -> bool:
+        """Save ``catalogue`` unless the same listing is saved under ``key``; True if saved."""
+        if self._store is None:
+            return False
+        try:
+            saved = self._store.load_catalogue(name)
+            if saved is not None and saved.fingerprint == key and from_json(name, saved.catalogue).same_listing(catalogue):
+                return False
+            self._store.save_catalogue(name, key, catalogue.era, to_json(catalogue))
+            return True
+        except (StoreError, ValueError) as exc:
+            logger.warning("server %r: its catalogue was not saved (%s)", name, exc)
+            return False
+
+
+def _check_named_env(server: Any, environ: Mapping[str, str]) -> None:
+    for key, variable in server.env.items():
+        if variable not in environ:
+            raise ConfigError(f"server {server.name!r}: env {key} names ${variable}, which is not set in the host's environment")
+
+
+def _tell(ref: pykka.ActorRef, message: Any) -> None:
+    try:
+        ref.tell(message)
+    except pykka.ActorDeadError:
+        pass
+
+
+__all__ = ["Composition", "CatalogueSaved", "RuntimePreparer"]
