@@ -99,12 +99,14 @@ class ServerClient(pykka.ThreadingActor):
         spec_factory: Callable[[ServerConfig], LaunchSpec] | None = None,
         handlers: Handlers | None = None,
         credentials: Any = None,
+        closed: threading.Event | None = None,
     ) -> None:
         # ``credentials``: the server's stored credentials, a plain record (see
         # albedo_actors.store.Credentials) with ``bearer_token``, ``header`` and ``env``;
         # the actor never touches the store itself.
         super().__init__()
         self._handlers = handlers
+        self._closed_event = closed  # set once on_stop has ended every connection
         self.config = config
         self._home = home
         self._owner = owner
@@ -249,6 +251,8 @@ class ServerClient(pykka.ThreadingActor):
         for connection in self._old:
             connection.transport.wait_closed()
         self._old = []
+        if self._closed_event is not None:
+            self._closed_event.set()
 
     def on_failure(self, exception_type, exception_value, traceback) -> None:
         self.on_stop()
@@ -391,8 +395,9 @@ def _tell(ref: pykka.ActorRef, message: Any) -> bool:
 class ServerHandle:
     """The typed front of a ServerClient: plain blocking methods for any thread."""
 
-    def __init__(self, ref: pykka.ActorRef, config: ServerConfig) -> None:
+    def __init__(self, ref: pykka.ActorRef, config: ServerConfig, closed: threading.Event | None = None) -> None:
         self._ref = ref
+        self._closed = closed
         self._proxy = ref.proxy()
         self.config = config
         self.name = config.name
@@ -400,7 +405,8 @@ class ServerHandle:
 
     @classmethod
     def start(cls, config: ServerConfig, home: str, owner: pykka.ActorRef | None = None, **kwargs: Any) -> ServerHandle:
-        return cls(ServerClient.start(config, home, owner, **kwargs), config)
+        closed = threading.Event()
+        return cls(ServerClient.start(config, home, owner, closed=closed, **kwargs), config, closed)
 
     def connect(self, timeout: float | None = None) -> Catalogue:
         """Connect (if needed) and return the catalogue.
@@ -456,6 +462,10 @@ class ServerHandle:
             pass
         except pykka.Timeout:
             logger.warning("server %r: the client did not stop within %s s", self.name, timeout)
+
+    def wait_closed(self, timeout: float) -> bool:
+        """Wait until the client has stopped and its server processes have ended."""
+        return self._closed is not None and self._closed.wait(timeout)
 
     @property
     def alive(self) -> bool:

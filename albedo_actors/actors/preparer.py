@@ -35,7 +35,7 @@ from ..catalogue import Catalogue
 from ..config import McpConfig, http_headers
 from ..errors import AlbedoError, ConfigError, ServerError, StoreError
 from ..saved import fingerprint, from_json, to_json
-from .client import ServerHandle
+from .client import CatalogueChanged, ServerHandle
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         self._environ = dict(os.environ) if environ is None else dict(environ)
         self._subscribers: list[pykka.ActorRef] = []
         self._threads: list[threading.Thread] = []
+        self._keys: dict[str, str] = {}  # server -> fingerprint of its last preparation
         self._background_pending = 0
         self._settled: list[concurrent.futures.Future] = []
 
@@ -125,6 +126,7 @@ class RuntimePreparer(pykka.ThreadingActor):
             return result
         applied = self._registry.apply(servers, credentials).get(timeout=ASK_TIMEOUT)
         keys = {s.name: fingerprint(s, credentials[s.name], self._environ) for s in servers}
+        self._keys.update(keys)
         saved = {s.name: self._saved(s.name, keys[s.name]) for s in servers}
         for name, catalogue in saved.items():
             if catalogue is not None:
@@ -137,6 +139,13 @@ class RuntimePreparer(pykka.ThreadingActor):
     # -- messages from helper threads ------------------------------------------------------
 
     def on_receive(self, message: Any) -> Any:
+        if isinstance(message, CatalogueChanged):
+            # A live client re-discovered after a list_changed: save it and tell.
+            key = self._keys.get(message.server)
+            if key is not None and self._save(message.server, key, message.catalogue):
+                for subscriber in list(self._subscribers):
+                    _tell(subscriber, CatalogueSaved(message.server, message.catalogue))
+            return None
         if isinstance(message, _BackgroundDone):
             self._threads = [t for t in self._threads if t.is_alive()]
             if message.catalogue is not None:
@@ -154,6 +163,9 @@ class RuntimePreparer(pykka.ThreadingActor):
         return super().on_receive(message)
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        self._registry.set_owner(self.actor_ref)
 
     def on_stop(self) -> None:
         for thread in self._threads:

@@ -11,9 +11,11 @@ message handler (stops are asynchronous; only ``on_stop`` waits, bounded).
 
 - :meth:`apply` makes the map match a configuration: new servers get a client, a server
   whose fingerprint changed gets a *new* client beside the old one, removed servers are
-  retired. Retired clients keep running until :meth:`retire` is called with them, so a
-  composition can swap to the new clients first and close the old ones only after a
-  successful swap (the reference's "prepares a replacement first").
+  retired. Nothing is stopped there: compositions :meth:`acquire` the clients they
+  swap in and :meth:`release` the ones they swap out, and a client is stopped when no
+  composition holds it any more. So a session swaps to new clients first and the old
+  ones close only after the swap (the reference's "prepares a replacement first"),
+  and one session switching MCP off never closes another session's connections.
 - :meth:`handle` returns the live client of a name, restarting a dead actor only within
   a small budget (RESTARTS within RESTART_WINDOW seconds).
 """
@@ -63,7 +65,9 @@ class ServerRegistry(pykka.ThreadingActor):
         self._clock = clock
         self._entries: dict[str, tuple[str, ServerConfig, Any, ServerHandle]] = {}  # name -> (fingerprint, config, creds, handle)
         self._restarts: dict[str, list[float]] = {}
+        self._holders: dict[int, int] = {}  # id(handle) -> compositions holding it
         self._stopping: list[pykka.Future] = []
+        self._owner: pykka.ActorRef | None = None  # told by every client (the preparer)
 
     # -- public API ---------------------------------------------------------------------
 
@@ -86,12 +90,24 @@ class ServerRegistry(pykka.ThreadingActor):
             self._entries[name] = (key, server, creds, self._start(server, creds))
         return Applied({name: entry[3] for name, entry in self._entries.items()}, tuple(retired))
 
-    def retire(self, handles: tuple[ServerHandle, ...]) -> None:
-        """Stop clients a swap no longer needs (asynchronously; their servers end)."""
-        current = {id(entry[3]) for entry in self._entries.values()}
+    def acquire(self, handles: tuple[ServerHandle, ...]) -> None:
+        """A composition now holds these clients."""
         for handle in handles:
-            if id(handle) not in current:
-                self._stopping.append(handle.stop_async())
+            self._holders[id(handle)] = self._holders.get(id(handle), 0) + 1
+
+    def release(self, handles: tuple[ServerHandle, ...]) -> None:
+        """A composition no longer holds these clients; those nobody holds are stopped
+        (asynchronously: their servers end) and forgotten."""
+        for handle in {id(h): h for h in handles}.values():
+            left = self._holders.get(id(handle), 0) - 1
+            if left > 0:
+                self._holders[id(handle)] = left
+                continue
+            self._holders.pop(id(handle), None)
+            for name, entry in list(self._entries.items()):
+                if entry[3] is handle:
+                    del self._entries[name]  # a later apply starts a fresh client
+            self._stopping.append(handle.stop_async())
         self._stopping = [future for future in self._stopping if not _done(future)]
 
     def handle(self, name: str) -> ServerHandle | None:
@@ -114,6 +130,10 @@ class ServerRegistry(pykka.ThreadingActor):
         self._entries[name] = (key, server, creds, handle)
         return handle
 
+    def set_owner(self, owner: pykka.ActorRef) -> None:
+        """Clients started from now on tell ``owner`` their catalogue changes."""
+        self._owner = owner
+
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)
 
@@ -132,7 +152,7 @@ class ServerRegistry(pykka.ThreadingActor):
     # -- internals ---------------------------------------------------------------------------
 
     def _start(self, server: ServerConfig, creds: Any) -> ServerHandle:
-        return ServerHandle.start(server, self._home, credentials=creds, handlers=self._handlers)
+        return ServerHandle.start(server, self._home, self._owner, credentials=creds, handlers=self._handlers)
 
 
 def _done(future: pykka.Future) -> bool:

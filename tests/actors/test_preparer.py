@@ -105,6 +105,9 @@ def test_a_background_discovery_that_differs_is_saved_and_told_one_that_matches_
     config = McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f", "--record", str(record)),))
     store, preparer = runtime()
     prepare(preparer, config)
+    # The client told the preparer its first catalogue before the dial ended; once the
+    # preparer answers this, it has handled that.
+    preparer.background_settled().get(timeout=10)
     # Pretend the saved catalogue is older: drop a tool from it.
     saved = store.load_catalogue("f")
     older = dict(saved.catalogue)

@@ -31,23 +31,22 @@ def test_a_changed_server_gets_a_new_client_and_the_old_one_runs_until_retired(r
     assert new is not old and changed.retired == (old,)
     assert old.alive and text_of(old.call_tool("echo", {"text": "still"})) == "still"  # swap not done yet
     assert new.connect().era == "legacy"
-    registry.retire(changed.retired).get(timeout=10)
-    old.stop_async().get(timeout=15)
-    assert not old.alive
+    registry.release(changed.retired).get(timeout=10)  # nobody holds it: stopped
+    assert old.wait_closed(30)
 
 
 def test_changed_credentials_replace_the_client(registry):
     first = registry.apply((fault_config("a"),), {"a": Credentials(env={"K": "1"})}).get(timeout=10)
     second = registry.apply((fault_config("a"),), {"a": Credentials(env={"K": "2"})}).get(timeout=10)
     assert second.handles["a"] is not first.handles["a"]
-    registry.retire(second.retired).get(timeout=10)
+    registry.release(second.retired).get(timeout=10)
 
 
 def test_a_removed_server_is_retired(registry):
     first = registry.apply((fault_config("a"), fault_config("b"))).get(timeout=10)
     second = registry.apply((fault_config("a"),)).get(timeout=10)
     assert set(second.handles) == {"a"} and second.retired == (first.handles["b"],)
-    registry.retire(second.retired).get(timeout=10)
+    registry.release(second.retired).get(timeout=10)
 
 
 def test_a_dead_client_is_restarted_only_within_the_budget(registry):
@@ -60,3 +59,14 @@ def test_a_dead_client_is_restarted_only_within_the_budget(registry):
         handle.stop_async().get(timeout=15)  # the client dies
     assert len({id(h) for h in seen}) == RESTARTS + 1  # each restart is a new client
     assert registry.handle("a").get(timeout=10) is None  # the budget is spent
+
+
+def test_a_client_held_by_another_composition_survives_one_release(registry):
+    handle = registry.apply((fault_config("a"),)).get(timeout=10).handles["a"]
+    registry.acquire((handle,)).get(timeout=10)  # session 1
+    registry.acquire((handle,)).get(timeout=10)  # session 2
+    registry.release((handle,)).get(timeout=10)  # session 1 switches MCP off
+    assert handle.alive and text_of(handle.call_tool("echo", {"text": "kept"})) == "kept"
+    registry.release((handle,)).get(timeout=10)  # session 2 too
+    assert handle.wait_closed(30)
+    assert registry.apply((fault_config("a"),)).get(timeout=10).handles["a"] is not handle  # a fresh client

@@ -1,0 +1,298 @@
+"""SessionComposer: the composition one session sees, swapped atomically, refreshed after turns.
+
+**Owns** the session's current :class:`~albedo_actors.actors.preparer.Composition`,
+whether the extension is on for this session, whether a turn is running, and the
+probe schedule of the servers that were left out.
+
+**Asks** the RuntimePreparer (for a composition: it answers with a future at once) and
+the ServerRegistry (to retire clients after a swap), both with timeouts. **Tells**
+nobody; the host reads :meth:`composition` and :meth:`take_changes`.
+
+- A replacement is always prepared first; the previous clients are retired only after
+  the swap, and a failed preparation keeps the previous composition.
+- A changed catalogue (told by the preparer) or a server that came back refreshes the
+  session after the end of the current turn, never in the middle of one.
+- Servers that come back: no timer. On session activity (a submit or the end of a turn)
+  the left-out servers are probed, first ``retryMs`` after the session prepared, then at
+  doubling intervals capped at twenty times ``retryMs``.
+- Disabling the extension closes every connection of the composition.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pykka
+
+from ..config import McpConfig
+from ..errors import AlbedoError
+from .preparer import CatalogueSaved, Composition
+
+logger = logging.getLogger(__name__)
+
+ASK_TIMEOUT = 10.0
+PROBE_CAP = 20  # probe intervals double up to this many times retryMs
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    generation: int
+    composition: Composition | None
+    error: AlbedoError | None
+
+
+@dataclass(frozen=True)
+class _Probed:
+    server: str
+    up: bool
+
+
+class SessionComposer(pykka.ThreadingActor):
+    """One per session; see the module docstring."""
+
+    def __init__(
+        self,
+        preparer: pykka.ActorRef,
+        registry: pykka.ActorRef,
+        config: Callable[[], McpConfig],
+        *,
+        enabled: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self._preparer = preparer
+        self._registry = registry
+        self._config = config
+        self._choice = enabled  # the session's own choice; None: the configured default
+        self._clock = clock
+        self._composition = Composition()
+        self._generation = 0
+        self._waiting: dict[int, concurrent.futures.Future] = {}
+        self._in_turn = False
+        self._refresh_due = False
+        self._changed = False  # a "capabilities changed" turn is owed to the model
+        self._probe_at: float | None = None
+        self._probe_wait = 0.0
+        self._probing: set[str] = set()
+        self._probes_settled: list[concurrent.futures.Future] = []
+        self._threads: list[threading.Thread] = []
+
+    # -- public API -------------------------------------------------------------------------
+
+    def open(self) -> concurrent.futures.Future:
+        """Prepare the composition; a future that resolves once it is in use."""
+        self._preparer.proxy().subscribe(self.actor_ref)
+        return self._prepare()
+
+    def reload(self) -> concurrent.futures.Future:
+        """Prepare a replacement from the current configuration; swap only if it succeeds."""
+        return self._prepare()
+
+    def set_enabled(self, enabled: bool | None) -> concurrent.futures.Future:
+        """The session's own choice (None: the configured default); swaps accordingly."""
+        self._choice = enabled
+        return self._prepare()
+
+    def composition(self) -> Composition:
+        return self._composition
+
+    def turn_started(self) -> None:
+        """The host submitted a turn: activity, so left-out servers may be probed."""
+        self._in_turn = True
+        self._probe_if_due()
+
+    def turn_ended(self) -> concurrent.futures.Future | None:
+        """The turn ended: a refresh that waited for it runs now (its future, else None)."""
+        self._in_turn = False
+        self._probe_if_due()
+        if self._refresh_due:
+            self._refresh_due = False
+            return self._prepare()
+        return None
+
+    def probes_settled(self) -> concurrent.futures.Future:
+        """A future that resolves once no probe of a left-out server is running."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        if self._probing:
+            self._probes_settled.append(future)
+        else:
+            future.set_result(None)
+        return future
+
+    def take_changes(self) -> bool:
+        """True once after a refresh changed what the model sees (append a user turn)."""
+        changed, self._changed = self._changed, False
+        return changed
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, _Prepared):
+            self._on_prepared(message)
+        elif isinstance(message, CatalogueSaved):
+            shown = self._composition.catalogues.get(message.server)
+            if shown is not None and not shown.same_listing(message.catalogue):
+                self._refresh_after_turn()
+        elif isinstance(message, _Probed):
+            self._probing.discard(message.server)
+            if message.up:
+                logger.info("server %r is back; the session refreshes after this turn", message.server)
+                self._refresh_after_turn()
+            if not self._probing:
+                settled, self._probes_settled = self._probes_settled, []
+                for future in settled:
+                    future.set_result(None)
+        else:
+            return super().on_receive(message)
+        return None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def on_stop(self) -> None:
+        try:
+            self._preparer.proxy().unsubscribe(self.actor_ref)
+        except pykka.ActorDeadError:
+            pass
+        for thread in self._threads:
+            thread.join(30)
+        self._release(tuple(self._composition.handles.values()))
+        self._composition = Composition()
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(AlbedoError("the session closed"))
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _enabled(self, config: McpConfig) -> bool:
+        return config.extension_enabled("mcp") if self._choice is None else self._choice
+
+    def _prepare(self) -> concurrent.futures.Future:
+        self._generation += 1
+        generation = self._generation
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        self._waiting[generation] = done
+        try:
+            config = self._config()
+        except AlbedoError as exc:
+            self.actor_ref.tell(_Prepared(generation, None, exc))
+            return done
+        if not self._enabled(config):
+            self.actor_ref.tell(_Prepared(generation, Composition(), None))
+            return done
+        pending = self._preparer.proxy().prepare(config).get(timeout=ASK_TIMEOUT)
+        ref = self.actor_ref
+
+        def report(future: concurrent.futures.Future) -> None:
+            error = future.exception()
+            composition = None if error is not None else future.result()
+            if error is not None and not isinstance(error, AlbedoError):
+                error = AlbedoError(f"preparation failed: {error}")
+            try:
+                ref.tell(_Prepared(generation, composition, error))
+            except pykka.ActorDeadError:
+                if composition is not None:  # nobody will use it
+                    _release_now(self._registry, tuple(composition.handles.values()))
+
+        pending.add_done_callback(report)
+        return done
+
+    def _on_prepared(self, message: _Prepared) -> None:
+        done = self._waiting.pop(message.generation, None)
+        if message.error is not None:
+            # The session keeps its previous working composition.
+            logger.warning("MCP preparation failed; keeping the previous composition: %s", message.error)
+            if done is not None:
+                done.set_exception(message.error)
+            return
+        if message.generation != self._generation:
+            # A newer preparation was asked for; this one is stale. Let go of what only
+            # it started (never held: the registry stops them).
+            shown = {id(h) for h in self._composition.handles.values()}
+            self._release(tuple(h for h in message.composition.handles.values() if id(h) not in shown))
+            if done is not None:
+                done.set_result(self._composition)
+            return
+        previous, self._composition = self._composition, message.composition
+        if previous.catalogues and not _same(previous, message.composition):
+            self._changed = True
+        # Hold the new clients, then let go of the previous ones: connections close
+        # only after the swap, and only when no other session holds them.
+        self._registry.proxy().acquire(tuple(message.composition.handles.values()))
+        self._release(tuple(previous.handles.values()) + message.composition.retired)
+        self._schedule_probes(reset=True)
+        if done is not None:
+            done.set_result(message.composition)
+
+    def _refresh_after_turn(self) -> None:
+        if self._in_turn:
+            self._refresh_due = True
+        else:
+            self._prepare()
+
+    def _schedule_probes(self, reset: bool) -> None:
+        if not self._composition.left_out:
+            self._probe_at = None
+            return
+        retry = self._config_retry()
+        if reset or self._probe_at is None:
+            self._probe_wait = retry
+        else:
+            self._probe_wait = min(self._probe_wait * 2, retry * PROBE_CAP)
+        self._probe_at = self._clock() + self._probe_wait
+
+    def _config_retry(self) -> float:
+        try:
+            return self._config().retry_ms / 1000
+        except AlbedoError:
+            return 30.0
+
+    def _probe_if_due(self) -> None:
+        if self._probe_at is None or self._clock() < self._probe_at:
+            return
+        self._schedule_probes(reset=False)
+        registry = self._registry.proxy()
+        for name in self._composition.left_out:
+            if name in self._probing:
+                continue
+            handle = registry.handle(name).get(timeout=ASK_TIMEOUT)
+            if handle is None:
+                continue
+            self._probing.add(name)
+            thread = threading.Thread(target=_probe, args=(self.actor_ref, name, handle), name=f"mcp-probe-{name}", daemon=True)
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+            thread.start()
+
+    def _release(self, handles: tuple) -> None:
+        if handles:
+            _release_now(self._registry, handles)
+
+
+def _probe(composer: pykka.ActorRef, name: str, handle: Any) -> None:
+    try:
+        handle.connect()
+        up = True
+    except AlbedoError:
+        up = False
+    try:
+        composer.tell(_Probed(name, up))
+    except pykka.ActorDeadError:
+        pass
+
+
+def _release_now(registry: pykka.ActorRef, handles: tuple) -> None:
+    try:
+        registry.proxy().release(handles)
+    except pykka.ActorDeadError:
+        for handle in handles:
+            handle.stop_async()
+
+
+def _same(a: Composition, b: Composition) -> bool:
+    return set(a.catalogues) == set(b.catalogues) and all(
+        a.catalogues[name].same_listing(b.catalogues[name]) for name in a.catalogues
+    )

@@ -1,0 +1,143 @@
+"""SessionComposer: swaps after preparing, refreshes after turns, probes servers that come back."""
+
+import sys
+
+import pytest
+
+from albedo_actors.actors.composer import SessionComposer
+from albedo_actors.actors.preparer import RuntimePreparer
+from albedo_actors.actors.registry import ServerRegistry
+from albedo_actors.config import McpConfig, ServerConfig
+from albedo_actors.errors import ConfigError
+from albedo_actors.store import open_store
+from helpers import Owner, fault_config, text_of
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def session(tmp_path):
+    """``session(config_source)`` starts a daemon (store, registry, preparer) and one composer."""
+    started = []
+
+    def start(source, clock=None):
+        home = str(tmp_path / "home")
+        store = open_store(home)
+        registry = ServerRegistry.start(home)
+        preparer = RuntimePreparer.start(registry, store)
+        composer = SessionComposer.start(preparer, registry, source, enabled=True, clock=clock or Clock())
+        started.append((store, registry, preparer, composer))
+        start.preparers.append(preparer)
+        return composer.proxy()
+
+    start.preparers = []
+    yield start
+    for store, registry, preparer, composer in started:
+        composer.stop(timeout=30)
+        preparer.stop(timeout=30)
+        registry.stop(timeout=30)
+        store.close()
+
+
+def wait(future_of_future, timeout=60):
+    return future_of_future.get(timeout=10).result(timeout=timeout)
+
+
+def test_the_extension_is_off_unless_the_session_or_the_configuration_turns_it_on(tmp_path):
+    home = str(tmp_path / "home")
+    store = open_store(home)
+    registry = ServerRegistry.start(home)
+    preparer = RuntimePreparer.start(registry, store)
+    composer = SessionComposer.start(preparer, registry, lambda: McpConfig(home=home, servers=(fault_config("f"),)))
+    try:
+        assert wait(composer.proxy().open()).catalogues == {}
+        assert set(wait(composer.proxy().set_enabled(True)).catalogues) == {"f"}
+        assert wait(composer.proxy().set_enabled(False)).handles == {}
+    finally:
+        composer.stop(timeout=30)
+        preparer.stop(timeout=30)
+        registry.stop(timeout=30)
+        store.close()
+
+
+def test_a_failed_reload_keeps_the_previous_composition(tmp_path, session):
+    configs = [McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f"),))]
+    composer = session(lambda: configs[-1])
+    first = wait(composer.open())
+    broken = ServerConfig(name="b", type="stdio", command=sys.executable, env={"T": "NOT_SET_ANYWHERE"})
+    configs.append(McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f"), broken)))
+    with pytest.raises(ConfigError):
+        wait(composer.reload())
+    assert composer.composition().get(timeout=10) is first
+    assert text_of(first.handles["f"].call_tool("echo", {"text": "still"})) == "still"
+
+
+def test_a_changed_catalogue_refreshes_after_the_turn_not_during_it(tmp_path, session):
+    from albedo_actors.actors.preparer import CatalogueSaved
+
+    composer = session(lambda: McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f", "--era", "legacy", "--probe", "error"),)))
+    first = wait(composer.open())
+    watcher = Owner.start()
+    try:
+        preparer = session.preparers[-1]
+        preparer.proxy().subscribe(watcher).get(timeout=10)
+        events = watcher.proxy().events.get(timeout=10)
+        composer.turn_started().get(timeout=10)
+        first.handles["f"].call_tool("add_tool", {"name": "fresh"})  # the server's list changes mid-turn
+        saved = events.get(timeout=30)  # the client re-discovered, the preparer saved and told
+        assert isinstance(saved, CatalogueSaved) and "fresh" in {t["name"] for t in saved.catalogue.tools}
+        assert composer.composition().get(timeout=10) is first  # not swapped mid-turn
+        refreshed = composer.turn_ended().get(timeout=10)
+        current = refreshed.result(timeout=60)
+        assert current is not first and composer.composition().get(timeout=10) is current
+        assert "fresh" in {t["name"] for t in current.catalogues["f"].tools}
+        assert composer.take_changes().get(timeout=10) is True
+        assert composer.take_changes().get(timeout=10) is False
+    finally:
+        watcher.stop()
+
+
+def test_a_server_that_comes_back_joins_after_the_turn_that_follows_its_return(tmp_path, session):
+    from test_preparer import switchable
+
+    (tmp_path / "down").write_text("")
+    clock = Clock()
+    config = McpConfig(home=str(tmp_path / "home"), servers=(fault_config("good"), switchable(tmp_path, "back")), retry_ms=30_000)
+    composer = session(lambda: config, clock)
+    first = wait(composer.open())
+    assert set(first.catalogues) == {"good"} and "back" in first.left_out
+    (tmp_path / "down").unlink()  # it comes back, but nothing happens without activity
+    composer.turn_started().get(timeout=10)
+    composer.probes_settled().get(timeout=10).result(timeout=30)
+    assert composer.composition().get(timeout=10) is first  # too early: retryMs has not passed
+    clock.now += 30  # retryMs later, the next activity probes it
+    composer.turn_ended().get(timeout=10)
+    composer.turn_started().get(timeout=10)
+    composer.probes_settled().get(timeout=10).result(timeout=30)
+    assert composer.composition().get(timeout=10) is first  # found up mid-turn: waits
+    refreshed = composer.turn_ended().get(timeout=10)
+    current = refreshed.result(timeout=60)
+    assert set(current.catalogues) == {"good", "back"} and current.left_out == {}
+    assert composer.take_changes().get(timeout=10) is True
+
+
+def test_disabling_closes_every_connection(tmp_path, session):
+    import _leaks
+
+    composer = session(lambda: McpConfig(home=str(tmp_path / "home"), servers=(fault_config("a"), fault_config("b"))))
+    first = wait(composer.open())
+    for handle in first.handles.values():
+        handle.call_tool("echo", {"text": "x"})
+    assert any("fault_server.py" in _leaks.command_line(pid) for pid in _leaks.descendants())
+    off = wait(composer.set_enabled(False))
+    assert off.handles == {} and off.catalogues == {}
+    for handle in first.handles.values():
+        assert handle.wait_closed(30)  # released after the swap: stopped, its server ended
+    left = [pid for pid in _leaks.descendants() if "fault_server.py" in _leaks.command_line(pid)]
+    assert left == []
