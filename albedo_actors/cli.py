@@ -13,6 +13,11 @@
     albedo-mcp edit NAME [--url URL | --command LINE] [the secret options of add]
     albedo-mcp remove NAME | enable NAME | disable NAME
 
+``NAME`` is an advertised name as ``tools`` prints it (``mcp_<server>_<operation>_<hash>``,
+see :mod:`albedo_actors.naming`) or ``SERVER/TOOL``; a ``read_resource`` or ``get_prompt``
+name reads a resource (``--args '{"uri": ...}'``) or gets a prompt
+(``--args '{"name": ..., "arguments": {...}}'``).
+
 The admin commands (servers, add, edit, remove, enable, disable) take ``--home`` and
 ``--database URL`` (else ``$ALBEDO_DATABASE_URL``, else SQLite at HOME/albedo.db) and
 change settings only through :mod:`albedo_actors.settings`. Secrets are never taken
@@ -55,7 +60,8 @@ from .errors import (
     Unavailable,
     UnknownOutcome,
 )
-from .session import Session, advertised_name
+from .naming import Advertised, advertise, advertised_name, server_prefix
+from .session import Session
 
 EXIT_OK = 0
 EXIT_TOOL_ERROR = 1
@@ -88,11 +94,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", "-v", action="store_true", help="log what happens to stderr")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    tools = commands.add_parser("tools", help="list the tools every enabled server advertises")
+    tools = commands.add_parser("tools", help="list the operations every enabled server advertises")
     tools.add_argument("--json", action="store_true", help="print a JSON array")
     _place_options(tools)
-    call = commands.add_parser("call", help="call one tool by advertised name or SERVER/TOOL")
-    call.add_argument("name", metavar="NAME", help="an advertised name (mcp_SERVER_TOOL) or SERVER/TOOL")
+    call = commands.add_parser("call", help="call one tool (or read_resource / get_prompt) by advertised name or SERVER/TOOL")
+    call.add_argument("name", metavar="NAME", help="an advertised name (mcp_SERVER_TOOL_HASH, as 'tools' prints it) or SERVER/TOOL")
     call.add_argument("--args", default=None, metavar="JSON", help="the arguments, a JSON object")
     call.add_argument("--json", action="store_true", help="print the CallToolResult as JSON")
     _place_options(call)
@@ -232,41 +238,85 @@ def _call(args: argparse.Namespace) -> int:
     arguments = _arguments(args.args)
     config = load(resolve_home(args.home))
     if "/" in args.name:
-        server_name, _, tool = args.name.partition("/")
+        server_name, _, operation = args.name.partition("/")
         candidates = [config.server(server_name)]
+        if not candidates[0].enabled:
+            raise _Usage(f"server {server_name!r} is disabled in extensions.json")
     else:
-        candidates = [s for s in config.servers if args.name.startswith(f"mcp_{s.name}_")]
-        if not candidates:
+        # An advertised name carries a hash, so it cannot be split back into server and
+        # tool: connect the servers whose prefix fits, then match the name exactly.
+        fitting = [s for s in config.servers if args.name.startswith(server_prefix(s.name))]
+        if not fitting:
             raise _Usage(f"no configured server advertises {args.name!r}; use an advertised name from '{PROG} tools' or SERVER/TOOL")
-        tool = None
-    for server in candidates:
-        if not server.enabled:
-            raise _Usage(f"server {server.name!r} is disabled in extensions.json")
+        candidates = [s for s in fitting if s.enabled]
+        if not candidates:
+            raise _Usage(f"server {fitting[0].name!r} is disabled in extensions.json")
+        operation = None
     with _store_if_any(args, config.home) as store, Session(config, candidates, _warn, store=store) as session:
         if not session.catalogues:
             raise next(iter(session.failures.values()))
-        matches = [
-            (name, entry["name"])
-            for name, catalogue in session.catalogues.items()
-            for entry in catalogue.tools
-            if (entry["name"] == tool if tool is not None else advertised_name(name, entry["name"]) == args.name)
-        ]
-        if not matches:
-            raise _Usage(f"no tool {args.name!r}; '{PROG} tools' lists the tools")
-        if len(matches) > 1:
-            raise _Usage(f"{args.name!r} is ambiguous ({', '.join(f'{s}/{t}' for s, t in matches)}); use SERVER/TOOL")
-        server_name, tool = matches[0]
-        if not session.handles[server_name].config.tool_enabled(tool):
-            raise _Usage(f"tool {tool!r} of server {server_name!r} is disabled in extensions.json")
-        result = session.handles[server_name].call_tool(tool, arguments)
+        chosen = _resolve(session, args.name, operation)
+        result = _perform(session, chosen, arguments)
     if args.json:
         _print_json(result)
     else:
         _print_result(result)
-    if result.get("isError") is True:
-        _error(f"server {server_name!r}: tool {tool!r} reported an error")
+    if chosen.kind == "tool" and result.get("isError") is True:
+        _error(f"server {chosen.server!r}: tool {chosen.operation!r} reported an error")
         return EXIT_TOOL_ERROR
     return EXIT_OK
+
+
+def _resolve(session: Session, name: str, operation: str | None) -> Advertised:
+    """The operation ``name`` (advertised, or SERVER/TOOL when ``operation`` is given) means."""
+    if operation is not None:
+        server_name = next(iter(session.catalogues))
+        config = session.handles[server_name].config
+        tool = session.catalogues[server_name].tool(operation)
+        if tool is not None:
+            if not config.tool_enabled(operation):
+                raise _Usage(f"tool {operation!r} of server {server_name!r} is disabled in extensions.json")
+            # Named explicitly by SERVER/TOOL: called even if its schema kept it from the model.
+            return Advertised(advertised_name(server_name, operation), server_name, "tool", operation, "", tool.get("inputSchema") or {})
+        warnings: list[str] = []
+        for entry in advertise(session.catalogues, {server_name: config}, warnings.append):
+            if entry.kind != "tool" and entry.operation == operation:
+                return entry
+        raise _Usage(f"no tool {name!r}; '{PROG} tools' lists the tools")
+    warnings = []
+    configs = {server: session.handles[server].config for server in session.catalogues}
+    for entry in advertise(session.catalogues, configs, warnings.append):
+        if entry.name == name:
+            return entry
+    for server, catalogue in session.catalogues.items():
+        for tool in catalogue.tools:
+            if advertised_name(server, tool["name"]) == name:
+                if not configs[server].tool_enabled(tool["name"]):
+                    raise _Usage(f"tool {tool['name']!r} of server {server!r} is disabled in extensions.json")
+                why = next((w for w in warnings if repr(tool["name"]) in w and "left out" in w), "it is left out")
+                raise _Usage(f"{name!r} is not advertised: {why}")
+    raise _Usage(f"no tool {name!r}; '{PROG} tools' lists the tools")
+
+
+def _perform(session: Session, entry: Advertised, arguments: dict[str, Any] | None) -> dict[str, Any]:
+    """Call the tool, or read the resource / get the prompt the arguments name."""
+    handle = session.handles[entry.server]
+    if entry.kind == "tool":
+        return handle.call_tool(entry.operation, arguments)
+    arguments = arguments or {}
+    if entry.kind == "read_resource":
+        uri = arguments.get("uri")
+        if not isinstance(uri, str) or set(arguments) - {"uri"}:
+            raise _Usage('read_resource takes --args \'{"uri": "..."}\'')
+        return handle.read_resource(uri)
+    prompt, prompt_arguments = arguments.get("name"), arguments.get("arguments")
+    if (
+        not isinstance(prompt, str)
+        or set(arguments) - {"name", "arguments"}
+        or not (prompt_arguments is None or (isinstance(prompt_arguments, dict) and all(isinstance(v, str) for v in prompt_arguments.values())))
+    ):
+        raise _Usage('get_prompt takes --args \'{"name": "...", "arguments": {"key": "text"}}\'')
+    return handle.get_prompt(prompt, prompt_arguments)
 
 
 # -- admin commands ---------------------------------------------------------------------------
@@ -444,6 +494,20 @@ def _print_result(result: dict[str, Any]) -> None:
         else:
             print(f"[{kind} content]")
         printed = True
+    for item in result.get("contents") if isinstance(result.get("contents"), list) else []:  # resources/read
+        if isinstance(item, dict):
+            if isinstance(item.get("text"), str):
+                print(item["text"])
+            else:
+                size = len(item.get("blob") or "") * 3 // 4
+                print(f"[resource {item.get('uri', '?')} {item.get('mimeType', '?')}, about {size} bytes]")
+            printed = True
+    for message in result.get("messages") if isinstance(result.get("messages"), list) else []:  # prompts/get
+        if isinstance(message, dict):
+            block = message.get("content") if isinstance(message.get("content"), dict) else {}
+            text = block.get("text") if block.get("type") == "text" and isinstance(block.get("text"), str) else f"[{block.get('type', '?')} content]"
+            print(f"{message.get('role', '?')}: {text}")
+            printed = True
     if not printed and "structuredContent" in result:
         _print_json(result["structuredContent"])
 

@@ -10,37 +10,20 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from .actors.client import ServerHandle
 from .catalogue import Catalogue
 from .config import McpConfig, ServerConfig
 from .errors import ConfigError, ServerError, StoreError
+from .naming import Advertised, advertise, advertised_name, server_prefix
 from .saved import fingerprint, from_json, to_json
 
 
-@dataclass(frozen=True)
-class AdvertisedTool:
-    name: str
-    server: str
-    tool: str
-    description: str
-    input_schema: dict[str, Any]
+# The advertised operations and their names live in albedo_actors.naming.
+AdvertisedTool = Advertised
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "server": self.server,
-            "tool": self.tool,
-            "description": self.description,
-            "inputSchema": self.input_schema,
-        }
-
-
-def advertised_name(server: str, tool: str) -> str:
-    # Until the naming issue lands: mcp_<server>_<tool>.
-    return f"mcp_{server}_{tool}"
+__all__ = ["Advertised", "AdvertisedTool", "Session", "advertise", "advertised_name", "server_prefix"]
 
 
 class Session:
@@ -141,26 +124,14 @@ class Session:
         except (StoreError, ValueError) as exc:
             self._warn(f"server {name!r}: its catalogue was not saved ({exc})")
 
-    def tools(self) -> list[AdvertisedTool]:
-        out = []
-        for name, catalogue in self.catalogues.items():
-            server = self.handles[name].config
-            offered = {tool["name"] for tool in catalogue.tools}
-            for missing in sorted(set(server.enabled_tools or ()) - offered):
-                self._warn(f"server {name!r}: enabledTools names {missing!r}, which it does not offer")
-            for tool in catalogue.tools:
-                if server.tool_enabled(tool["name"]):
-                    description = tool.get("description")
-                    out.append(
-                        AdvertisedTool(
-                            name=advertised_name(name, tool["name"]),
-                            server=name,
-                            tool=tool["name"],
-                            description=description if isinstance(description, str) else "",
-                            input_schema=tool["inputSchema"],
-                        )
-                    )
-        return out
+    def tools(self) -> list[Advertised]:
+        """Every operation the connected servers advertise (see albedo_actors.naming).
+
+        Tools left out (disabled, or with an invalid or oversized schema) are not
+        listed; the latter, and ``enabledTools`` entries naming nothing, are warned.
+        """
+        configs = {name: self.handles[name].config for name in self.catalogues if name in self.handles}
+        return advertise(self.catalogues, configs, self._warn)
 
     def close(self) -> None:
         """Stop every client at once; each ends its server process."""

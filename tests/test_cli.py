@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from albedo_actors.naming import advertised_name
 from helpers import FAULT_SERVER, schema_validate
 
 RUN_TIMEOUT = 60  # seconds; a bound on every command, never an expected duration
@@ -55,12 +56,12 @@ def test_tools_prints_the_advertised_names_one_per_line(tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""
     names = [line.split("\t")[0] for line in run.stdout.splitlines()]
-    assert names[:3] == ["mcp_faulty_echo", "mcp_faulty_add", "mcp_faulty_time"]
-    assert {"mcp_faulty_die", "mcp_faulty_hang", "mcp_other_echo", "mcp_other_add"} <= set(names)
+    assert names[:3] == [advertised_name("faulty", tool) for tool in ("echo", "add", "time")]
+    assert {advertised_name(s, t) for s, t in [("faulty", "die"), ("faulty", "hang"), ("other", "echo"), ("other", "add")]} <= set(names)
     assert all(name.startswith(("mcp_faulty_", "mcp_other_")) for name in names)
     assert len(names) == len(set(names))
     # The description follows a tab; echo's is the fault server's own.
-    assert "mcp_faulty_echo\tReturn the given text unchanged." in run.stdout.splitlines()
+    assert f"{advertised_name('faulty', 'echo')}\tReturn the given text unchanged." in run.stdout.splitlines()
 
 
 def test_tools_json_prints_an_array_of_tool_objects_with_exactly_the_documented_keys(tmp_path):
@@ -70,9 +71,11 @@ def test_tools_json_prints_an_array_of_tool_objects_with_exactly_the_documented_
     tools = json.loads(run.stdout)
     assert isinstance(tools, list) and tools
     for tool in tools:
-        assert set(tool) == {"name", "server", "tool", "description", "inputSchema"}
+        assert set(tool) == {"name", "server", "tool", "kind", "description", "inputSchema"}
         assert tool["server"] == "faulty"
-        assert tool["name"] == f"mcp_faulty_{tool['tool']}"
+        assert tool["kind"] in ("tool", "read_resource", "get_prompt")
+        assert tool["kind"] == "tool" or tool["tool"] == tool["kind"]
+        assert tool["name"] == advertised_name("faulty", tool["tool"], tool["kind"])
         assert isinstance(tool["description"], str)
         assert tool["inputSchema"]["type"] == "object"
     echo = next(tool for tool in tools if tool["tool"] == "echo")
@@ -89,7 +92,7 @@ def test_tools_leaves_out_a_server_that_cannot_start_with_one_warning_line(tmp_p
     run = albedo(tmp_path, "tools")
     assert run.returncode == 0, run.stderr
     names = [line.split("\t")[0] for line in run.stdout.splitlines()]
-    assert "mcp_faulty_echo" in names
+    assert advertised_name("faulty", "echo") in names
     assert not any(name.startswith("mcp_broken_") for name in names)
     assert "Traceback" not in run.stderr
     lines = run.stderr.splitlines()
@@ -103,7 +106,7 @@ def test_tools_leaves_out_a_server_that_cannot_start_with_one_warning_line(tmp_p
 
 def test_call_by_advertised_name_prints_the_text_result(tmp_path):
     write_config(tmp_path, {"faulty": fault_entry()})
-    run = albedo(tmp_path, "call", "mcp_faulty_echo", "--args", '{"text": "hi"}')
+    run = albedo(tmp_path, "call", advertised_name("faulty", "echo"), "--args", '{"text": "hi"}')
     assert (run.returncode, run.stdout, run.stderr) == (0, "hi\n", "")
 
 
@@ -129,9 +132,9 @@ USAGE_ERRORS = {
     # id: (servers or raw extensions.json text, argv, env changes, names stderr must contain)
     "args-not-json": ({"faulty": fault_entry()}, ["call", "faulty/echo", "--args", "{text"], {}, ["--args", "not valid JSON"]),
     "args-not-object": ({"faulty": fault_entry()}, ["call", "faulty/echo", "--args", '["hi"]'], {}, ["--args", "JSON object"]),
-    "unknown-advertised-tool": ({"faulty": fault_entry()}, ["call", "mcp_faulty_nope"], {}, ["mcp_faulty_nope"]),
+    "unknown-advertised-tool": ({"faulty": fault_entry()}, ["call", advertised_name("faulty", "nope")], {}, [advertised_name("faulty", "nope")]),
     "unknown-tool-of-server": ({"faulty": fault_entry()}, ["call", "faulty/nope"], {}, ["faulty/nope"]),
-    "unknown-advertised-server": ({"faulty": fault_entry()}, ["call", "mcp_nosuch_echo"], {}, ["mcp_nosuch_echo"]),
+    "unknown-advertised-server": ({"faulty": fault_entry()}, ["call", advertised_name("nosuch", "echo")], {}, [advertised_name("nosuch", "echo")]),
     "unknown-server": ({"faulty": fault_entry()}, ["call", "nosuch/echo"], {}, ["'nosuch'"]),
     "config-not-json": ('{"mcp": {"servers": ', ["tools"], {}, ["extensions.json", "not valid JSON"]),
     "env-value-inline": (
@@ -197,6 +200,40 @@ def test_call_exits_5_when_the_call_times_out(tmp_path):
     assert run.stdout == ""
 
 
+def demo_entry() -> dict:
+    from albedo_actors.demo.run import SERVER
+
+    return {"command": sys.executable, "args": ["-I", SERVER]}
+
+
+def test_resources_and_prompts_are_one_operation_each_and_call_reads_and_gets(tmp_path):
+    write_config(tmp_path, {"demo": demo_entry()})
+    listed = albedo(tmp_path, "tools", "--json")
+    assert listed.returncode == 0, listed.stderr
+    kinds = {entry["kind"]: entry for entry in json.loads(listed.stdout)}
+    assert set(kinds) == {"tool", "read_resource", "get_prompt"}
+    read, prompt = kinds["read_resource"], kinds["get_prompt"]
+    assert read["name"] == advertised_name("demo", "read_resource", "read_resource")
+    assert "demo://readme" in read["description"] and read["inputSchema"]["required"] == ["uri"]
+    assert prompt["name"] == advertised_name("demo", "get_prompt", "get_prompt") and "greet" in prompt["description"]
+    greeting = albedo(tmp_path, "call", read["name"], "--args", '{"uri": "demo://greeting/Ada"}')
+    assert (greeting.returncode, greeting.stdout, greeting.stderr) == (0, "Hello, Ada!\n", "")
+    got = albedo(tmp_path, "call", prompt["name"], "--args", '{"name": "greet", "arguments": {"name": "Ada"}}', "--json")
+    assert got.returncode == 0, got.stderr
+    assert "Please greet Ada warmly." in json.loads(got.stdout)["messages"][0]["content"]["text"]
+    by_slash = albedo(tmp_path, "call", "demo/read_resource", "--args", '{"uri": "demo://greeting/Bo"}')
+    assert (by_slash.returncode, by_slash.stdout) == (0, "Hello, Bo!\n"), by_slash.stderr
+    bad = albedo(tmp_path, "call", read["name"], "--args", '{"url": "x"}')
+    assert_one_line_error(bad, 2, "uri")
+
+
+def test_call_resolves_an_advertised_name_when_server_names_share_a_prefix(tmp_path):
+    # "f" and "f_x": the name of f_x's echo starts with "mcp_f_" too; only the exact match counts.
+    write_config(tmp_path, {"f": fault_entry(), "f_x": fault_entry()})
+    run = albedo(tmp_path, "call", advertised_name("f_x", "echo"), "--args", '{"text": "hi"}')
+    assert (run.returncode, run.stdout, run.stderr) == (0, "hi\n", "")
+
+
 # -- the program itself -------------------------------------------------------------------
 
 
@@ -207,7 +244,7 @@ def test_the_console_script_and_python_m_print_the_same_tools(tmp_path):
     by_script = albedo(tmp_path, "tools", program=[CONSOLE_SCRIPT])
     assert by_module.returncode == by_script.returncode == 0
     assert by_module.stdout == by_script.stdout
-    assert "mcp_faulty_echo" in by_script.stdout and "mcp_other_echo" in by_script.stdout
+    assert advertised_name("faulty", "echo") in by_script.stdout and advertised_name("other", "echo") in by_script.stdout
     assert by_module.stderr == by_script.stderr == ""
 
 

@@ -49,7 +49,7 @@ def run_demo(out: TextIO = sys.stdout) -> int:
                 say(f"  advertises {len(catalogue.tools)} tools, {len(catalogue.resources)} resources, {len(catalogue.prompts)} prompts:")
                 for tool in tools:
                     if tool.server == name:
-                        say(f"    {tool.name:<24} {tool.description}")
+                        say(f"    {tool.name:<34} {' '.join(tool.description.split())[:100]}")
                 result = session.handles[name].call_tool("add", {"a": 2, "b": 40})
                 text = " ".join(b.get("text", "") for b in result.get("content", []) if b.get("type") == "text")
                 say(f"  called {name}/add with {{\"a\": 2, \"b\": 40}} -> {text!r}")

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+from albedo_actors.naming import advertised_name
 from helpers import FAULT_SERVER, read_record
 
 # A second host: opens a session that prefers saved catalogues and prints its tools.
@@ -52,7 +53,7 @@ def test_a_second_host_starts_from_the_first_hosts_catalogue_without_dialling(tm
     # Host 1 dials the server and saves what it found.
     listed = run([sys.executable, "-m", "albedo_actors", "--home", first, "--database", url, "tools", "--json"])
     names = sorted(tool["name"] for tool in json.loads(listed))
-    assert "mcp_f_echo" in names
+    assert advertised_name("f", "echo") in names
     dials = [m for m in read_record(record) if m.get("method") == "server/discover"]
     assert len(dials) == 1
     # Host 2 advertises the same tools at once: the server was not started again.

@@ -1,0 +1,351 @@
+"""Advertised names, bounded schemas and the list of operations a session advertises.
+
+Pure functions over plain data (standard library only); nothing here dials a server.
+
+Names
+-----
+
+Every operation a server offers is advertised to the model as::
+
+    mcp_<server>_<operation>_<hash>
+
+built by :func:`advertised_name` with this exact rule:
+
+1. ``<hash>`` is the first 8 hexadecimal digits (lower case) of the SHA-256 of the
+   UTF-8 bytes of ``server + "\\0" + operation`` for a tool, and of
+   ``server + "\\0" + operation + "\\0" + kind`` for the synthesised
+   ``read_resource`` and ``get_prompt`` operations (so a tool that happens to be
+   called ``read_resource`` never takes their name). Lone surrogates are encoded with
+   ``surrogatepass``. The hash is taken over the names *as the server and the
+   configuration spell them*, before any sanitising or truncation: it is stable across
+   restarts and hosts, and it keeps two names apart when the same tool is offered by
+   two servers or when two tools sanitise (or truncate) to the same text.
+2. ``<server>`` and ``<operation>`` are sanitised: every character that is not an ASCII
+   letter, an ASCII digit, ``_`` or ``-`` becomes ``_`` (one ``_`` per character).
+3. The whole name is at most 64 characters (:data:`MAX_NAME`): the fixed parts
+   (``mcp_``, two ``_`` and the 8-digit hash) take 14, leaving 50 for the two sanitised
+   parts. When they are longer together, the server part is cut to
+   ``max(24, 50 - len(operation))`` characters and the operation to what remains
+   (so the server keeps at least its first 24 characters, and the hash is never cut).
+
+The result therefore matches ``^mcp_[A-Za-z0-9_-]*_[0-9a-f]{8}$`` and is at most 64
+characters, which is what model providers accept for a tool name.
+:func:`server_prefix` gives the text every name of a server starts with, so a name can
+be resolved by connecting only the servers whose prefix fits and matching exactly.
+
+Schemas and descriptions
+------------------------
+
+An ``inputSchema`` reaches the model only through :func:`bound_schema`: it must be a
+JSON object schema (``"type": "object"``, ``properties`` an object and ``required`` a
+list of strings when present), at most :data:`MAX_SCHEMA_DEPTH` levels deep, at most
+:data:`MAX_SCHEMA_NODES` JSON values and at most :data:`MAX_SCHEMA_BYTES` bytes of
+compact JSON. A tool whose schema fails is left out alone, with a warning naming it;
+its server's other tools are still advertised. Descriptions are data, never
+instructions: they are passed on as text, cut to :data:`MAX_DESCRIPTION` characters.
+
+Resources and prompts
+---------------------
+
+A server that lists resources (or resource templates) gets one ``read_resource``
+operation, and one that lists prompts one ``get_prompt`` operation; their
+descriptions list what the server offers (bounded as above). ``enabledTools`` and
+``disabledTools`` apply to every operation by its operation name: a server with
+``enabledTools`` advertises ``read_resource``/``get_prompt`` only when they are named
+there, and ``disabledTools: ["read_resource"]`` hides it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Mapping
+
+from .catalogue import Catalogue
+from .config import ServerConfig
+
+MAX_NAME = 64
+HASH_LENGTH = 8
+MIN_SERVER_PART = 24
+MAX_SCHEMA_DEPTH = 32
+MAX_SCHEMA_NODES = 2000
+MAX_SCHEMA_BYTES = 64 * 1024
+MAX_DESCRIPTION = 1024
+
+READ_RESOURCE = "read_resource"
+GET_PROMPT = "get_prompt"
+
+Kind = Literal["tool", "read_resource", "get_prompt"]
+
+_ALLOWED = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+_FIXED = len("mcp_") + 1 + 1 + HASH_LENGTH  # mcp_ <server> _ <operation> _ <hash>
+_BUDGET = MAX_NAME - _FIXED  # 50: for the sanitised server and operation together
+
+
+class InvalidSchema(ValueError):
+    """An inputSchema that is not a JSON object schema."""
+
+
+class SchemaTooLarge(ValueError):
+    """An inputSchema over the depth, node or size bound."""
+
+
+def sanitise(text: str) -> str:
+    """``text`` with every character but ASCII letters, digits, ``_`` and ``-`` as ``_``."""
+    return "".join(ch if ch in _ALLOWED else "_" for ch in text)
+
+
+def name_hash(server: str, operation: str, kind: Kind = "tool") -> str:
+    key = server + "\0" + operation if kind == "tool" else server + "\0" + operation + "\0" + kind
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_LENGTH]
+
+
+def advertised_name(server: str, operation: str, kind: Kind = "tool") -> str:
+    """``mcp_<server>_<operation>_<hash>``, by the rule in the module docstring."""
+    server_part, operation_part = sanitise(server), sanitise(operation)
+    if len(server_part) + len(operation_part) > _BUDGET:
+        server_part = server_part[: max(MIN_SERVER_PART, _BUDGET - len(operation_part))]
+        operation_part = operation_part[: _BUDGET - len(server_part)]
+    return f"mcp_{server_part}_{operation_part}_{name_hash(server, operation, kind)}"
+
+
+def server_prefix(server: str) -> str:
+    """What every advertised name of ``server`` starts with.
+
+    ``mcp_<sanitised server>_`` when the server part is never cut (at most 24
+    characters), else ``mcp_`` and its first 24 sanitised characters.
+    """
+    part = sanitise(server)
+    return f"mcp_{part}_" if len(part) <= MIN_SERVER_PART else f"mcp_{part[:MIN_SERVER_PART]}"
+
+
+def bound_schema(schema: Any) -> dict[str, Any]:
+    """Return ``schema`` unchanged if it is a bounded JSON object schema.
+
+    Walks it with an explicit stack (no recursion, so a deep schema cannot exhaust
+    the interpreter's stack). Raises:
+        InvalidSchema: not an object schema, or not plain JSON.
+        SchemaTooLarge: deeper than MAX_SCHEMA_DEPTH, more than MAX_SCHEMA_NODES
+            values, or more than MAX_SCHEMA_BYTES of compact JSON.
+    """
+    if not isinstance(schema, dict):
+        raise InvalidSchema(f"inputSchema is a {_json_type(schema)}, not an object")
+    if schema.get("type") != "object":
+        raise InvalidSchema('inputSchema is not an object schema (its "type" is not "object")')
+    if "properties" in schema and not isinstance(schema["properties"], dict):
+        raise InvalidSchema('inputSchema "properties" is not an object')
+    required = schema.get("required")
+    if required is not None and not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
+        raise InvalidSchema('inputSchema "required" is not a list of names')
+    nodes = 0
+    stack: list[tuple[Any, int]] = [(schema, 1)]
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_SCHEMA_NODES:
+            raise SchemaTooLarge(f"inputSchema has more than {MAX_SCHEMA_NODES} values")
+        if depth > MAX_SCHEMA_DEPTH:
+            raise SchemaTooLarge(f"inputSchema is more than {MAX_SCHEMA_DEPTH} levels deep")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise InvalidSchema("inputSchema has a key that is not a string")
+                stack.append((item, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1) for item in value)
+        elif not (value is None or isinstance(value, (str, int, float, bool))):
+            raise InvalidSchema(f"inputSchema holds a {type(value).__name__}, not JSON")
+    try:
+        size = len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8", "surrogatepass"))
+    except ValueError as exc:
+        raise InvalidSchema(f"inputSchema is not valid JSON ({exc})") from None
+    if size > MAX_SCHEMA_BYTES:
+        raise SchemaTooLarge(f"inputSchema is {size} bytes of JSON, over {MAX_SCHEMA_BYTES}")
+    return schema
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return type(value).__name__
+
+
+def bound_description(text: Any, limit: int = MAX_DESCRIPTION) -> str:
+    """A description as plain text of at most ``limit`` characters ("" if not text)."""
+    if not isinstance(text, str):
+        return ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Advertised:
+    """One operation as the model sees it."""
+
+    name: str
+    server: str
+    kind: Kind
+    operation: str  # the tool's own name for a tool; "read_resource" / "get_prompt"
+    description: str
+    input_schema: dict[str, Any]
+
+    @property
+    def tool(self) -> str:
+        return self.operation
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "server": self.server,
+            "tool": self.operation,
+            "kind": self.kind,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+        }
+
+
+READ_RESOURCE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"uri": {"type": "string", "description": "The URI of the resource to read."}},
+    "required": ["uri"],
+}
+
+GET_PROMPT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "description": "The name of the prompt."},
+        "arguments": {
+            "type": "object",
+            "description": "The prompt's arguments, by name.",
+            "additionalProperties": {"type": "string"},
+        },
+    },
+    "required": ["name"],
+}
+
+
+def _listing(header: str, items: list[str]) -> str:
+    """``header`` then the items, one per line, cut to MAX_DESCRIPTION with a count."""
+    text = header
+    for index, item in enumerate(items):
+        line = "\n- " + item
+        more = f"\n(and {len(items) - index} more)"
+        if len(text) + len(line) + len(more) > MAX_DESCRIPTION:
+            return bound_description(text + more)
+        text += line
+    return bound_description(text)
+
+
+def _one_line(value: Any, limit: int = 120) -> str:
+    return " ".join(value.split())[:limit] if isinstance(value, str) else ""
+
+
+def _resource_description(server: str, catalogue: Catalogue) -> str:
+    items = []
+    for resource in catalogue.resources:
+        uri, title = _one_line(resource.get("uri"), 200), _one_line(resource.get("name") or resource.get("title"))
+        if uri:
+            items.append(f"{uri} ({title})" if title else uri)
+    for template in catalogue.resource_templates:
+        uri, title = _one_line(template.get("uriTemplate"), 200), _one_line(template.get("name") or template.get("title"))
+        if uri:
+            items.append(f"{uri} (template{': ' + title if title else ''})")
+    return _listing(f"Read one resource of MCP server {server!r} by URI. It offers:", items)
+
+
+def _prompt_description(server: str, catalogue: Catalogue) -> str:
+    items = []
+    for prompt in catalogue.prompts:
+        name = _one_line(prompt.get("name"))
+        if not name:
+            continue
+        arguments = prompt.get("arguments") if isinstance(prompt.get("arguments"), list) else []
+        names = [_one_line(a.get("name"), 40) + ("" if a.get("required") else "?") for a in arguments if isinstance(a, dict) and _one_line(a.get("name"))]
+        summary = _one_line(prompt.get("description"), 80)
+        items.append(f"{name}({', '.join(names)})" + (f": {summary}" if summary else ""))
+    return _listing(f"Get one prompt of MCP server {server!r} by name, with its arguments. It offers:", items)
+
+
+def advertise(
+    catalogues: Mapping[str, Catalogue],
+    configs: Mapping[str, ServerConfig],
+    warn: Callable[[str], None],
+) -> list[Advertised]:
+    """What the model sees: each server's enabled tools, then its resource and prompt operations.
+
+    Servers in the order of ``catalogues``, tools in the order the server lists them.
+    A tool whose schema is invalid or too large (or whose name is not text, or that is
+    listed twice) is left out with a warning naming it; so is an ``enabledTools``
+    entry that names nothing the server offers. A server absent from ``configs`` has
+    every operation enabled.
+    """
+    out: list[Advertised] = []
+    for server, catalogue in catalogues.items():
+        config = configs.get(server)
+        enabled = config.tool_enabled if config is not None else (lambda _name: True)
+        offered: set[str] = set()
+        for tool in catalogue.tools:
+            operation = tool.get("name") if isinstance(tool, dict) else None
+            if not isinstance(operation, str):
+                warn(f"server {server!r}: a tool without a name is left out")
+                continue
+            if operation in offered:
+                warn(f"server {server!r}: tool {operation!r} is listed twice; the first is kept")
+                continue
+            offered.add(operation)
+            if not enabled(operation):
+                continue
+            try:
+                schema = bound_schema(tool.get("inputSchema"))
+            except ValueError as exc:
+                warn(f"server {server!r}: tool {operation!r} left out: {exc}")
+                continue
+            out.append(
+                Advertised(
+                    name=advertised_name(server, operation),
+                    server=server,
+                    kind="tool",
+                    operation=operation,
+                    description=bound_description(tool.get("description")),
+                    input_schema=schema,
+                )
+            )
+        if catalogue.resources or catalogue.resource_templates:
+            offered.add(READ_RESOURCE)
+            if enabled(READ_RESOURCE):
+                out.append(
+                    Advertised(
+                        name=advertised_name(server, READ_RESOURCE, READ_RESOURCE),
+                        server=server,
+                        kind=READ_RESOURCE,
+                        operation=READ_RESOURCE,
+                        description=_resource_description(server, catalogue),
+                        input_schema=copy.deepcopy(READ_RESOURCE_SCHEMA),
+                    )
+                )
+        if catalogue.prompts:
+            offered.add(GET_PROMPT)
+            if enabled(GET_PROMPT):
+                out.append(
+                    Advertised(
+                        name=advertised_name(server, GET_PROMPT, GET_PROMPT),
+                        server=server,
+                        kind=GET_PROMPT,
+                        operation=GET_PROMPT,
+                        description=_prompt_description(server, catalogue),
+                        input_schema=copy.deepcopy(GET_PROMPT_SCHEMA),
+                    )
+                )
+        if config is not None:
+            for missing in sorted(set(config.enabled_tools or ()) - offered):
+                warn(f"server {server!r}: enabledTools names {missing!r}, which it does not offer")
+    return out

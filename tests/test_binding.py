@@ -1,0 +1,64 @@
+"""The Python binding, sync and asyncio, over a real session composer."""
+
+import asyncio
+
+import pytest
+
+from albedo_actors.actors.composer import SessionComposer
+from albedo_actors.actors.preparer import RuntimePreparer
+from albedo_actors.actors.registry import ServerRegistry
+from albedo_actors.binding import AsyncMcp, Mcp
+from albedo_actors.config import McpConfig
+from albedo_actors.errors import ConfigError, UnknownOutcome
+from albedo_actors.store import open_store
+from helpers import fault_config
+
+
+@pytest.fixture
+def composer(tmp_path):
+    home = str(tmp_path / "home")
+    store = open_store(home)
+    registry = ServerRegistry.start(home)
+    preparer = RuntimePreparer.start(registry, store)
+    config = McpConfig(home=home, servers=(fault_config("f", call_timeout_ms=30_000), fault_config("g")))
+    ref = SessionComposer.start(preparer, registry, lambda: config, enabled=True)
+    ref.proxy().open().get(timeout=10).result(timeout=60)
+    yield ref
+    ref.stop(timeout=30)
+    preparer.stop(timeout=30)
+    registry.stop(timeout=30)
+    store.close()
+
+
+def test_tools_describe_and_call_by_name_or_server_slash_tool(composer):
+    mcp = Mcp(composer)
+    tools = mcp.tools()
+    echo = next(t for t in tools if t["server"] == "f" and t["operation"] == "echo")
+    assert echo["name"].startswith("mcp_f_echo_") and echo["inputSchema"]["type"] == "object"
+    assert mcp.describe(echo["name"]) == echo == mcp.describe("f/echo")
+    assert mcp.call(echo["name"], {"text": "by name"}).content[0]["text"] == "by name"
+    assert mcp.call("f/echo", text="by kwargs").content[0]["text"] == "by kwargs"
+    assert mcp.f.echo(text="minted").content[0]["text"] == "minted"
+    with pytest.raises(ConfigError, match="no MCP operation 'f/nope'"):
+        mcp.call("f/nope")
+
+
+def test_a_tool_error_is_a_result_and_resources_and_prompts_are_operations(composer):
+    mcp = Mcp(composer)
+    result = mcp.call("f/add", a="two", b=1)
+    assert result.isError is True
+    assert mcp.call("f/read_resource", uri="demo://readme").contents[0]["uri"] == "demo://readme"
+    assert mcp.call("f/get_prompt", name="greet", arguments={"name": "Ada"}).messages
+
+
+def test_asyncio_gather_keeps_the_results_that_succeeded(composer):
+    amcp = AsyncMcp(composer)
+
+    async def main():
+        return await asyncio.gather(
+            amcp.call("g/echo", text="fine"), amcp.call("f/die"), amcp.call("g/echo", text="also"), return_exceptions=True
+        )
+
+    ok, lost, also = asyncio.run(main())
+    assert ok.content[0]["text"] == "fine" and also.content[0]["text"] == "also"
+    assert isinstance(lost, UnknownOutcome)
