@@ -184,7 +184,12 @@ class SessionComposer(pykka.ThreadingActor):
         if not self._enabled(config):
             self.actor_ref.tell(_Prepared(generation, Composition(), None))
             return done
-        pending = self._preparer.proxy().prepare(config).get(timeout=ASK_TIMEOUT)
+        try:
+            pending = self._preparer.proxy().prepare(config).get(timeout=ASK_TIMEOUT)
+        except (pykka.Timeout, pykka.ActorDeadError) as exc:
+            self._waiting.pop(generation, None)
+            done.set_exception(AlbedoError(f"the runtime preparer did not answer ({type(exc).__name__})"))
+            return done
         ref = self.actor_ref
 
         def report(future: concurrent.futures.Future) -> None:
