@@ -21,22 +21,25 @@ nobody; the host reads :meth:`composition` and :meth:`take_changes`.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import pykka
 
-from ..config import McpConfig
+from ..config import McpConfig, ServerConfig
 from ..errors import AlbedoError
+from .client import ServerHandle
 from .preparer import CatalogueSaved, Composition
 
 logger = logging.getLogger(__name__)
 
 ASK_TIMEOUT = 10.0
 PROBE_CAP = 20  # probe intervals double up to this many times retryMs
+PREPARE_LIMIT = 3600.0  # the preparer bounds each dial; this only guards against a lost future
 
 
 @dataclass(frozen=True)
@@ -62,9 +65,15 @@ class SessionComposer(pykka.ThreadingActor):
         config: Callable[[], McpConfig],
         *,
         enabled: bool | None = None,
+        overlays_enabled: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
+        self._overlay_choice = overlays_enabled  # None: the configured editor-mcp default
+        self._overlay_configs: tuple[ServerConfig, ...] = ()
+        self._overlay_credentials: Mapping[str, Any] = {}
+        self._overlay_handles: dict[str, tuple[Any, ServerHandle]] = {}  # name -> (what started it, client)
+        self._overlays_wanted: set[str] = set()
         self._preparer = preparer
         self._registry = registry
         self._config = config
@@ -96,6 +105,17 @@ class SessionComposer(pykka.ThreadingActor):
     def set_enabled(self, enabled: bool | None) -> concurrent.futures.Future:
         """The session's own choice (None: the configured default); swaps accordingly."""
         self._choice = enabled
+        return self._prepare()
+
+    def set_overlays(self, servers: tuple[ServerConfig, ...], credentials: Mapping[str, Any] | None = None) -> concurrent.futures.Future:
+        """Editor overlays a host hands over at run time; their credentials stay in memory."""
+        self._overlay_configs = tuple(servers)
+        self._overlay_credentials = dict(credentials or {})
+        return self._prepare()
+
+    def set_overlays_enabled(self, enabled: bool | None) -> concurrent.futures.Future:
+        """The session's own choice for editor overlays (None: the configured default)."""
+        self._overlay_choice = enabled
         return self._prepare()
 
     def composition(self) -> Composition:
@@ -160,6 +180,9 @@ class SessionComposer(pykka.ThreadingActor):
             pass
         for thread in self._threads:
             thread.join(30)
+        for _key, handle in self._overlay_handles.values():
+            handle.stop_async()
+        self._overlay_handles = {}
         self._release(tuple(self._composition.handles.values()))
         self._composition = Composition()
         for future in self._waiting.values():
@@ -181,30 +204,38 @@ class SessionComposer(pykka.ThreadingActor):
         except AlbedoError as exc:
             self.actor_ref.tell(_Prepared(generation, None, exc))
             return done
-        if not self._enabled(config):
-            self.actor_ref.tell(_Prepared(generation, Composition(), None))
-            return done
-        try:
-            pending = self._preparer.proxy().prepare(config).get(timeout=ASK_TIMEOUT)
-        except (pykka.Timeout, pykka.ActorDeadError) as exc:
-            self._waiting.pop(generation, None)
-            done.set_exception(AlbedoError(f"the runtime preparer did not answer ({type(exc).__name__})"))
-            return done
-        ref = self.actor_ref
-
-        def report(future: concurrent.futures.Future) -> None:
-            error = future.exception()
-            composition = None if error is not None else future.result()
-            if error is not None and not isinstance(error, AlbedoError):
-                error = AlbedoError(f"preparation failed: {error}")
+        if self._enabled(config):
             try:
-                ref.tell(_Prepared(generation, composition, error))
-            except pykka.ActorDeadError:
-                if composition is not None:  # nobody will use it
-                    _release_now(self._registry, tuple(composition.handles.values()))
-
-        pending.add_done_callback(report)
+                pending = self._preparer.proxy().prepare(config).get(timeout=ASK_TIMEOUT)
+            except (pykka.Timeout, pykka.ActorDeadError) as exc:
+                self._waiting.pop(generation, None)
+                done.set_exception(AlbedoError(f"the runtime preparer did not answer ({type(exc).__name__})"))
+                return done
+        else:
+            pending = concurrent.futures.Future()
+            pending.set_result(Composition())
+        overlays = self._start_overlays(config)
+        thread = threading.Thread(
+            target=_finish, args=(self.actor_ref, self._registry, generation, pending, overlays), name="mcp-compose", daemon=True
+        )
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
         return done
+
+    def _start_overlays(self, config: McpConfig) -> dict[str, ServerHandle]:
+        """The overlay clients this preparation uses, reusing those whose setup is unchanged."""
+        on = config.extension_enabled("editor-mcp") if self._overlay_choice is None else self._overlay_choice
+        wanted = {server.name: server for server in self._overlay_configs} if on else {}
+        self._overlays_wanted = set(wanted)
+        chosen = {}
+        for name, server in wanted.items():
+            key = (server, id(self._overlay_credentials.get(name)))
+            entry = self._overlay_handles.get(name)
+            if entry is None or entry[0] != key or not entry[1].alive:
+                entry = (key, ServerHandle.start(server, config.home, credentials=self._overlay_credentials.get(name)))
+                self._overlay_handles[name] = entry
+            chosen[name] = entry[1]
+        return chosen
 
     def _on_prepared(self, message: _Prepared) -> None:
         done = self._waiting.pop(message.generation, None)
@@ -223,8 +254,17 @@ class SessionComposer(pykka.ThreadingActor):
                 done.set_result(self._composition)
             return
         previous, self._composition = self._composition, message.composition
-        if previous.catalogues and not _same(previous, message.composition):
+        if (previous.catalogues or previous.overlays) and not _same(previous, message.composition):
             self._changed = True
+        # Overlay clients this composition no longer uses end now (they are this session's).
+        kept = {id(h) for h in message.composition.overlay_handles.values()}
+        for name, (key, handle) in list(self._overlay_handles.items()):
+            if id(handle) not in kept and name not in self._overlays_wanted:
+                del self._overlay_handles[name]
+                handle.stop_async()
+        for handle in previous.overlay_handles.values():
+            if id(handle) not in kept and all(entry[1] is not handle for entry in self._overlay_handles.values()):
+                handle.stop_async()
         # Hold the new clients, then let go of the previous ones: connections close
         # only after the swap, and only when no other session holds them.
         self._registry.proxy().acquire(tuple(message.composition.handles.values()))
@@ -298,6 +338,39 @@ def _release_now(registry: pykka.ActorRef, handles: tuple) -> None:
 
 
 def _same(a: Composition, b: Composition) -> bool:
-    return set(a.catalogues) == set(b.catalogues) and all(
-        a.catalogues[name].same_listing(b.catalogues[name]) for name in a.catalogues
-    )
+    def same(x: Mapping[str, Any], y: Mapping[str, Any]) -> bool:
+        return set(x) == set(y) and all(x[name].same_listing(y[name]) for name in x)
+
+    return same(a.catalogues, b.catalogues) and same(a.overlays, b.overlays)
+
+
+def _finish(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int, pending: Any, overlays: dict) -> None:
+    """On a helper thread: dial the overlays, wait for the preparer, report the whole."""
+    catalogues, left_out = {}, {}
+    if overlays:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(overlays))) as pool:
+            futures = {name: pool.submit(handle.connect) for name, handle in overlays.items()}
+        for name, future in futures.items():
+            try:
+                catalogues[name] = future.result()
+            except AlbedoError as exc:
+                left_out[name] = getattr(exc, "detail", str(exc))
+    try:
+        composition = pending.result(timeout=PREPARE_LIMIT)
+        error = None
+    except AlbedoError as exc:
+        composition, error = None, exc
+    except Exception as exc:  # noqa: BLE001 - a timeout or a bug fails this preparation only
+        composition, error = None, AlbedoError(f"preparation failed: {type(exc).__name__}: {exc}")
+    if composition is not None:
+        composition = dataclasses.replace(
+            composition,
+            overlays=catalogues,
+            overlay_handles={name: overlays[name] for name in catalogues},
+            overlays_left_out=left_out,
+        )
+    try:
+        composer.tell(_Prepared(generation, composition, error))
+    except pykka.ActorDeadError:
+        if composition is not None:  # nobody will use it
+            _release_now(registry, tuple(composition.handles.values()))

@@ -51,10 +51,27 @@ class Composition:
     left_out: Mapping[str, str] = field(default_factory=dict)  # server -> one-line reason
     warnings: tuple[str, ...] = ()
     retired: tuple[ServerHandle, ...] = ()  # clients to retire once this composition is in use
+    # Editor overlays (the editor-mcp extension): servers a host handed over at run time.
+    # Their credentials and catalogues stay in memory; they are not in the Python binding.
+    overlays: Mapping[str, Catalogue] = field(default_factory=dict)
+    overlay_handles: Mapping[str, ServerHandle] = field(default_factory=dict)
+    overlays_left_out: Mapping[str, str] = field(default_factory=dict)
 
     def context_lines(self) -> tuple[str, ...]:
-        """One line per left-out server, for the model (the MCP context)."""
-        return tuple(f"MCP server {name!r} is not available: {reason}" for name, reason in sorted(self.left_out.items()))
+        """One line per left-out or signed-out server, for the model (the MCP context)."""
+        lines = [f"MCP server {name!r} is not available: {reason}" for name, reason in sorted(self.left_out.items())]
+        lines += [f"editor MCP server {name!r} is not available: {reason}" for name, reason in sorted(self.overlays_left_out.items())]
+        return tuple(lines)
+
+    def model_operations(self, warn: Any = lambda message: None) -> list[Any]:
+        """Everything advertised to the model: configured servers, then editor overlays
+        (named ``editor-<name>`` so that they never collide with a configured server)."""
+        from ..naming import advertise
+
+        operations = advertise(self.catalogues, {n: h.config for n, h in self.handles.items()}, warn)
+        overlays = {f"editor-{name}": catalogue for name, catalogue in self.overlays.items()}
+        configs = {f"editor-{name}": handle.config for name, handle in self.overlay_handles.items()}
+        return operations + advertise(overlays, configs, warn)
 
 
 @dataclass(frozen=True)
@@ -76,8 +93,19 @@ class _BackgroundDone:
 class RuntimePreparer(pykka.ThreadingActor):
     """One per daemon; see the module docstring."""
 
-    def __init__(self, registry: pykka.ActorRef, store: Any = None, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        registry: pykka.ActorRef,
+        store: Any = None,
+        environ: Mapping[str, str] | None = None,
+        *,
+        background: bool = True,
+    ) -> None:
+        # ``background=False``: a server advertised from its saved catalogue is not dialled
+        # in the background; its first use dials it (the command line, which lists and
+        # exits, does not start a server it has heard from before).
         super().__init__()
+        self._background_dials = background
         self._registry = registry.proxy()
         self._store = store
         self._environ = dict(os.environ) if environ is None else dict(environ)
@@ -129,7 +157,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         self._keys.update(keys)
         saved = {s.name: self._saved(s.name, keys[s.name]) for s in servers}
         for name, catalogue in saved.items():
-            if catalogue is not None:
+            if catalogue is not None and self._background_dials:
                 self._background_pending += 1
                 self._start(self._background, name, applied.handles[name], keys[name])
         unsaved = [name for name, catalogue in saved.items() if catalogue is None]

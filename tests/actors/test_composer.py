@@ -141,3 +141,38 @@ def test_disabling_closes_every_connection(tmp_path, session):
         assert handle.wait_closed(30)  # released after the swap: stopped, its server ended
     left = [pid for pid in _leaks.descendants() if "fault_server.py" in _leaks.command_line(pid)]
     assert left == []
+
+
+def test_editor_overlays_join_the_session_in_memory_only_and_follow_the_editor_default(tmp_path):
+    from albedo_actors.binding import Mcp
+    from albedo_actors.store import Credentials
+
+    home = str(tmp_path / "home")
+    store = open_store(home)
+    registry = ServerRegistry.start(home)
+    preparer = RuntimePreparer.start(registry, store)
+    configs = [McpConfig(home=home, servers=(fault_config("f"),))]
+    composer = SessionComposer.start(preparer, registry, lambda: configs[-1], enabled=True)
+    try:
+        proxy = composer.proxy()
+        wait(proxy.open())
+        overlay = fault_config("editor")
+        with_overlay = wait(proxy.set_overlays((overlay,), {"editor": Credentials(env={"SECRET": "in-memory-only"})}))
+        assert set(with_overlay.overlays) == {"editor"} and set(with_overlay.catalogues) == {"f"}
+        names = {op.server for op in with_overlay.model_operations()}
+        assert names == {"f", "editor-editor"}
+        assert {t["server"] for t in Mcp(composer).tools()} == {"f"}  # not in the Python binding
+        assert store.load_catalogue("editor") is None and store.get_credentials("editor").empty
+        env = text_of(with_overlay.overlay_handles["editor"].call_tool("env"))
+        assert "in-memory-only" in env
+        # "editor-mcp": false turns overlays off by default; the session's choice wins.
+        configs.append(McpConfig(home=home, servers=(fault_config("f"),), extensions={"mcp": True, "editor-mcp": False}))
+        off = wait(proxy.reload())
+        assert off.overlays == {} and with_overlay.overlay_handles["editor"].wait_closed(30)
+        on_again = wait(proxy.set_overlays_enabled(True))
+        assert set(on_again.overlays) == {"editor"}
+    finally:
+        composer.stop(timeout=30)
+        preparer.stop(timeout=30)
+        registry.stop(timeout=30)
+        store.close()
