@@ -156,12 +156,14 @@ class RuntimePreparer(pykka.ThreadingActor):
         keys = {s.name: fingerprint(s, credentials[s.name], self._environ) for s in servers}
         self._keys.update(keys)
         saved = {s.name: self._saved(s.name, keys[s.name]) for s in servers}
-        for name, catalogue in saved.items():
-            if catalogue is not None and self._background_dials:
-                self._background_pending += 1
-                self._start(self._background, name, applied.handles[name], keys[name])
         unsaved = [name for name, catalogue in saved.items() if catalogue is None]
+        # The session's future first: with every catalogue saved it resolves at once,
+        # before any of the background dials below competes for the interpreter.
         self._start(self._foreground, applied, unsaved, keys, {n: c for n, c in saved.items() if c is not None}, result)
+        background = [(name, applied.handles[name], keys[name]) for name, catalogue in saved.items() if catalogue is not None]
+        if background and self._background_dials:
+            self._background_pending += len(background)
+            self._start(self._background_all, background)
         return result
 
     # -- messages from helper threads ------------------------------------------------------
@@ -228,6 +230,14 @@ class RuntimePreparer(pykka.ThreadingActor):
         composition = Composition(handles, catalogues, left_out, tuple(warnings), applied.retired)
         if not result.cancelled():
             result.set_result(composition)
+
+    def _background_all(self, items: list[tuple[str, ServerHandle, str]]) -> None:
+        """Dial every server advertised from its saved catalogue, each on its own thread."""
+        threads = [threading.Thread(target=self._background, args=item, name=f"mcp-refresh-{item[0]}", daemon=True) for item in items]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()  # each dial is bounded by its server's startupTimeoutMs
 
     def _background(self, name: str, handle: ServerHandle, key: str) -> None:
         """Dial a server advertised from its saved catalogue; report what was found."""
