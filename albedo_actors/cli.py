@@ -34,12 +34,17 @@ not run; for add/edit/enable: the server could not connect, so nothing was saved
 4 unknown outcome (the call was sent and the connection was lost, or the answer was
 not valid MCP); 5 timed out. Warnings go to stderr, one line each, naming the server.
 No traceback reaches the user unless ``--verbose`` is given.
+
+``tools`` and ``call`` run on :class:`albedo_actors.runtime.Runtime`. With a store (see
+``_store_if_any``) a server whose saved catalogue matches its configuration is listed
+from it without being started; ``call`` starts only the servers its name can mean.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import getpass
 import json
 import logging
@@ -49,7 +54,8 @@ import sys
 from typing import Any, Iterator, Sequence
 
 from . import __version__
-from .config import load, resolve_home
+from .actors.preparer import Composition
+from .config import McpConfig, load, resolve_home
 from .errors import (
     AlbedoError,
     ConfigError,
@@ -61,7 +67,7 @@ from .errors import (
     UnknownOutcome,
 )
 from .naming import Advertised, advertise, advertised_name, server_prefix
-from .session import Session
+from .runtime import Runtime
 
 EXIT_OK = 0
 EXIT_TOOL_ERROR = 1
@@ -221,10 +227,14 @@ def exit_code(exc: AlbedoError) -> int:
 
 def _tools(args: argparse.Namespace) -> int:
     config = load(resolve_home(args.home))
-    with _store_if_any(args, config.home) as store, Session(config, list(config.enabled), _warn, store=store) as session:
-        for failure in session.failures.values():
-            _warn(f"{failure}; left out")
-        tools = session.tools()
+    # With a store, a server with a saved catalogue is listed from it without being
+    # started (its first call dials it); the others are dialled, all at once.
+    with _store_if_any(args, config.home) as store, _runtime(config, store) as runtime:
+        composition = runtime.composition()
+        for warning in composition.warnings:
+            _warn(warning)
+        configs = {name: handle.config for name, handle in composition.handles.items()}
+        tools = advertise(composition.catalogues, configs, _warn)
     if args.json:
         _print_json([tool.as_json() for tool in tools])
     else:
@@ -232,6 +242,11 @@ def _tools(args: argparse.Namespace) -> int:
             summary = " ".join(tool.description.split())
             print(f"{tool.name}\t{summary[:160]}" if summary else tool.name)
     return EXIT_OK
+
+
+def _runtime(config: McpConfig, store: Any) -> Runtime:
+    """The runtime over ``config``'s servers; saved catalogues are not re-dialled in the background."""
+    return Runtime(config.home, store, config=config, background=False)
 
 
 def _call(args: argparse.Namespace) -> int:
@@ -252,9 +267,15 @@ def _call(args: argparse.Namespace) -> int:
         if not candidates:
             raise _Usage(f"server {fitting[0].name!r} is disabled in extensions.json")
         operation = None
-    with _store_if_any(args, config.home) as store, Session(config, candidates, _warn, store=store) as session:
+    # Only the servers the name can mean are prepared (and so started).
+    chosen_config = dataclasses.replace(config, servers=tuple(candidates))
+    with _store_if_any(args, config.home) as store, _runtime(chosen_config, store) as runtime:
+        session = runtime.composition()
         if not session.catalogues:
-            raise next(iter(session.failures.values()))
+            name, reason = next(iter(session.left_out.items()))
+            raise Unavailable(name, reason)
+        for warning in session.warnings:
+            _warn(warning)
         chosen = _resolve(session, args.name, operation)
         result = _perform(session, chosen, arguments)
     if args.json:
@@ -267,7 +288,7 @@ def _call(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _resolve(session: Session, name: str, operation: str | None) -> Advertised:
+def _resolve(session: Composition, name: str, operation: str | None) -> Advertised:
     """The operation ``name`` (advertised, or SERVER/TOOL when ``operation`` is given) means."""
     if operation is not None:
         server_name = next(iter(session.catalogues))
@@ -298,7 +319,7 @@ def _resolve(session: Session, name: str, operation: str | None) -> Advertised:
     raise _Usage(f"no tool {name!r}; '{PROG} tools' lists the tools")
 
 
-def _perform(session: Session, entry: Advertised, arguments: dict[str, Any] | None) -> dict[str, Any]:
+def _perform(session: Composition, entry: Advertised, arguments: dict[str, Any] | None) -> dict[str, Any]:
     """Call the tool, or read the resource / get the prompt the arguments name."""
     handle = session.handles[entry.server]
     if entry.kind == "tool":

@@ -1,7 +1,7 @@
 """A simple session over configured servers: open them in parallel, list, call, close.
 
-This is what the command line uses until the RuntimePreparer and SessionComposer
-arrive: every enabled server gets its own ServerClient, all dial at once, a server
+A plain alternative to :class:`albedo_actors.runtime.Runtime` (which the command line
+uses): every enabled server gets its own ServerClient, all dial at once, a server
 that cannot start is left out with a warning, and closing stops every client (and so
 every stdio server) in parallel.
 """

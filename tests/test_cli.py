@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from albedo_actors.naming import advertised_name
-from helpers import FAULT_SERVER, schema_validate
+from helpers import FAULT_SERVER, read_record, schema_validate
 
 RUN_TIMEOUT = 60  # seconds; a bound on every command, never an expected duration
 CONSOLE_SCRIPT = os.path.join(os.path.dirname(sys.executable), "albedo-mcp")
@@ -99,6 +99,37 @@ def test_tools_leaves_out_a_server_that_cannot_start_with_one_warning_line(tmp_p
     assert len(lines) == 1, run.stderr
     assert lines[0].startswith("albedo-mcp: warning: server 'broken': cannot start")
     assert "faulty" not in lines[0]
+
+
+def test_a_second_tools_run_with_a_store_starts_from_the_saved_catalogue(tmp_path):
+    record = tmp_path / "record"
+    write_config(tmp_path, {"f": fault_entry("--record", str(record)), "broken": fault_entry("--stderr-and-exit", "3")})
+    database = ["--database", f"sqlite:///{tmp_path / 'albedo.db'}"]
+    first = albedo(tmp_path, *database, "tools")
+    assert first.returncode == 0, first.stderr
+    assert advertised_name("f", "echo") in first.stdout
+    dials = [m for m in read_record(record) if m.get("method") == "server/discover"]
+    assert len(dials) == 1
+    second = albedo(tmp_path, *database, "tools")
+    assert (second.returncode, second.stdout) == (0, first.stdout), second.stderr
+    # Listed from the saved catalogue: the server was not started again.
+    assert [m for m in read_record(record) if m.get("method") == "server/discover"] == dials
+    # The server that cannot start has no saved catalogue: still one warning line naming it.
+    for run in (first, second):
+        lines = run.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("albedo-mcp: warning: server 'broken': cannot start"), run.stderr
+    # A call dials the server then.
+    called = albedo(tmp_path, *database, "call", "f/echo", "--args", '{"text": "dialled"}')
+    assert (called.returncode, called.stdout) == (0, "dialled\n"), called.stderr
+    assert len([m for m in read_record(record) if m.get("method") == "server/discover"]) == 2
+
+
+def test_call_starts_only_the_server_its_name_fixes(tmp_path):
+    record = tmp_path / "record"
+    write_config(tmp_path, {"faulty": fault_entry(), "other": fault_entry("--record", str(record))})
+    run = albedo(tmp_path, "call", advertised_name("faulty", "echo"), "--args", '{"text": "hi"}')
+    assert (run.returncode, run.stdout, run.stderr) == (0, "hi\n", "")
+    assert not record.exists() or read_record(record) == []
 
 
 # -- call -------------------------------------------------------------------------------
@@ -253,6 +284,12 @@ def test_demo_finds_both_eras(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "era found: modern" in run.stdout
     assert "era found: legacy" in run.stdout
+    stages = [line for line in run.stdout.splitlines() if line[:2] in ("1.", "2.", "3.")]
+    assert [line[:2] for line in stages] == ["1.", "2.", "3."]
+    assert "First start" in stages[0] and "saved catalogue" in stages[1]
+    assert "Ready in" in run.stdout  # the second start, from the saved catalogues
+    assert "left out at the start: server 'late'" in run.stdout
+    assert "joined after the turn" in run.stdout
     assert "Traceback" not in run.stderr
 
 

@@ -1,0 +1,132 @@
+"""Runtime: the actor runtime for one process, as a context manager.
+
+::
+
+    with Runtime(home, store, config=config) as runtime:
+        composition = runtime.composition()   # handles, catalogues, left_out, warnings
+        mcp = runtime.mcp()                   # the Python binding over it
+        runtime.wait_background(10)           # let background dials save what they found
+
+It starts a :class:`~albedo_actors.actors.registry.ServerRegistry`, a
+:class:`~albedo_actors.actors.preparer.RuntimePreparer` (with the store, if any: saved
+catalogues and credentials) and one :class:`~albedo_actors.actors.composer.SessionComposer`
+with the extension switched on (the command line is an admin tool: it works whatever
+the extension default says), opens the composer, and stops all three in reverse order
+on the way out, whatever happened.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from typing import Any, Callable
+
+import pykka
+
+from .actors.composer import SessionComposer
+from .actors.preparer import Composition, RuntimePreparer
+from .actors.registry import ServerRegistry
+from .binding import Mcp
+from .config import McpConfig, load
+from .errors import AlbedoError
+
+ASK_TIMEOUT = 10.0
+OPEN_TIMEOUT = 600.0  # a bound only: each server's dial is bounded by its startupTimeoutMs
+STOP_TIMEOUT = 30.0
+
+
+class Runtime:
+    """Registry, preparer and one session composer for ``home``; see the module docstring."""
+
+    def __init__(
+        self,
+        home: str,
+        store: Any = None,
+        *,
+        config: McpConfig | Callable[[], McpConfig] | None = None,
+        background: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # ``config``: the configuration (or a source read at every preparation); default:
+        # HOME/extensions.json. ``background=False``: servers advertised from a saved
+        # catalogue are not dialled in the background (their first use dials them).
+        self.home = home
+        self._store = store
+        if config is None:
+            self._source: Callable[[], McpConfig] = lambda: load(home)
+        elif isinstance(config, McpConfig):
+            self._source = lambda: config
+        else:
+            self._source = config
+        self._background = background
+        self._clock = clock
+        self._registry: pykka.ActorRef | None = None
+        self._preparer: pykka.ActorRef | None = None
+        self._composer: pykka.ActorRef | None = None
+
+    def __enter__(self) -> Runtime:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def start(self) -> Composition:
+        """Start the actors and open the session; its first composition.
+
+        Raises:
+            ConfigError: the configuration is unusable (e.g. a named variable is unset).
+        """
+        self._registry = ServerRegistry.start(self.home)
+        self._preparer = RuntimePreparer.start(self._registry, self._store, background=self._background)
+        self._composer = SessionComposer.start(self._preparer, self._registry, self._source, enabled=True, clock=self._clock)
+        opened = self.composer.open().get(timeout=ASK_TIMEOUT)
+        try:
+            return opened.result(timeout=OPEN_TIMEOUT)
+        except concurrent.futures.TimeoutError:
+            raise AlbedoError(f"the MCP servers did not open within {OPEN_TIMEOUT:.0f} s") from None
+
+    def stop(self) -> None:
+        """Stop the composer, the preparer and the registry, in that order."""
+        for ref in (self._composer, self._preparer, self._registry):
+            if ref is not None:
+                try:
+                    ref.stop(timeout=STOP_TIMEOUT)
+                except (pykka.ActorDeadError, pykka.Timeout):
+                    pass
+        self._composer = self._preparer = self._registry = None
+
+    @property
+    def composer(self) -> Any:
+        """The session composer's proxy (turn_started, turn_ended, probes_settled, ...)."""
+        if self._composer is None:
+            raise AlbedoError("the runtime is not running")
+        return self._composer.proxy()
+
+    def composition(self) -> Composition:
+        """What the session sees now."""
+        return self.composer.composition().get(timeout=ASK_TIMEOUT)
+
+    def mcp(self, warn: Any = None) -> Mcp:
+        """The synchronous Python binding over this runtime's session."""
+        if self._composer is None:
+            raise AlbedoError("the runtime is not running")
+        return Mcp(self._composer, warn)
+
+    def wait_background(self, timeout: float = 30.0) -> bool:
+        """Wait (at most ``timeout`` s) for the preparer's background dials; True if they settled."""
+        if self._preparer is None:
+            return True
+        settled = self._preparer.proxy().background_settled().get(timeout=ASK_TIMEOUT)
+        try:
+            settled.result(timeout=timeout)
+            return True
+        except concurrent.futures.TimeoutError:
+            return False
+
+
+__all__ = ["Runtime"]
