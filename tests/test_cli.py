@@ -289,7 +289,7 @@ def test_demo_finds_both_eras(tmp_path):
     assert "First start" in stages[0] and "saved catalogue" in stages[1]
     assert "Ready in" in run.stdout  # the second start, from the saved catalogues
     assert "left out at the start: server 'late'" in run.stdout
-    assert "joined after the turn" in run.stdout
+    assert "joined after that turn" in run.stdout
     assert "Traceback" not in run.stderr
 
 

@@ -29,7 +29,7 @@ from ..naming import advertise
 from ..runtime import Runtime
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py")
-RETRY_MS = 200  # how soon the demo session probes a left-out server again
+RETRY_MS = 30_000  # the default retryMs; the demo clock moves it forward at once
 JOIN_TIMEOUT = 30.0  # a bound on stage 3, never an expected duration
 
 # Runs the demo server, unless a file named "down" sits beside this script: then it
@@ -130,13 +130,24 @@ def _second_start(config: McpConfig, store: object, say: Callable[..., None]) ->
         return set(composition.catalogues) == {s.name for s in config.servers}
 
 
+class _TurnClock:
+    """The demo's clock: it moves only when the demo says time has passed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def _comes_back(home: str, config: McpConfig, store: object, say: Callable[..., None]) -> bool:
     say(f"3. A server that is down at the start (retryMs {config.retry_ms}) joins once it is back.")
     late = _switchable(home, "late")
     down = os.path.join(home, "switch", "down")
     open(down, "w").close()
     with_late = McpConfig(home=home, servers=(*config.servers, late), retry_ms=config.retry_ms)
-    with Runtime(home, store, config=with_late) as runtime:
+    clock = _TurnClock()  # the demo's time: the next turn comes retryMs later
+    with Runtime(home, store, config=with_late, clock=clock) as runtime:
         first = runtime.composition()
         for name, reason in first.left_out.items():
             say(f"   left out at the start: server {name!r}: {reason}")
@@ -144,27 +155,23 @@ def _comes_back(home: str, config: McpConfig, store: object, say: Callable[..., 
         say("   It is back now; nothing happens until the session is active.")
         composer = runtime.composer
         mcp = runtime.mcp()
-        turns = 0
-        back_at = time.monotonic()
-        deadline = time.monotonic() + JOIN_TIMEOUT
-        # Each turn is real activity (a tool call); the probe runs on the first
-        # activity retryMs after the start, and a server found back joins after the turn.
-        while "late" not in runtime.composition().catalogues and time.monotonic() < deadline:
-            turns += 1
-            composer.turn_started().get(timeout=10)
-            mcp.call("modern/echo", text=f"turn {turns}")
-            composer.probes_settled().get(timeout=10).result(timeout=JOIN_TIMEOUT)
-            refreshed = composer.turn_ended().get(timeout=10)
-            if refreshed is not None:
-                refreshed.result(timeout=JOIN_TIMEOUT)
-            composer.probes_settled().get(timeout=10).result(timeout=JOIN_TIMEOUT)
+        # The next turn, retryMs later, is activity: the left-out server is probed,
+        # found back, and joins after that turn (never in the middle of it).
+        clock.now += with_late.retry_ms / 1000
+        composer.turn_started().get(timeout=10)
+        mcp.call("modern/echo", text="a turn")
+        composer.probes_settled().get(timeout=10).result(timeout=JOIN_TIMEOUT)
+        during = "late" in runtime.composition().catalogues
+        refreshed = composer.turn_ended().get(timeout=10)
+        if refreshed is not None:
+            refreshed.result(timeout=JOIN_TIMEOUT)
         current = runtime.composition()
-        joined = "late" in current.catalogues
+        joined = "late" in current.catalogues and not during
         if joined:
             names = ", ".join(sorted(current.catalogues))
-            say(f"   After {turns} turns in {time.monotonic() - back_at:.2f} s it was probed and joined after the turn: the session now has {names}.")
+            say(f"   On the next turn ({with_late.retry_ms / 1000:g} s later) it was probed; it joined after that turn: the session now has {names}.")
             say(f"   The model is told its tools changed: {composer.take_changes().get(timeout=10)}.")
         else:
-            say(f"   It did not join within {JOIN_TIMEOUT:.0f} s.")
+            say("   It did not join after the next turn.")
     say("   Closed; every server process has ended.\n")
     return joined
