@@ -20,6 +20,7 @@ from .catalogue import Catalogue
 from .config import ServerConfig
 
 FINGERPRINT_VERSION = 1
+MAX_CATALOGUE_BYTES = 8 * 1024 * 1024  # the store refuses larger (store.MAX_CATALOGUE_BYTES)
 
 
 def _digest(value: str) -> str:
@@ -71,6 +72,11 @@ def to_json(catalogue: Catalogue) -> dict[str, Any]:
         "resourceTemplates": list(catalogue.resource_templates),
         "prompts": list(catalogue.prompts),
     }
+
+
+def size_of(catalogue: Catalogue) -> int:
+    """Bytes of the catalogue's saved JSON form."""
+    return len(json.dumps(to_json(catalogue), ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
 def from_json(server: str, data: Mapping[str, Any]) -> Catalogue:

@@ -34,7 +34,7 @@ import pykka
 from ..catalogue import Catalogue
 from ..config import McpConfig, http_headers
 from ..errors import AlbedoError, ConfigError, ServerError, StoreError
-from ..saved import fingerprint, from_json, to_json
+from ..saved import MAX_CATALOGUE_BYTES, fingerprint, from_json, size_of, to_json
 from .client import CatalogueChanged, ServerHandle
 
 logger = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ class RuntimePreparer(pykka.ThreadingActor):
 
     def _foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue], result: Any) -> None:
         """Dial the servers without a usable saved catalogue, all at once; then resolve."""
-        catalogues, left_out, warnings = dict(ready), {}, []
+        catalogues, left_out, warnings, too_large = dict(ready), {}, [], []
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(unsaved)))) as pool:
             futures = {name: pool.submit(applied.handles[name].connect) for name in unsaved}
         for name, future in futures.items():
@@ -223,9 +223,19 @@ class RuntimePreparer(pykka.ThreadingActor):
                 left_out[name] = str(exc)
                 warnings.append(f"server {name!r}: {exc}; left out")
             else:
+                size = size_of(catalogue)
+                if size > MAX_CATALOGUE_BYTES:
+                    limit = f"{MAX_CATALOGUE_BYTES >> 20} MiB" if MAX_CATALOGUE_BYTES >= 1 << 20 else f"{MAX_CATALOGUE_BYTES}-byte"
+                    too_large.append(f"server {name!r}: its catalogue is {size} bytes, over the {limit} limit")
+                    continue
                 catalogues[name] = catalogue
                 warnings.extend(catalogue.warnings)
                 self._save(name, keys[name], catalogue)
+        if too_large:
+            # The reference: a catalogue over the size limit fails the whole preparation.
+            if not result.cancelled():
+                result.set_exception(ConfigError(too_large[0]))
+            return
         handles = {name: handle for name, handle in applied.handles.items() if name in catalogues}
         composition = Composition(handles, catalogues, left_out, tuple(warnings), applied.retired)
         if not result.cancelled():

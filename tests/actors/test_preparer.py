@@ -137,3 +137,16 @@ def test_a_background_discovery_that_differs_is_saved_and_told_one_that_matches_
         assert store.load_catalogue("f").saved_at == saved_at
     finally:
         owner.stop()
+
+
+def test_a_catalogue_over_the_size_limit_fails_the_whole_preparation(tmp_path, runtime, monkeypatch):
+    import albedo_actors.actors.preparer as preparer_module
+    from albedo_actors.saved import MAX_CATALOGUE_BYTES
+    from albedo_actors.store import MAX_CATALOGUE_BYTES as STORE_LIMIT
+
+    assert MAX_CATALOGUE_BYTES == STORE_LIMIT
+    monkeypatch.setattr(preparer_module, "MAX_CATALOGUE_BYTES", 1000)
+    _store, preparer = runtime()
+    config = McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f"),))
+    with pytest.raises(ConfigError, match=r"server 'f': its catalogue is \d+ bytes, over the 1000-byte limit"):
+        preparer.prepare(config).get(timeout=10).result(timeout=60)
