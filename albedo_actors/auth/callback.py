@@ -1,0 +1,310 @@
+"""The loopback listener that receives the OAuth authorization redirect.
+
+``CallbackListener`` is single use. It binds ``127.0.0.1:33418`` (or, when
+that port is busy, an ephemeral port; ``redirect_uri`` says which) and serves
+HTTP on its own thread:
+
+* only ``GET /callback`` is answered; other paths get 404, other methods 405
+  (or 501 for unknown ones), each with a fixed plain body;
+* a callback whose ``state`` is missing or differs from the expected one is
+  answered 400 and ignored: the listener keeps waiting;
+* the first valid callback's parameters (``code``, ``state``, ``iss``,
+  ``error``, ``error_description``, those present) are the result;
+* every page is fixed text (``text/plain``, ``Cache-Control: no-store``):
+  nothing from the request is ever reflected, and nothing is logged;
+* it closes after the first valid callback, after its ``lifetime`` runs out,
+  on ``cancel()`` or on ``close()``.
+
+``offer(url)`` takes a callback URL the user pasted and races the listener;
+the first valid one wins.
+
+Cancellation: ``cancel()`` ends a sign-in in flight; ``wait()`` then returns
+``None`` (as it does on a timeout) and ``cancelled`` is true, so the caller
+can tell the two apart. No exception is raised.
+"""
+
+from __future__ import annotations
+
+import errno
+import hmac
+import http.server
+import threading
+import time
+from urllib.parse import parse_qs, urlsplit
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 33418
+CALLBACK_PATH = "/callback"
+# How long the listener waits for the browser before closing on its own.
+DEFAULT_LIFETIME_S = 300.0
+# How long one connection may take to send its request.
+REQUEST_TIMEOUT_S = 5.0
+# How long close() waits for the serving thread.
+JOIN_TIMEOUT_S = REQUEST_TIMEOUT_S + 1.0
+# How often the serving thread checks whether it should stop.
+POLL_S = 0.05
+
+RESULT_KEYS = ("code", "state", "iss", "error", "error_description")
+
+_BODY_OK = b"Sign-in received. You can close this window and return to the application.\n"
+_BODY_BAD_STATE = b"This sign-in response was not expected. It was ignored.\n"
+_BODY_NOT_FOUND = b"Not found.\n"
+_BODY_NOT_ALLOWED = b"Method not allowed.\n"
+_BODY_ERROR = b"Bad request.\n"
+
+
+def _parse_callback(query: str, expected_state: str) -> dict[str, str] | None:
+    """The result parameters of a callback query, or None if it is not valid.
+
+    Valid means: exactly one ``state`` equal to the expected one, at most one
+    value for each result key, and a ``code`` or an ``error``.
+    """
+    try:
+        params = parse_qs(query, keep_blank_values=True, strict_parsing=False, max_num_fields=64)
+    except ValueError:
+        return None
+    result: dict[str, str] = {}
+    for key in RESULT_KEYS:
+        values = params.get(key)
+        if values is None:
+            continue
+        if len(values) != 1:
+            return None
+        result[key] = values[0]
+    state = result.get("state")
+    if state is None or not hmac.compare_digest(state.encode(), expected_state.encode()):
+        return None
+    if "code" not in result and "error" not in result:
+        return None
+    return result
+
+
+class _Server(http.server.HTTPServer):
+    # SO_REUSEADDR lets a new sign-in bind the fixed port while an earlier
+    # one's connections are in TIME_WAIT; a port someone listens on (or has
+    # bound without SO_REUSEADDR) still refuses the bind. No SO_REUSEPORT.
+    allow_reuse_address = True
+
+    def __init__(self, address, listener: "CallbackListener"):
+        self.listener = listener
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request, client_address):  # pragma: no cover - never print request data
+        pass
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server_version = "albedo"
+    sys_version = ""
+    timeout = REQUEST_TIMEOUT_S
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, format, *args):  # noqa: A002 - the code and state must never be logged
+        pass
+
+    def _reply(self, status: int, body: bytes, extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Pragma", "no-cache")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            try:
+                self.wfile.write(body)
+            except OSError:
+                pass
+        self.close_connection = True
+
+    def send_error(self, code, message=None, explain=None):
+        # The default page quotes the request line; this one is fixed text.
+        body = {404: _BODY_NOT_FOUND, 405: _BODY_NOT_ALLOWED}.get(code, _BODY_ERROR)
+        if not hasattr(self, "command") or self.command is None:
+            self.command = "GET"
+        self._reply(code, body)
+
+    def do_GET(self):
+        try:
+            target = urlsplit(self.path)
+        except ValueError:
+            self._reply(400, _BODY_ERROR)
+            return
+        if target.path != CALLBACK_PATH:
+            self._reply(404, _BODY_NOT_FOUND)
+            return
+        if self.server.listener._accept(target.query):
+            self._reply(200, _BODY_OK)
+        else:
+            self._reply(400, _BODY_BAD_STATE)
+
+    def _not_allowed(self):
+        self._reply(405, _BODY_NOT_ALLOWED, {"Allow": "GET"})
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
+
+
+class CallbackListener:
+    """A single-use loopback HTTP listener for one OAuth authorization redirect.
+
+    ``CallbackListener(state)`` binds and starts serving at once; use it as a
+    context manager (or call ``close()``) so the thread and socket are gone
+    afterwards. ``port=0`` asks for an ephemeral port directly.
+    """
+
+    def __init__(
+        self,
+        expected_state: str,
+        *,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        lifetime: float = DEFAULT_LIFETIME_S,
+    ):
+        if not expected_state:
+            raise ValueError("the expected state must not be empty")
+        self._expected_state = expected_state
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._stop = threading.Event()
+        self._result: dict[str, str] | None = None
+        self._cancelled = False
+        self._timed_out = False
+        self._deadline = time.monotonic() + lifetime
+        self._server = self._bind(host, port)
+        self._port = self._server.server_address[1]
+        self._host = host
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name=f"oauth-callback-{self._port}", daemon=True)
+        self._thread.start()
+
+    # --- binding ---------------------------------------------------------
+
+    def _bind(self, host: str, port: int) -> _Server:
+        try:
+            return _Server((host, port), self)
+        except OSError as exc:
+            if port == 0 or exc.errno not in (errno.EADDRINUSE, errno.EACCES):
+                raise
+        # The fixed port is busy: an ephemeral one (the client registers again).
+        return _Server((host, 0), self)
+
+    # --- public API --------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def redirect_uri(self) -> str:
+        return f"http://{self._host}:{self._port}{CALLBACK_PATH}"
+
+    @property
+    def fallback(self) -> bool:
+        """True when the listener is not on the default port."""
+        return self._port != DEFAULT_PORT
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    @property
+    def timed_out(self) -> bool:
+        """True when the listener closed because its lifetime ran out."""
+        return self._timed_out
+
+    @property
+    def result(self) -> dict[str, str] | None:
+        with self._lock:
+            return None if self._result is None else dict(self._result)
+
+    def wait(self, timeout: float | None = None) -> dict[str, str] | None:
+        """The callback's parameters, or None on timeout, cancel or close.
+
+        ``timeout=None`` waits at most until the listener's own lifetime ends.
+        """
+        if timeout is None:
+            timeout = max(0.0, self._deadline - time.monotonic()) + 1.0
+        self._done.wait(timeout)
+        return self.result
+
+    def offer(self, url: str) -> bool:
+        """Accept a callback URL pasted by the user; True if it won the race."""
+        if not isinstance(url, str):
+            return False
+        try:
+            parts = urlsplit(url.strip())
+        except ValueError:
+            return False
+        query = parts.query
+        if not query and "?" not in url and "=" in url:
+            # Only the query string was pasted.
+            query = url.strip().lstrip("?")
+        return self._accept(query)
+
+    def cancel(self) -> None:
+        """End the sign-in: ``wait`` returns None and ``cancelled`` is true."""
+        with self._lock:
+            if self._done.is_set():
+                return
+            self._cancelled = True
+            self._done.set()
+        self._stop.set()
+
+    def close(self) -> None:
+        """Stop serving and close the socket; the thread is joined (bounded)."""
+        with self._lock:
+            if not self._done.is_set():
+                self._done.set()
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(JOIN_TIMEOUT_S)
+        self._close_socket()
+
+    def __enter__(self) -> "CallbackListener":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- internals -------------------------------------------------------
+
+    def _accept(self, query: str) -> bool:
+        result = _parse_callback(query, self._expected_state)
+        if result is None:
+            return False
+        with self._lock:
+            if self._done.is_set():
+                return False
+            self._result = result
+            self._done.set()
+        self._stop.set()
+        return True
+
+    def _serve(self) -> None:
+        server = self._server
+        server.timeout = POLL_S
+        try:
+            while not self._stop.is_set():
+                if time.monotonic() >= self._deadline:
+                    with self._lock:
+                        if not self._done.is_set():
+                            self._timed_out = True
+                            self._done.set()
+                    break
+                server.handle_request()
+        finally:
+            self._close_socket()
+
+    def _close_socket(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._server.server_close()
+        except OSError:
+            pass
