@@ -1,0 +1,160 @@
+"""Dynamic Client Registration request and answer checks (RFC 7591)."""
+
+import json
+
+import pytest
+
+from albedo_actors.auth.registration import (
+    MAX_BODY,
+    ClientRegistration,
+    RegistrationError,
+    parse_registration,
+    registration_request,
+)
+
+REDIRECT = "http://127.0.0.1:33418/callback"
+SECRET = "s3cr3t-value-never-shown"
+
+
+def answer(**fields) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def test_request_is_a_native_public_code_client():
+    req = registration_request("albedo", REDIRECT, offline_access=False)
+    assert req == {
+        "client_name": "albedo",
+        "redirect_uris": [REDIRECT],
+        "grant_types": ["authorization_code"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+        "application_type": "native",
+    }
+    json.dumps(req)  # must be serialisable as the POST body
+
+
+def test_request_asks_for_refresh_token_only_with_offline_access():
+    req = registration_request("albedo", REDIRECT, offline_access=True)
+    assert req["grant_types"] == ["authorization_code", "refresh_token"]
+
+
+def test_request_with_other_auth_method_and_bad_inputs():
+    req = registration_request("albedo", REDIRECT, offline_access=False,
+                               auth_method="client_secret_basic")
+    assert req["token_endpoint_auth_method"] == "client_secret_basic"
+    with pytest.raises(RegistrationError):
+        registration_request("albedo", REDIRECT, offline_access=False,
+                             auth_method="private_key_jwt")
+    with pytest.raises(RegistrationError):
+        registration_request("", REDIRECT, offline_access=False)
+    with pytest.raises(RegistrationError):
+        registration_request("albedo", "", offline_access=False)
+
+
+def test_parse_public_client():
+    reg = parse_registration(
+        answer(client_id="abc", token_endpoint_auth_method="none",
+               redirect_uris=[REDIRECT]),
+        "application/json; charset=utf-8", redirect_uri=REDIRECT)
+    assert reg == ClientRegistration(client_id="abc", client_secret=None,
+                                     token_endpoint_auth_method="none",
+                                     redirect_uris=(REDIRECT,))
+
+
+def test_parse_confidential_client_hides_secret_in_repr():
+    reg = parse_registration(
+        answer(client_id="abc", client_secret=SECRET,
+               token_endpoint_auth_method="client_secret_post",
+               redirect_uris=[REDIRECT, "http://localhost/cb"]),
+        "application/json")
+    assert reg.client_secret == SECRET
+    assert reg.token_endpoint_auth_method == "client_secret_post"
+    assert reg.redirect_uris == (REDIRECT, "http://localhost/cb")
+    assert SECRET not in repr(reg)
+    assert SECRET not in str(reg)
+    assert "abc" in repr(reg)
+
+
+def test_parse_is_frozen():
+    reg = parse_registration(answer(client_id="abc"), "application/json")
+    with pytest.raises(Exception):
+        reg.client_id = "other"
+
+
+def test_missing_auth_method_defaults_by_secret():
+    assert parse_registration(answer(client_id="a"), "application/json") \
+        .token_endpoint_auth_method == "none"
+    assert parse_registration(answer(client_id="a", client_secret=SECRET),
+                              "application/json") \
+        .token_endpoint_auth_method == "client_secret_basic"
+
+
+def test_missing_redirect_uris_assumes_requested():
+    reg = parse_registration(answer(client_id="a"), "application/json",
+                             redirect_uri=REDIRECT)
+    assert reg.redirect_uris == (REDIRECT,)
+
+
+def test_huge_body_is_refused():
+    body = answer(client_id="a", pad="x" * MAX_BODY)
+    assert len(body) > MAX_BODY
+    with pytest.raises(RegistrationError, match="larger"):
+        parse_registration(body, "application/json")
+
+
+@pytest.mark.parametrize("body", [
+    b"<html>nope</html>", b"", b"\xff\xfe garbage", b'{"client_id": "a"',
+    b'{"client_id": NaN}', b"[" * 100000 + b"]" * 100000,
+])
+def test_non_json_is_refused(body):
+    with pytest.raises(RegistrationError):
+        parse_registration(body, "application/json")
+
+
+@pytest.mark.parametrize("body", [b"[]", b'"abc"', b"42", b"null"])
+def test_non_object_is_refused(body):
+    with pytest.raises(RegistrationError, match="not a JSON object"):
+        parse_registration(body, "application/json")
+
+
+def test_non_json_content_type_is_refused():
+    with pytest.raises(RegistrationError, match="content type"):
+        parse_registration(answer(client_id="a"), "text/html")
+    # +json media types are JSON
+    assert parse_registration(answer(client_id="a"),
+                              "application/problem+json").client_id == "a"
+
+
+@pytest.mark.parametrize("fields", [
+    {}, {"client_id": ""}, {"client_id": "  "}, {"client_id": 5},
+    {"client_id": None}, {"client_id": ["a"]},
+])
+def test_missing_client_id_is_refused(fields):
+    with pytest.raises(RegistrationError, match="client_id"):
+        parse_registration(answer(**fields), "application/json")
+
+
+def test_redirect_not_registered_is_refused():
+    with pytest.raises(RegistrationError, match="redirect"):
+        parse_registration(
+            answer(client_id="a", redirect_uris=["https://evil.example/cb"]),
+            "application/json", redirect_uri=REDIRECT)
+    with pytest.raises(RegistrationError, match="redirect"):
+        parse_registration(answer(client_id="a", redirect_uris=REDIRECT),
+                           "application/json", redirect_uri=REDIRECT)
+
+
+def test_unusable_auth_methods_are_refused_without_leaking_secret():
+    with pytest.raises(RegistrationError) as info:
+        parse_registration(
+            answer(client_id="a", client_secret=SECRET,
+                   token_endpoint_auth_method="private_key_jwt"),
+            "application/json")
+    assert SECRET not in str(info.value)
+    with pytest.raises(RegistrationError, match="needs a client_secret"):
+        parse_registration(
+            answer(client_id="a", token_endpoint_auth_method="client_secret_basic"),
+            "application/json")
+    with pytest.raises(RegistrationError):
+        parse_registration(answer(client_id="a", client_secret=12),
+                           "application/json")
