@@ -79,6 +79,29 @@ def size_of(catalogue: Catalogue) -> int:
     return len(json.dumps(to_json(catalogue), ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
+def load_current(store: Any, server: str, key: str) -> Catalogue | None:
+    """The catalogue ``store`` holds for ``server`` if it was saved under ``key``.
+
+    Raises:
+        StoreError: the store failed. ValueError: the saved JSON is not a catalogue.
+    """
+    saved = store.load_catalogue(server)
+    return from_json(server, saved.catalogue) if saved is not None and saved.fingerprint == key else None
+
+
+def save_if_changed(store: Any, server: str, key: str, catalogue: Catalogue) -> bool:
+    """Save ``catalogue`` under ``key`` unless the same listing is saved there; True if saved.
+
+    Raises:
+        StoreError, ValueError: as :func:`load_current`, or the catalogue is refused.
+    """
+    current = load_current(store, server, key)
+    if current is not None and current.same_listing(catalogue):
+        return False
+    store.save_catalogue(server, key, catalogue.era, to_json(catalogue))
+    return True
+
+
 def from_json(server: str, data: Mapping[str, Any]) -> Catalogue:
     """The catalogue a saved JSON object describes.
 

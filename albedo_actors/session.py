@@ -17,7 +17,7 @@ from .catalogue import Catalogue
 from .config import McpConfig, ServerConfig
 from .errors import ConfigError, ServerError, StoreError
 from .naming import Advertised, advertise, advertised_name, server_prefix
-from .saved import fingerprint, from_json, to_json
+from .saved import fingerprint, load_current, save_if_changed
 
 
 # The advertised operations and their names live in albedo_actors.naming.
@@ -106,8 +106,7 @@ class Session:
         if self._store is None:
             return None
         try:
-            saved = self._store.load_catalogue(name)
-            return from_json(name, saved.catalogue) if saved is not None and saved.fingerprint == current else None
+            return load_current(self._store, name, current)
         except (StoreError, ValueError) as exc:
             self._warn(f"server {name!r}: its saved catalogue cannot be used ({exc}); dialling it")
             return None
@@ -117,10 +116,7 @@ class Session:
         if self._store is None:
             return
         try:
-            saved = self._store.load_catalogue(name)
-            if saved is not None and saved.fingerprint == current and from_json(name, saved.catalogue).same_listing(catalogue):
-                return
-            self._store.save_catalogue(name, current, catalogue.era, to_json(catalogue))
+            save_if_changed(self._store, name, current, catalogue)
         except (StoreError, ValueError) as exc:
             self._warn(f"server {name!r}: its catalogue was not saved ({exc})")
 

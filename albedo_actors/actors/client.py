@@ -384,6 +384,24 @@ class _Opening:
             transport.close("client stopping")
 
 
+def connect_all(handles: dict[str, ServerHandle]) -> dict[str, Catalogue | AlbedoError]:
+    """Connect every client at once (each bounded by its startupTimeoutMs).
+
+    Returns each name's catalogue, or the error that kept it out.
+    """
+    if not handles:
+        return {}
+    outcomes: dict[str, Catalogue | AlbedoError] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(handles))) as pool:
+        futures = {name: pool.submit(handle.connect) for name, handle in handles.items()}
+    for name, future in futures.items():
+        try:
+            outcomes[name] = future.result()
+        except AlbedoError as exc:
+            outcomes[name] = exc
+    return outcomes
+
+
 def _tell(ref: pykka.ActorRef, message: Any) -> bool:
     try:
         ref.tell(message)

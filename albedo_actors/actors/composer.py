@@ -32,7 +32,7 @@ import pykka
 
 from ..config import McpConfig, ServerConfig
 from ..errors import AlbedoError
-from .client import ServerHandle
+from .client import ServerHandle, connect_all
 from .preparer import CatalogueSaved, Composition
 
 logger = logging.getLogger(__name__)
@@ -347,14 +347,11 @@ def _same(a: Composition, b: Composition) -> bool:
 def _finish(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int, pending: Any, overlays: dict) -> None:
     """On a helper thread: dial the overlays, wait for the preparer, report the whole."""
     catalogues, left_out = {}, {}
-    if overlays:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(overlays))) as pool:
-            futures = {name: pool.submit(handle.connect) for name, handle in overlays.items()}
-        for name, future in futures.items():
-            try:
-                catalogues[name] = future.result()
-            except AlbedoError as exc:
-                left_out[name] = getattr(exc, "detail", str(exc))
+    for name, outcome in connect_all(overlays).items():
+        if isinstance(outcome, AlbedoError):
+            left_out[name] = getattr(outcome, "detail", str(outcome))
+        else:
+            catalogues[name] = outcome
     try:
         composition = pending.result(timeout=PREPARE_LIMIT)
         error = None

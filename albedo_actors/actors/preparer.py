@@ -34,8 +34,8 @@ import pykka
 from ..catalogue import Catalogue
 from ..config import McpConfig, http_headers
 from ..errors import AlbedoError, ConfigError, ServerError, StoreError
-from ..saved import MAX_CATALOGUE_BYTES, fingerprint, from_json, size_of, to_json
-from .client import CatalogueChanged, ServerHandle
+from ..saved import MAX_CATALOGUE_BYTES, fingerprint, load_current, save_if_changed, size_of
+from .client import CatalogueChanged, ServerHandle, connect_all
 
 logger = logging.getLogger(__name__)
 
@@ -211,17 +211,13 @@ class RuntimePreparer(pykka.ThreadingActor):
     def _foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue], result: Any) -> None:
         """Dial the servers without a usable saved catalogue, all at once; then resolve."""
         catalogues, left_out, warnings, too_large = dict(ready), {}, [], []
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(unsaved)))) as pool:
-            futures = {name: pool.submit(applied.handles[name].connect) for name in unsaved}
-        for name, future in futures.items():
-            try:
-                catalogue = future.result()
-            except ServerError as exc:
-                left_out[name] = exc.detail
-                warnings.append(f"{exc}; left out")
-            except AlbedoError as exc:
-                left_out[name] = str(exc)
-                warnings.append(f"server {name!r}: {exc}; left out")
+        for name, catalogue in connect_all({name: applied.handles[name] for name in unsaved}).items():
+            if isinstance(catalogue, ServerError):
+                left_out[name] = catalogue.detail
+                warnings.append(f"{catalogue}; left out")
+            elif isinstance(catalogue, AlbedoError):
+                left_out[name] = str(catalogue)
+                warnings.append(f"server {name!r}: {catalogue}; left out")
             else:
                 size = size_of(catalogue)
                 if size > MAX_CATALOGUE_BYTES:
@@ -264,8 +260,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         if self._store is None:
             return None
         try:
-            saved = self._store.load_catalogue(name)
-            return from_json(name, saved.catalogue) if saved is not None and saved.fingerprint == key else None
+            return load_current(self._store, name, key)
         except (StoreError, ValueError) as exc:
             logger.warning("server %r: its saved catalogue cannot be used (%s)", name, exc)
             return None
@@ -275,11 +270,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         if self._store is None:
             return False
         try:
-            saved = self._store.load_catalogue(name)
-            if saved is not None and saved.fingerprint == key and from_json(name, saved.catalogue).same_listing(catalogue):
-                return False
-            self._store.save_catalogue(name, key, catalogue.era, to_json(catalogue))
-            return True
+            return save_if_changed(self._store, name, key, catalogue)
         except (StoreError, ValueError) as exc:
             logger.warning("server %r: its catalogue was not saved (%s)", name, exc)
             return False
