@@ -42,7 +42,33 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _COMMON_KEYS = {"type", "enabled", "enabledTools", "disabledTools", "startupTimeoutMs", "callTimeoutMs"}
 _STDIO_KEYS = _COMMON_KEYS | {"command", "args", "cwd", "env"}
-_HTTP_KEYS = _COMMON_KEYS | {"url", "bearerTokenEnvVar", "headers", "caFile"}
+_HTTP_KEYS = _COMMON_KEYS | {"url", "bearerTokenEnvVar", "headers", "caFile", "oauth"}
+_OAUTH_KEYS = {"grant", "clientId", "clientSecretEnvVar", "privateKeyEnvVar", "signingAlgorithm", "tokenEndpointAuthMethod", "clientMetadataUrl", "scope"}
+OAUTH_GRANTS = ("authorization_code", "client_credentials")
+OAUTH_AUTH_METHODS = ("none", "client_secret_basic", "client_secret_post", "private_key_jwt")
+OAUTH_SIGNING_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "ES512", "EdDSA")
+
+
+
+@dataclass(frozen=True)
+class OAuthSettings:
+    """The ``oauth`` object of an HTTP server entry: how albedo identifies itself when signing in.
+
+    Every part is optional. ``client_id`` (with ``client_secret_env_var``) is a client
+    registered by hand; without one, albedo registers itself (RFC 7591). ``grant`` is
+    ``authorization_code`` (a user signs in) or ``client_credentials`` (machine to
+    machine: a client secret, or ``private_key_env_var`` naming a PEM private key for
+    ``private_key_jwt``). Secrets are variable names, never values.
+    """
+
+    grant: str = "authorization_code"
+    client_id: str | None = None
+    client_secret_env_var: str | None = None
+    private_key_env_var: str | None = None
+    signing_algorithm: str = "RS256"
+    token_endpoint_auth_method: str | None = None
+    client_metadata_url: str | None = None
+    scope: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +85,7 @@ class ServerConfig:
     bearer_token_env_var: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)  # header -> host variable name
     ca_file: str | None = None  # trust store for TLS (default: the certifi bundle)
+    oauth: OAuthSettings | None = None  # how to sign in, when the server asks (HTTP only)
     enabled: bool = True
     enabled_tools: tuple[str, ...] | None = None
     disabled_tools: tuple[str, ...] = ()
@@ -202,8 +229,69 @@ def _server(name: str, entry: Any, home: str, source: str) -> ServerConfig:
         bearer_token_env_var=_variable(entry.get("bearerTokenEnvVar"), f'{where}: "bearerTokenEnvVar"', optional=True),
         headers=_named(entry, "headers", where, _HEADER_NAME, "an HTTP header name"),
         ca_file=_ca_file(entry.get("caFile"), home, where),
+        oauth=_oauth(entry.get("oauth"), where),
         **common,
     )
+
+
+def _oauth(value: Any, where: str) -> OAuthSettings | None:
+    if value is None:
+        return None
+    where = f'{where}: "oauth"'
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be an object")
+    unknown = set(value) - _OAUTH_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s): {', '.join(sorted(unknown))} (known: {', '.join(sorted(_OAUTH_KEYS))})")
+    if "clientSecret" in value or "privateKey" in value:  # pragma: no cover - caught as unknown above
+        raise ConfigError(f"{where}: secrets are named, never written into extensions.json")
+
+    def text(key: str, limit: int = 2048) -> str | None:
+        item = value.get(key)
+        if item is None:
+            return None
+        if not isinstance(item, str) or not item.strip() or len(item) > limit or any(ch in item for ch in "\r\n\0"):
+            raise ConfigError(f'{where}: "{key}" must be a non-empty one-line string')
+        return item
+
+    grant = text("grant") or "authorization_code"
+    if grant not in OAUTH_GRANTS:
+        raise ConfigError(f'{where}: "grant" must be one of {", ".join(OAUTH_GRANTS)}')
+    method = text("tokenEndpointAuthMethod")
+    if method is not None and method not in OAUTH_AUTH_METHODS:
+        raise ConfigError(f'{where}: "tokenEndpointAuthMethod" must be one of {", ".join(OAUTH_AUTH_METHODS)}')
+    algorithm = text("signingAlgorithm") or "RS256"
+    if algorithm not in OAUTH_SIGNING_ALGORITHMS:
+        raise ConfigError(f'{where}: "signingAlgorithm" must be one of {", ".join(OAUTH_SIGNING_ALGORITHMS)}')
+    metadata_url = text("clientMetadataUrl")
+    if metadata_url is not None:
+        parts = urllib.parse.urlsplit(metadata_url)
+        if parts.scheme != "https" or not parts.hostname or parts.fragment or parts.username or parts.password:
+            raise ConfigError(f'{where}: "clientMetadataUrl" must be an https URL without a fragment or userinfo')
+    settings = OAuthSettings(
+        grant=grant,
+        client_id=text("clientId"),
+        client_secret_env_var=_variable(value.get("clientSecretEnvVar"), f'{where}: "clientSecretEnvVar"', optional=True),
+        private_key_env_var=_variable(value.get("privateKeyEnvVar"), f'{where}: "privateKeyEnvVar"', optional=True),
+        signing_algorithm=algorithm,
+        token_endpoint_auth_method=method,
+        client_metadata_url=metadata_url,
+        scope=text("scope", 4096),
+    )
+    if settings.client_secret_env_var and not settings.client_id:
+        raise ConfigError(f'{where}: "clientSecretEnvVar" needs a "clientId"')
+    if settings.private_key_env_var and not settings.client_id:
+        raise ConfigError(f'{where}: "privateKeyEnvVar" needs a "clientId"')
+    if grant == "client_credentials":
+        if not settings.client_id:
+            raise ConfigError(f'{where}: the client_credentials grant needs a "clientId"')
+        if not (settings.client_secret_env_var or settings.private_key_env_var):
+            raise ConfigError(f'{where}: the client_credentials grant needs "clientSecretEnvVar" or "privateKeyEnvVar"')
+    if method == "private_key_jwt" and not settings.private_key_env_var:
+        raise ConfigError(f'{where}: "private_key_jwt" needs "privateKeyEnvVar"')
+    if method in ("client_secret_basic", "client_secret_post") and not settings.client_secret_env_var:
+        raise ConfigError(f'{where}: "{method}" needs "clientSecretEnvVar"')
+    return settings
 
 
 def _bool(entry: dict, key: str, default: bool, where: str) -> bool:

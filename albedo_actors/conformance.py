@@ -22,11 +22,16 @@ import tempfile
 from typing import Any, Callable
 
 from .actors.client import ServerHandle
+from .actors.refresher import ServerAuth, TokenRefresher
+from .auth.signin import authorizer, follow_redirect_agent
 from .catalogue import Catalogue
-from .config import ServerConfig
+from .config import OAuthSettings, ServerConfig
 from .errors import AlbedoError
+from .store import open_store
 
 TIMEOUT_MS = 10_000  # well inside the suite's 30 s per scenario, so we report before it kills us
+# The Client ID Metadata Document URL the suite's reference clients use (basic-cimd checks it).
+CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
 
 
 MAX_DEPTH = 16  # a schema may refer to itself; examples stop there
@@ -142,6 +147,32 @@ def _run(steps: list[tuple[str, Callable[[], Any]]]) -> list[str]:
     return failures
 
 
+def oauth_settings(context: dict[str, Any]) -> tuple[OAuthSettings, dict[str, str]]:
+    """How the scenario's client identifies itself, and the environment holding its secrets.
+
+    A pre-registered client (``client_id``/``client_secret``), the client credentials
+    grant (a secret, or an ES256/RS256 ``private_key_pem`` for ``private_key_jwt``), else
+    the reference clients' metadata document URL (used when the server supports it,
+    else dynamic registration).
+    """
+    environ = dict(os.environ)
+    name = str(context.get("name") or "")
+    client_id = context.get("client_id")
+    if not isinstance(client_id, str):
+        return OAuthSettings(client_metadata_url=CLIENT_METADATA_URL), environ
+    grant = "client_credentials" if name.startswith("auth/client-credentials") else "authorization_code"
+    secret_var = key_var = None
+    if isinstance(context.get("client_secret"), str):
+        secret_var = "ALBEDO_CONFORMANCE_CLIENT_SECRET"
+        environ[secret_var] = context["client_secret"]
+    if isinstance(context.get("private_key_pem"), str):
+        key_var = "ALBEDO_CONFORMANCE_PRIVATE_KEY"
+        environ[key_var] = context["private_key_pem"]
+    algorithm = context.get("signing_algorithm") if isinstance(context.get("signing_algorithm"), str) else "RS256"
+    return OAuthSettings(grant=grant, client_id=client_id, client_secret_env_var=secret_var, private_key_env_var=key_var,
+                         signing_algorithm=algorithm), environ
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
@@ -151,16 +182,28 @@ def main(argv: list[str] | None = None) -> int:
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
     plan = PLANS.get(scenario, exercise_everything)
+    oauth, environ = oauth_settings(context)
     config = ServerConfig(
-        name="conformance", type="http", url=url, startup_timeout_ms=TIMEOUT_MS, call_timeout_ms=TIMEOUT_MS
+        name="conformance", type="http", url=url, startup_timeout_ms=TIMEOUT_MS, call_timeout_ms=TIMEOUT_MS,
+        oauth=oauth,
     )
     try:
         with tempfile.TemporaryDirectory(prefix="albedo-conformance-") as home:
-            handle = ServerHandle.start(config, home, handlers={"elicitation": accept_with_defaults})
+            store = open_store(home)
+            refresher = TokenRefresher.start(store, environ)
             try:
-                failures = plan(handle, handle.connect(), context)
+                # The suite's authorization servers approve at once: play the browser by
+                # following the redirect (port 0: scenarios run in parallel).
+                sign_in = authorizer(store, environ=environ, agent=follow_redirect_agent(), port=0, lifetime=TIMEOUT_MS / 1000)
+                auth = ServerAuth(config, store, refresher.proxy(), authorize=sign_in)
+                handle = ServerHandle.start(config, home, handlers={"elicitation": accept_with_defaults}, auth=auth)
+                try:
+                    failures = plan(handle, handle.connect(), context)
+                finally:
+                    handle.stop()
             finally:
-                handle.stop()
+                refresher.stop(timeout=10)
+                store.close()
     except AlbedoError as exc:  # from start, connect or stop: the plan reports its own steps
         failures = [f"connect: {exc}"]
     except Exception as exc:  # a bug of ours; still one line for the suite's log

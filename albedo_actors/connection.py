@@ -360,6 +360,7 @@ def open_http(
     track: Callable[[Any], None] = lambda link: None,
     handlers: Handlers | None = None,
     credentials: Any = None,
+    auth: Any = None,
 ) -> Connection:
     """Connect to a streamable HTTP server and find out its era within ``timeout`` seconds.
 
@@ -378,7 +379,7 @@ def open_http(
             on_closed(reason)
 
     channel = RpcChannel(server, on_notification, closed, handlers)
-    link = HttpLink(channel, HttpTransport(config.url, verify=config.ca_file or True), server, headers)
+    link = HttpLink(channel, HttpTransport(config.url, verify=config.ca_file or True), server, headers, auth=auth)
     channel.attach(link)
     track(link)
     try:

@@ -10,13 +10,15 @@
      │    ├── Unavailable       the request never left: the server could not be reached
      │    │    ├── Incompatible the server speaks no protocol revision we speak
      │    │    ├── HttpRefused  an HTTP 4xx without a JSON-RPC error: not run
+     │    │    ├── NeedsSignIn  the server wants a (new) OAuth sign-in: not run
      │    │    └── SessionExpired  an older server ended the HTTP session (404)
      │    ├── TimedOut          no answer in time; the request was cancelled
      │    ├── UnknownOutcome    the request was sent, then the connection was lost
      │    │    └── HttpServerFailed  an HTTP 5xx without a JSON-RPC error
      │    ├── ProtocolViolation the server sent something that is not valid MCP
      │    └── RemoteError       the server's own JSON-RPC error (code, message, data)
-     └── AuthError              (later issues) needs sign-in, refresh refused
+     └── AuthError              a sign-in could not be done (discovery, registration,
+                                the authorization response, the token request)
 
 Library exceptions (``OSError`` from pipes, ``pykka.Timeout``, ``ActorDeadError``,
 ``json`` errors) are translated at the edge where they happen and never reach a
@@ -38,6 +40,7 @@ __all__ = [
     "HttpRefused",
     "HttpServerFailed",
     "SessionExpired",
+    "NeedsSignIn",
     "TimedOut",
     "UnknownOutcome",
     "ProtocolViolation",
@@ -102,6 +105,16 @@ class SessionExpired(Unavailable):
     """An older HTTP server ended the session (404): the request did not run."""
 
 
+class NeedsSignIn(Unavailable):
+    """The server asks for an OAuth sign-in (none yet, refused, or more scope): not run."""
+
+    def __init__(self, server: str, why: str = "", method: str | None = None) -> None:
+        what = f"{method} did not run" if method else "nothing was sent"
+        reason = f" ({why})" if why else ""
+        super().__init__(server, f"needs the user to sign in{reason}; {what}: run `albedo-mcp sign-in {server}`")
+        self.why = why
+
+
 class TimedOut(ServerError):
     """No answer within the timeout; the request was dropped and cancelled."""
 
@@ -136,7 +149,12 @@ class RemoteError(ServerError):
 
 
 class AuthError(AlbedoError):
-    """A server needs the user to sign in, or a refresh was refused."""
+    """A sign-in could not be done; ``server`` names the server, the message says why."""
+
+    def __init__(self, server: str, message: str) -> None:
+        super().__init__(f"server {server!r}: sign-in failed: {message}")
+        self.server = server
+        self.detail = message
 
 
 def _one_line(text: str, limit: int = 300) -> str:

@@ -32,7 +32,8 @@ import logging
 import threading
 from typing import Any
 
-from .errors import HttpRefused, HttpServerFailed, ProtocolViolation, SessionExpired, Unavailable, UnknownOutcome
+from .auth import discovery as auth_discovery
+from .errors import HttpRefused, HttpServerFailed, NeedsSignIn, ProtocolViolation, SessionExpired, Unavailable, UnknownOutcome
 from .rpc import LinkClosed, Pending, RpcChannel
 from .transport.http import ACCEPT_BOTH, Exchange, HttpFailed, HttpTransport, Reply, decode_message
 from .wire import headers as mcp_headers
@@ -51,16 +52,20 @@ RESUME_LIMIT = 5
 LISTEN_FIRST_WAIT = 1.0
 LISTEN_MAX_WAIT = 60.0
 LISTEN_LIMIT = 8
+MAX_AUTH_ROUNDS = 4  # one refresh and three sign-ins, then the request fails
 
 
 class HttpLink:
     """Thread-safe; ``close()`` once, then ``wait_closed()`` from a thread that is not a worker."""
 
-    def __init__(self, channel: RpcChannel, transport: HttpTransport, server: str, headers: dict[str, str]) -> None:
+    def __init__(self, channel: RpcChannel, transport: HttpTransport, server: str, headers: dict[str, str],
+                 auth: Any = None) -> None:
         self._channel = channel
         self._transport = transport
         self._server = server
         self._static_headers = headers  # configured credentials: never logged
+        # OAuth (a refresher.ServerAuth) unless the configuration gives its own Authorization.
+        self._auth = None if any(h.lower() == "authorization" for h in headers) else auth
         self.era: str | None = None  # None while probing (modern headers)
         self.version = mcp.MODERN_VERSION
         self.session_id: str | None = None
@@ -204,13 +209,21 @@ class HttpLink:
 
     def _exchange(self, pending: Pending, message: dict[str, Any], exchange: Exchange) -> None:
         method = pending.method
-        try:
-            reply = self._transport.send("POST", self._headers_for(message), exchange, body=jsonrpc.encode(message))
-        except HttpFailed as exc:
-            error = UnknownOutcome if exc.sent else Unavailable
-            tail = "; it may or may not have run" if exc.sent else f"; {method} was not sent"
-            self._channel.fail(pending, error(self._server, f"{exc}{tail}"))
-            return
+        attempt = 0
+        while True:
+            headers = self._headers_for(message)
+            try:
+                reply = self._transport.send("POST", headers, exchange, body=jsonrpc.encode(message))
+            except HttpFailed as exc:
+                error = UnknownOutcome if exc.sent else Unavailable
+                tail = "; it may or may not have run" if exc.sent else f"; {method} was not sent"
+                self._channel.fail(pending, error(self._server, f"{exc}{tail}"))
+                return
+            if not self._authorize_again(pending, reply, headers.get("Authorization"), attempt):
+                break
+            attempt += 1
+            if self._closing.is_set() or not self._channel.is_pending(pending):
+                return
         if method == "initialize" and 200 <= reply.status < 300:
             self.session_id = reply.headers.get("mcp-session-id") or None
         if 200 <= reply.status < 300 and reply.status != 202:
@@ -220,6 +233,37 @@ class HttpLink:
                 self._read_json(pending, reply)
             return
         self._refused(pending, reply)
+
+    def _authorize_again(self, pending: Pending, reply: Reply, sent: str | None, attempt: int) -> bool:
+        """After a 401, or a 403 ``insufficient_scope``: True to post the request again.
+
+        The request did not run. A refused token is refreshed once; then (or with no
+        token) the server needs a sign-in, done here only when the host gave an
+        interactive one (at most ``MAX_AUTHORIZATIONS`` in a row); else the request
+        fails with NeedsSignIn. Any other answer is left to the caller (False).
+        """
+        if self._auth is None or reply.status not in (401, 403) or attempt > MAX_AUTH_ROUNDS:
+            return False
+        challenge = auth_discovery.bearer_challenge(reply.headers)
+        if reply.status == 403 and (challenge is None or challenge.error != "insufficient_scope"):
+            return False
+        reply.close()
+        try:
+            if reply.status == 401:
+                self._auth.unauthorized(sent, challenge, pending.method, attempt)
+            else:
+                self._auth.forbidden(sent, challenge, pending.method, attempt)
+        except NeedsSignIn as exc:
+            self._channel.fail(pending, exc)
+            return False
+        return True
+
+    def _auth_header(self, headers: dict[str, str]) -> dict[str, str]:
+        if self._auth is not None:
+            value = self._auth.header()
+            if value:
+                headers["Authorization"] = value
+        return headers
 
     def _read_json(self, pending: Pending, reply: Reply) -> None:
         try:
@@ -311,8 +355,12 @@ class HttpLink:
             # A refusal's JSON-RPC error reaches its request as the server's error.
             self._channel.feed_message({**value, "id": pending.id})
             return
+        if status in (401, 403) and pending.id is not None and not self._channel.is_pending(pending):
+            return  # already failed as needing a sign-in
         if status in (401, 403):
-            message = f"asks for authorization (HTTP {status}); signing in arrives with a later version"
+            message = (f"refused the configured credentials (HTTP {status}); check the token extensions.json names"
+                       if self._auth is None and status == 401 and any(h.lower() == "authorization" for h in self._static_headers)
+                       else f"refused {pending.method} (HTTP {status})")
             self._channel.fail(pending, HttpRefused(self._server, status, message))
         elif status == 202:
             self._channel.fail(pending, ProtocolViolation(self._server, f"accepted {pending.method} (202) without answering it"))
@@ -329,7 +377,7 @@ class HttpLink:
         self.close("the server ended the session (HTTP 404)")
 
     def _delete_session(self) -> None:
-        headers = {"Mcp-Session-Id": self.session_id, "MCP-Protocol-Version": self.version, **self._static_headers}
+        headers = self._auth_header({"Mcp-Session-Id": self.session_id, "MCP-Protocol-Version": self.version, **self._static_headers})
         try:
             self._transport.send("DELETE", headers, Exchange(), read_timeout=DELETE_TIMEOUT).close()
         except HttpFailed:
@@ -338,7 +386,7 @@ class HttpLink:
     # -- headers ------------------------------------------------------------------------------------
 
     def _headers_for(self, message: dict[str, Any]) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": ACCEPT_BOTH, **self._static_headers}
+        headers = self._auth_header({"Content-Type": "application/json", "Accept": ACCEPT_BOTH, **self._static_headers})
         method = message.get("method")
         if self.era == "legacy":
             if self.session_id is not None:
@@ -360,7 +408,7 @@ class HttpLink:
         return headers
 
     def _stream_headers(self, last_event_id: str | None = None) -> dict[str, str]:
-        headers = {"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers}
+        headers = self._auth_header({"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers})
         if self.session_id is not None:
             headers["Mcp-Session-Id"] = self.session_id
         if last_event_id is not None:

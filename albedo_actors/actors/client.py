@@ -100,6 +100,7 @@ class ServerClient(pykka.ThreadingActor):
         handlers: Handlers | None = None,
         credentials: Any = None,
         closed: threading.Event | None = None,
+        auth: Any = None,
     ) -> None:
         # ``credentials``: the server's stored credentials, a plain record (see
         # albedo_actors.store.Credentials) with ``bearer_token``, ``header`` and ``env``;
@@ -111,6 +112,7 @@ class ServerClient(pykka.ThreadingActor):
         self._home = home
         self._owner = owner
         self._credentials = credentials
+        self._auth = auth  # a refresher.ServerAuth for an HTTP server that may ask for OAuth
         self._spec_factory = spec_factory or (lambda cfg: launch_spec(cfg, home, credentials=credentials))
         self._connection: Connection | None = None
         self._catalogue: Catalogue | None = None
@@ -320,6 +322,7 @@ class ServerClient(pykka.ThreadingActor):
                 track=self._opening.add,
                 handlers=self._handlers,
                 credentials=self._credentials,
+                auth=self._auth,
             )
         spec = self._spec_factory(config)
         return open_stdio(

@@ -122,10 +122,13 @@ def _opt_str(data: dict, key: str) -> str | None:
 
 
 def parse_registration(body: bytes, content_type: str | None, *,
-                       redirect_uri: str | None = None) -> ClientRegistration:
+                       redirect_uri: str | None = None,
+                       requested_method: str | None = None) -> ClientRegistration:
     """Check a client information response (RFC 7591 3.2.1).
 
-    Refused with :class:`RegistrationError`: a body over 64 KiB, a content
+    ``requested_method`` is the ``token_endpoint_auth_method`` we asked for: an
+    answer that does not name one registered that one. Refused with
+    :class:`RegistrationError`: a body over 64 KiB, a content
     type that is not JSON, a body that is not a JSON object, no non-empty
     string ``client_id``, an auth method we cannot use (or one that needs a
     secret the server did not issue), and - when ``redirect_uri`` is given -
@@ -147,6 +150,9 @@ def parse_registration(body: bytes, content_type: str | None, *,
     secret = _opt_str(data, "client_secret") or None
 
     method = _opt_str(data, "token_endpoint_auth_method")
+    if method is None and requested_method in AUTH_METHODS and (requested_method == "none" or secret):
+        # An answer that does not echo the method registered the one we asked for.
+        method = requested_method
     if method is None:
         # RFC 7591 2 defaults to client_secret_basic; without a secret the
         # only usable reading is a public client.

@@ -147,6 +147,34 @@ class Store:
             self._upsert_credentials(server, new)
             return new
 
+    @contextlib.contextmanager
+    def holding_credentials(self, server: str) -> Iterator[tuple[Credentials, Callable[[Credentials], None]]]:
+        """Hold the server's credentials row for a read-decide-write that may take a while.
+
+        Yields ``(current, put)``; ``put(new)`` writes inside the same transaction,
+        which commits when the block ends (an exception rolls it back). Another
+        process (or thread) holding it waits up to the busy/lock timeout: this is the
+        row lock that makes token refreshes single-flight across processes. The block
+        may do bounded I/O (one token request), nothing longer.
+
+        Raises:
+            StoreError: the database failed or the lock was not had in time.
+        """
+        with self._op(f"holding the credentials of {server!r}"), self._write():
+            CredentialRow.insert(server=server, env="{}", updated_at=time.time()) \
+                .on_conflict_ignore().execute(self._db)
+            query = CredentialRow.select().where(CredentialRow.server == server)
+            if self._pg:
+                query = query.for_update()
+            current = _credentials(query.first(self._db))
+
+            def put(new: Credentials) -> None:
+                if not isinstance(new, Credentials):
+                    raise TypeError("holding_credentials: put takes Credentials")
+                self._upsert_credentials(server, new)
+
+            yield current, put
+
     def delete_credentials(self, server: str) -> None:
         """Forget the server's credentials (nothing happens when there are none).
 

@@ -1,0 +1,115 @@
+"""A server's OAuth record: what the store keeps of a sign-in (``Credentials.oauth``).
+
+The record is tied to the server URL it was made for: a record whose ``url`` is not the
+configured URL is never used (:func:`usable`), so a token is never sent to another
+server. ``repr`` and :meth:`OAuthRecord.view` never show a token or a secret.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .tokens import TokenSet, needs_refresh
+
+STATES = ("none", "needs_sign_in", "signed_in", "signed_out")
+
+__all__ = ["OAuthRecord", "STATES", "from_credentials", "usable"]
+
+
+@dataclass(frozen=True)
+class OAuthRecord:
+    url: str
+    state: str = "needs_sign_in"
+    reason: str | None = None
+    # what discovery found (kept so a refresh needs no discovery)
+    resource: str | None = None
+    issuer: str | None = None
+    token_endpoint: str | None = None
+    # the client that signed in
+    client_kind: str | None = None  # configured, registered, metadata_document, client_credentials
+    client_id: str | None = None
+    client_secret: str | None = field(default=None, repr=False)  # a registered client's only
+    auth_method: str = "none"
+    # tokens
+    access_token: str | None = field(default=None, repr=False)
+    refresh_token: str | None = field(default=None, repr=False)
+    expires_at: float | None = None
+    scope: str | None = None  # granted
+    requested_scope: str | None = None
+    step_up: str | None = None  # scopes a 403 insufficient_scope asked for, for the next sign-in
+    # the last 401 challenge
+    resource_metadata: str | None = None
+    challenge_scope: str | None = None
+    account: str | None = None
+    updated_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> "OAuthRecord | None":
+        if not isinstance(data, Mapping) or not isinstance(data.get("url"), str):
+            return None
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in names}
+        if values.get("state") not in STATES:
+            values["state"] = "needs_sign_in"
+        try:
+            return cls(**values)
+        except TypeError:
+            return None
+
+    @property
+    def tokens(self) -> TokenSet | None:
+        if not self.access_token:
+            return None
+        return TokenSet(access_token=self.access_token, expires_at=self.expires_at,
+                        refresh_token=self.refresh_token, scope=self.scope)
+
+    def expiring(self, now: float | None = None) -> bool:
+        tokens = self.tokens
+        return tokens is not None and needs_refresh(tokens, time.time() if now is None else now)
+
+    def replace(self, **changes: Any) -> "OAuthRecord":
+        return dataclasses.replace(self, updated_at=time.time(), **changes)
+
+    def with_tokens(self, tokens: TokenSet, requested_scope: str | None = None) -> "OAuthRecord":
+        return self.replace(
+            state="signed_in", reason=None, access_token=tokens.access_token,
+            refresh_token=tokens.refresh_token, expires_at=tokens.expires_at,
+            scope=tokens.scope or requested_scope or self.scope,
+            requested_scope=requested_scope if requested_scope is not None else self.requested_scope,
+        )
+
+    def signed_out(self, state: str, reason: str | None) -> "OAuthRecord":
+        """The record without tokens (the client registration and step-up are kept)."""
+        return self.replace(state=state, reason=reason, access_token=None, refresh_token=None, expires_at=None)
+
+    def view(self) -> dict[str, Any]:
+        """What the settings show: never a token or a secret."""
+        return {
+            "state": self.state,
+            "account": self.account,
+            "expires_at": self.expires_at,
+            "scope": self.scope,
+            "step_up": self.step_up,
+            "reason": self.reason,
+            "client": None if self.client_id is None else {"kind": self.client_kind, "id": self.client_id, "issuer": self.issuer},
+        }
+
+
+NO_AUTH_VIEW = {"state": "none", "account": None, "expires_at": None, "scope": None, "step_up": None, "reason": None, "client": None}
+
+
+def from_credentials(credentials: Any) -> OAuthRecord | None:
+    return OAuthRecord.from_json(getattr(credentials, "oauth", None))
+
+
+def usable(record: OAuthRecord | None, url: str | None) -> OAuthRecord | None:
+    """The record when it belongs to ``url``; None for another server's (never sent)."""
+    if record is None or url is None or record.url != url:
+        return None
+    return record

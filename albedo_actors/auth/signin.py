@@ -1,0 +1,519 @@
+"""Signing in to one server: discovery, the client, the authorization, the tokens.
+
+Everything here runs on the caller's thread and blocks on HTTP with bounded timeouts;
+no actor calls it from a message handler (the sign-in command, a host's sign-in call
+and the refresher's worker threads do). Each step follows the MCP authorization spec
+(2025-11-25 and 2026-07-28 ``basic/authorization``); the pure checks live in
+:mod:`.discovery`, :mod:`.registration` and :mod:`.tokens`, the HTTP in :mod:`.http`.
+
+A failure is an :class:`~albedo_actors.errors.AuthError` naming the server with one
+line saying what went wrong; no token, secret or code ever appears in a message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ..config import OAuthSettings, ServerConfig
+from ..errors import AuthError, ConfigError
+from . import discovery, pkce, registration, tokens
+from .browser import check_authorization_url, open_authorization_url
+from .callback import DEFAULT_LIFETIME_S, DEFAULT_PORT, CallbackListener
+from .discovery import AuthDiscoveryError, AuthServerMetadata, Challenge, ResourceMetadata
+from .http import AuthHttp, AuthHttpError, AuthReply
+from .record import OAuthRecord, from_credentials, usable
+from .registration import ClientRegistration, RegistrationError
+from .tokens import TokenError, TokenSet
+
+log = logging.getLogger(__name__)
+
+CLIENT_NAME = "albedo_actors"
+JWT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+ASSERTION_LIFETIME_S = 300
+
+__all__ = [
+    "Discovered",
+    "SignIn",
+    "discover",
+    "probe_challenge",
+    "refresh_record",
+    "client_credentials_record",
+    "store_record",
+]
+
+
+@dataclass(frozen=True)
+class Discovered:
+    resource: ResourceMetadata
+    server: AuthServerMetadata
+
+
+@dataclass(frozen=True)
+class Client:
+    kind: str  # configured, registered, metadata_document, client_credentials
+    client_id: str
+    secret: str | None = dataclasses.field(default=None, repr=False)
+    method: str = "none"
+
+
+# -- discovery -----------------------------------------------------------------------------
+
+
+def probe_challenge(http: AuthHttp, server: ServerConfig) -> Challenge | None:
+    """POST an unauthenticated request and return the ``Bearer`` challenge of a 401, if any."""
+    body = {"jsonrpc": "2.0", "id": 0, "method": "ping"}
+    try:
+        reply = http.post_json(server.url, body, headers={"Accept": "application/json, text/event-stream"})
+    except AuthHttpError as exc:
+        raise AuthError(server.name, f"the server could not be asked: {exc.reason}") from None
+    if reply.status in (401, 403):
+        return discovery.bearer_challenge(reply.www_authenticate) or Challenge("bearer", {})
+    return None
+
+
+def _get_json(http: AuthHttp, name: str, url: str) -> tuple[AuthReply | None, Any]:
+    try:
+        reply = http.get(url)
+    except AuthHttpError as exc:
+        raise AuthError(name, f"discovery failed: {exc}") from None
+    return reply, reply.json() if reply.status == 200 else None
+
+
+def discover(http: AuthHttp, server: ServerConfig, challenge: Challenge | None) -> Discovered:
+    """Protected Resource Metadata, then the first authorization server's metadata."""
+    name, url = server.name, server.url
+    hint = challenge.resource_metadata if challenge is not None else None
+    resource = None
+    for where in discovery.protected_resource_metadata_urls(url, hint):
+        _, doc = _get_json(http, name, where)
+        if not isinstance(doc, dict):
+            continue
+        try:
+            resource = discovery.check_resource_metadata(doc, url)
+        except AuthDiscoveryError as exc:
+            # RFC 9728 3.3: a document for another resource is never used; stop here.
+            raise AuthError(name, f"{exc}; no authorization request was made") from None
+        break
+    if resource is None:
+        raise AuthError(name, "it publishes no OAuth protected resource metadata (RFC 9728), so albedo cannot find where to sign in")
+    issuer = resource.authorization_servers[0]
+    reason = "no metadata was found"
+    for where in discovery.authorization_server_metadata_urls(issuer):
+        _, doc = _get_json(http, name, where)
+        if not isinstance(doc, dict):
+            continue
+        if doc.get("issuer") != issuer:
+            reason = "its metadata names another issuer"
+            continue  # RFC 8414 3.3: not used
+        try:
+            metadata = discovery.check_authorization_server_metadata(doc, issuer, url)
+        except AuthDiscoveryError as exc:
+            raise AuthError(name, f"authorization server {issuer[:120]}: {exc}") from None
+        return Discovered(resource, metadata)
+    raise AuthError(name, f"authorization server {issuer[:120]}: {reason}; no authorization request was made")
+
+
+# -- the client ------------------------------------------------------------------------------
+
+
+def _secret(settings: OAuthSettings, environ: Mapping[str, str], name: str) -> str | None:
+    variable = settings.client_secret_env_var
+    if variable is None:
+        return None
+    value = environ.get(variable)
+    if not value:
+        raise ConfigError(f"server {name!r}: oauth.clientSecretEnvVar names ${variable}, which is not set in the host's environment")
+    return value
+
+
+def _method_for_secret(metadata: AuthServerMetadata, secret: str | None) -> str:
+    if not secret:
+        return "none"
+    offered = metadata.token_endpoint_auth_methods_supported or ("client_secret_basic",)  # RFC 8414 2 default
+    for method in ("client_secret_basic", "client_secret_post"):
+        if method in offered:
+            return method
+    return "client_secret_basic"
+
+
+def _registration_method(metadata: AuthServerMetadata) -> str:
+    offered = metadata.token_endpoint_auth_methods_supported or ("client_secret_basic",)
+    for method in ("none", "client_secret_basic", "client_secret_post"):
+        if method in offered:
+            return method
+    return "none"
+
+
+def choose_client(http: AuthHttp, store: Any, server: ServerConfig, found: Discovered, redirect_uri: str,
+                  environ: Mapping[str, str]) -> Client:
+    """A configured client, else a Client ID Metadata Document, else a kept or new registration."""
+    settings = server.oauth or OAuthSettings()
+    metadata = found.server
+    if settings.client_id:
+        secret = _secret(settings, environ, server.name)
+        return Client("configured", settings.client_id, secret,
+                      settings.token_endpoint_auth_method or _method_for_secret(metadata, secret))
+    if settings.client_metadata_url and metadata.client_id_metadata_document_supported:
+        return Client("metadata_document", settings.client_metadata_url, None, "none")
+    kept = store.get_oauth_client(metadata.issuer, redirect_uri) if store is not None else None
+    if isinstance(kept, dict) and isinstance(kept.get("client_id"), str):
+        return Client("registered", kept["client_id"], kept.get("client_secret"), kept.get("method") or "none")
+    if metadata.registration_endpoint is None:
+        raise AuthError(server.name, "the authorization server offers no client registration; "
+                                     'register albedo there and set "oauth": {"clientId": ...} for this server')
+    wanted = _registration_method(metadata)
+    offline = discovery.OFFLINE_ACCESS in metadata.scopes_supported
+    document = registration.registration_request(CLIENT_NAME, redirect_uri, offline_access=offline, auth_method=wanted)
+    try:
+        reply = http.post_json(metadata.registration_endpoint, document)
+    except AuthHttpError as exc:
+        raise AuthError(server.name, f"client registration failed: {exc}") from None
+    if reply.status not in (200, 201):
+        raise AuthError(server.name, f"client registration was refused (HTTP {reply.status})")
+    try:
+        client: ClientRegistration = registration.parse_registration(
+            reply.body, reply.content_type, redirect_uri=redirect_uri, requested_method=wanted)
+    except RegistrationError as exc:
+        raise AuthError(server.name, f"client registration: {exc}") from None
+    if store is not None:
+        store.put_oauth_client(metadata.issuer, redirect_uri, {
+            "client_id": client.client_id, "client_secret": client.client_secret,
+            "method": client.token_endpoint_auth_method, "redirect_uri": redirect_uri,
+        })
+    return Client("registered", client.client_id, client.client_secret, client.token_endpoint_auth_method)
+
+
+def _client_auth(client: Client, token_endpoint: str, issuer: str, settings: OAuthSettings | None,
+                 environ: Mapping[str, str], name: str) -> tuple[dict, dict]:
+    if client.method == "private_key_jwt":
+        # RFC 7523 3: the audience identifies the authorization server: its issuer.
+        return {}, {"client_id": client.client_id, "client_assertion_type": JWT_ASSERTION_TYPE,
+                    "client_assertion": _assertion(client.client_id, issuer or token_endpoint, settings, environ, name)}
+    try:
+        return tokens.client_auth(client.client_id, client.secret, client.method)
+    except ValueError as exc:
+        raise AuthError(name, str(exc)) from None
+
+
+def _assertion(client_id: str, audience: str, settings: OAuthSettings | None, environ: Mapping[str, str], name: str) -> str:
+    """A ``private_key_jwt`` client assertion (RFC 7523 3, RFC 7521 4.2), signed with pyjwt."""
+    import jwt  # pyjwt: imported only by servers that use a private key
+
+    variable = settings.private_key_env_var if settings else None
+    key = environ.get(variable) if variable else None
+    if not key:
+        raise ConfigError(f"server {name!r}: oauth.privateKeyEnvVar names ${variable}, which is not set in the host's environment")
+    now = int(time.time())
+    claims = {"iss": client_id, "sub": client_id, "aud": audience, "iat": now, "exp": now + ASSERTION_LIFETIME_S,
+              "jti": str(uuid.uuid4())}
+    try:
+        return jwt.encode(claims, key, algorithm=settings.signing_algorithm)
+    except Exception as exc:  # a key that does not parse or does not fit the algorithm
+        raise ConfigError(f"server {name!r}: the private key in ${variable} cannot sign {settings.signing_algorithm} ({type(exc).__name__})") from None
+
+
+def _token_request(http: AuthHttp, name: str, endpoint: str, form: dict, headers: dict) -> TokenSet:
+    try:
+        reply = http.post_form(endpoint, form, headers)
+    except AuthHttpError as exc:
+        raise TokenError(f"token request failed: {exc}", error="unreachable", transient=exc.transient) from None
+    return tokens.parse_token_response(reply.body, reply.status, time.time())
+
+
+# -- storing ----------------------------------------------------------------------------------
+
+
+def store_record(store: Any, name: str, record: OAuthRecord) -> None:
+    """Write ``record`` as the server's OAuth record, keeping its other credentials."""
+    if store is None:
+        return
+    store.update_credentials(name, lambda old: dataclasses.replace(old, oauth=record.to_json()))
+
+
+def current_record(store: Any, server: ServerConfig) -> OAuthRecord | None:
+    if store is None:
+        return None
+    return usable(from_credentials(store.get_credentials(server.name)), server.url)
+
+
+# -- the authorization code flow -------------------------------------------------------------
+
+Agent = Callable[[str, CallbackListener], None]
+
+
+class SignIn:
+    """One sign-in to one server (authorization code + PKCE, or client credentials).
+
+    ``run()`` blocks until it is signed in, fails, times out or is cancelled
+    (``cancel()`` from another thread). ``agent(url, listener)`` takes the user to the
+    authorization URL; the default opens the browser (unless ``ALBEDO_NO_BROWSER``)
+    and ``announce(url)`` shows the URL either way. A callback URL the user pastes goes
+    to ``offer(url)``; it races the loopback listener and the first valid one wins.
+    """
+
+    def __init__(
+        self,
+        server: ServerConfig,
+        store: Any,
+        *,
+        environ: Mapping[str, str] | None = None,
+        agent: Agent | None = None,
+        announce: Callable[[str], None] | None = None,
+        port: int = DEFAULT_PORT,
+        lifetime: float = DEFAULT_LIFETIME_S,
+        http: AuthHttp | None = None,
+    ) -> None:
+        if server.type != "http" or not server.url:
+            raise AuthError(server.name, "only HTTP servers sign in with OAuth")
+        self.server = server
+        self.store = store
+        self.environ = dict(os.environ) if environ is None else dict(environ)
+        self._agent = agent
+        self._announce = announce or (lambda url: None)
+        self._port = port
+        self._lifetime = lifetime
+        self._http = http
+        self._lock = threading.Lock()
+        self._listener: CallbackListener | None = None
+        self._cancelled = False
+        self._pasted: list[str] = []
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            listener = self._listener
+        if listener is not None:
+            listener.cancel()
+
+    def offer(self, url: str) -> bool:
+        """A callback URL pasted by the user; True when it was taken."""
+        with self._lock:
+            listener = self._listener
+            if listener is None:
+                self._pasted.append(url)
+                return True
+        return listener.offer(url)
+
+    def run(self, challenge: Challenge | None = None) -> OAuthRecord:
+        name = self.server.name
+        own_http = self._http is None
+        http = self._http or AuthHttp(verify=self.server.ca_file or True)
+        try:
+            previous = current_record(self.store, self.server)
+            if challenge is None and previous is not None and (previous.resource_metadata or previous.challenge_scope):
+                challenge = Challenge("bearer", {k: v for k, v in (("resource_metadata", previous.resource_metadata),
+                                                                 ("scope", previous.challenge_scope)) if v})
+            if challenge is None:
+                challenge = probe_challenge(http, self.server)
+            found = discover(http, self.server, challenge)
+            settings = self.server.oauth or OAuthSettings()
+            if settings.grant == "client_credentials":
+                record = client_credentials_record(http, self.server, found, challenge, self.environ, previous)
+            else:
+                record = self._authorize(http, found, challenge, previous)
+            store_record(self.store, name, record)
+            return record
+        finally:
+            if own_http:
+                http.close()
+
+    def _authorize(self, http: AuthHttp, found: Discovered, challenge: Challenge | None,
+                   previous: OAuthRecord | None) -> OAuthRecord:
+        name = self.server.name
+        metadata = found.server
+        step_up = previous.step_up if previous is not None else None
+        scope = discovery.choose_scope(step_up, challenge.scope if challenge else None,
+                                       found.resource.scopes_supported, metadata.scopes_supported)
+        state = pkce.new_state()
+        verifier = pkce.new_verifier()
+        with self._lock:
+            if self._cancelled:
+                raise AuthError(name, "the sign-in was cancelled")
+        listener = CallbackListener(state, port=self._port, lifetime=self._lifetime)
+        try:
+            with self._lock:
+                self._listener = listener
+                pasted, self._pasted = self._pasted, []
+                cancelled = self._cancelled
+            if cancelled:
+                listener.cancel()
+            client = choose_client(http, self.store, self.server, found, listener.redirect_uri, self.environ)
+            url = discovery.authorization_url(metadata.authorization_endpoint, client.client_id, listener.redirect_uri,
+                                              pkce.challenge_s256(verifier), state, scope, found.resource.resource)
+            try:
+                check_authorization_url(url)
+            except ValueError as exc:
+                raise AuthError(name, f"the authorization URL cannot be opened: {exc}") from None
+            self._announce(url)
+            (self._agent or self._browser)(url, listener)
+            for item in pasted:
+                listener.offer(item)
+            result = listener.wait()
+            if result is None:
+                why = "cancelled" if listener.cancelled else "not completed in time"
+                raise AuthError(name, f"the sign-in was {why}")
+        finally:
+            with self._lock:
+                self._listener = None
+            listener.close()
+        try:
+            discovery.check_iss(result, metadata.issuer, metadata.authorization_response_iss_parameter_supported)
+        except AuthDiscoveryError as exc:
+            raise AuthError(name, f"{exc}; the response was not used") from None
+        if result.get("error"):
+            described = f": {result['error_description'][:200]}" if result.get("error_description") else ""
+            raise AuthError(name, f"the authorization server refused: {result['error'][:64]}{described}")
+        code = result.get("code")
+        if not code:
+            raise AuthError(name, "the authorization response carried no code")
+        form = tokens.code_grant(code, listener.redirect_uri, verifier, client.client_id, found.resource.resource)
+        headers, extra = _client_auth(client, metadata.token_endpoint, metadata.issuer, self.server.oauth, self.environ, name)
+        form.update(extra)
+        if headers:
+            form.pop("client_id", None)  # HTTP Basic names the client (RFC 6749 2.3.1)
+        try:
+            granted = _token_request(http, name, metadata.token_endpoint, form, headers)
+        except TokenError as exc:
+            raise AuthError(name, str(exc)) from None
+        base = previous or OAuthRecord(url=self.server.url)
+        record = base.replace(
+            url=self.server.url, resource=found.resource.resource, issuer=metadata.issuer,
+            token_endpoint=metadata.token_endpoint, client_kind=client.kind, client_id=client.client_id,
+            client_secret=client.secret if client.kind == "registered" else None, auth_method=client.method,
+            step_up=None, resource_metadata=challenge.resource_metadata if challenge else None,
+            challenge_scope=challenge.scope if challenge else None,
+        )
+        return record.with_tokens(granted, requested_scope=scope)
+
+    def _browser(self, url: str, listener: CallbackListener) -> None:
+        try:
+            open_authorization_url(url, self.environ)
+        except ValueError as exc:
+            raise AuthError(self.server.name, f"the authorization URL cannot be opened: {exc}") from None
+
+
+def follow_redirect_agent(http_factory: Callable[[], AuthHttp] = AuthHttp) -> Agent:
+    """An agent that plays the browser for an authorization server that approves at once.
+
+    It GETs the authorization URL without following redirects and hands the
+    ``Location`` to the listener, as a browser would deliver it (tests, the
+    conformance client). Nothing is offered when there is no redirect.
+    """
+
+    def agent(url: str, listener: CallbackListener) -> None:
+        with http_factory() as http:
+            try:
+                reply = http.get(url, accept="text/html")
+            except AuthHttpError:
+                listener.cancel()
+                return
+        if reply.location and 300 <= reply.status < 400:
+            listener.offer(reply.location)
+        else:
+            listener.cancel()
+
+    return agent
+
+
+def authorizer(store: Any, *, environ: Mapping[str, str] | None = None, agent: Agent | None = None,
+               announce: Callable[[str], None] | None = None, port: int = DEFAULT_PORT,
+               lifetime: float = DEFAULT_LIFETIME_S) -> Callable[[ServerConfig, Challenge | None], OAuthRecord]:
+    """A sign-in a link may run by itself when a server asks (see ``ServerAuth``)."""
+
+    def sign_in(server: ServerConfig, challenge: Challenge | None) -> OAuthRecord:
+        return SignIn(server, store, environ=environ, agent=agent, announce=announce, port=port,
+                      lifetime=lifetime).run(challenge)
+
+    return sign_in
+
+
+# -- refreshing and machine-to-machine tokens -------------------------------------------------
+
+
+def _scope_for_credentials(server: ServerConfig, found: Discovered, challenge: Challenge | None,
+                           previous: OAuthRecord | None) -> str | None:
+    settings = server.oauth or OAuthSettings()
+    if settings.scope:
+        return settings.scope
+    step_up = previous.step_up if previous is not None else None
+    return discovery.choose_scope(step_up, challenge.scope if challenge else None, found.resource.scopes_supported, ())
+
+
+def client_credentials_record(http: AuthHttp, server: ServerConfig, found: Discovered, challenge: Challenge | None,
+                              environ: Mapping[str, str], previous: OAuthRecord | None) -> OAuthRecord:
+    """A token for the ``client_credentials`` grant (RFC 6749 4.4), no user involved."""
+    metadata = found.server
+    scope = _scope_for_credentials(server, found, challenge, previous)
+    base = (previous or OAuthRecord(url=server.url)).replace(
+        url=server.url, resource=found.resource.resource, issuer=metadata.issuer, token_endpoint=metadata.token_endpoint,
+        client_kind="client_credentials", client_id=server.oauth.client_id, client_secret=None,
+        auth_method=_credentials_method(server.oauth, metadata), step_up=None, requested_scope=scope,
+        resource_metadata=challenge.resource_metadata if challenge else None,
+        challenge_scope=challenge.scope if challenge else None,
+    )
+    granted = _credentials_grant(http, server, base, environ)
+    return base.with_tokens(granted, requested_scope=scope)
+
+
+def _credentials_method(settings: OAuthSettings, metadata: AuthServerMetadata) -> str:
+    if settings.token_endpoint_auth_method:
+        return settings.token_endpoint_auth_method
+    if settings.private_key_env_var:
+        return "private_key_jwt"
+    return _method_for_secret(metadata, "x")
+
+
+def _credentials_grant(http: AuthHttp, server: ServerConfig, record: OAuthRecord, environ: Mapping[str, str]) -> TokenSet:
+    settings = server.oauth
+    secret = _secret(settings, environ, server.name) if record.auth_method != "private_key_jwt" else None
+    client = Client("client_credentials", settings.client_id, secret, record.auth_method)
+    form = {"grant_type": "client_credentials", "resource": record.resource}
+    if record.requested_scope:
+        form["scope"] = record.requested_scope
+    headers, extra = _client_auth(client, record.token_endpoint, record.issuer, settings, environ, server.name)
+    form.update(extra)
+    try:
+        return _token_request(http, server.name, record.token_endpoint, form, headers)
+    except TokenError as exc:
+        if exc.transient:
+            raise
+        raise AuthError(server.name, str(exc)) from None
+
+
+def refresh_record(http: AuthHttp, server: ServerConfig, record: OAuthRecord, environ: Mapping[str, str]) -> OAuthRecord:
+    """New tokens for ``record``: the refresh grant, or the client credentials grant again.
+
+    Raises:
+        TokenError: the authorization server refused (``transient`` False: sign in
+            again) or could not answer (``transient`` True: keep the tokens).
+    """
+    if record.client_kind == "client_credentials" and server.oauth is not None and server.oauth.client_id:
+        try:
+            granted = _credentials_grant(http, server, record, environ)
+        except AuthError as exc:
+            raise TokenError(exc.detail, error="invalid_client", transient=False) from None
+        return record.with_tokens(granted)
+    if not record.refresh_token:
+        raise TokenError("there is no refresh token", error="no_refresh_token", transient=False)
+    if not (record.token_endpoint and record.resource and record.client_id):
+        raise TokenError("the record lacks its token endpoint", error="incomplete_record", transient=False)
+    form = tokens.refresh_grant(record.refresh_token, record.client_id, record.resource)
+    if record.client_kind == "configured":
+        secret = _secret(server.oauth or OAuthSettings(), environ, server.name)
+    else:
+        secret = record.client_secret
+    client = Client(record.client_kind or "registered", record.client_id, secret, record.auth_method)
+    headers, extra = _client_auth(client, record.token_endpoint, record.issuer or "", server.oauth, environ, server.name)
+    form.update(extra)
+    if headers:
+        form.pop("client_id", None)
+    granted = _token_request(http, server.name, record.token_endpoint, form, headers)
+    merged = tokens.merge_refreshed(record.tokens or granted, granted)
+    return record.with_tokens(merged)

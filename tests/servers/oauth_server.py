@@ -1,0 +1,835 @@
+"""A loopback OAuth 2.1 authorization server plus an MCP resource server, in one process.
+
+The MCP server is the SDK peer of ``sdk_server.py`` (tools ``echo``, ``add``, ``time``,
+``echo_with_progress``, the demo resources and prompt), served over streamable HTTP at
+``/mcp`` exactly as ``sdk_server.py http`` serves it (both eras on the one endpoint: a
+``MCP-Protocol-Version: 2026-07-28`` POST is a stateless modern request, ``initialize``
+opens a legacy session), but every request to ``/mcp`` needs ``Authorization: Bearer
+<access token>`` issued by the authorization server below. Built on the official SDK's
+server-side auth pieces (``mcp.server.auth``): an in-memory
+``OAuthAuthorizationServerProvider``, the SDK's authorization and dynamic client
+registration handlers, its RFC 9728 metadata route, its metadata builder and its
+``BearerAuthBackend``; the token endpoint is this file's own (the SDK's does not do
+``client_credentials`` or ``private_key_jwt``).
+
+Usage:
+    python tests/servers/oauth_server.py [--port P] [--issuer-path /tenant]
+        [--scopes "mcp admin"] [--no-offline-access] [--no-iss]
+        [--challenge-scope SCOPE] [--tool-scope TOOL=SCOPE ...]
+        [--token-lifetime SECONDS] [--client ID[:SECRET]:REDIRECT_URI ...]
+        [--client-credentials ID:SECRET ...] [--jwt-client ID:PUBLIC_KEY_PEM_FILE ...]
+        [--stateless] [--json-response]
+
+It listens on 127.0.0.1 only and prints the MCP endpoint URL
+(``http://127.0.0.1:PORT/mcp``) as the first line of stdout once the port is bound
+(``--port 0``, the default, picks a free port). The issuer is ``http://127.0.0.1:PORT``,
+or ``http://127.0.0.1:PORT/tenant`` with ``--issuer-path /tenant``.
+
+Endpoints (``{issuer}`` is the issuer URL, ``{ip}`` is its path, "" by default):
+
+* ``POST|GET|DELETE /mcp`` - the MCP endpoint. No or a non-Bearer ``Authorization``:
+  401 with ``WWW-Authenticate: Bearer resource_metadata="<PRM URL>"`` (plus
+  ``scope="..."`` with ``--challenge-scope``). An unknown, expired or revoked token, or
+  one issued for another resource: the same 401 with ``error="invalid_token"`` as well.
+  A ``tools/call`` of a tool named by ``--tool-scope TOOL=SCOPE`` whose token lacks
+  SCOPE: 403 with ``WWW-Authenticate: Bearer error="insufficient_scope",
+  scope="SCOPE", resource_metadata="..."``.
+* ``GET /.well-known/oauth-protected-resource/mcp`` - RFC 9728 metadata: ``resource``
+  (the MCP URL), ``authorization_servers`` ([issuer]), ``scopes_supported`` (``--scopes``,
+  default ``mcp``; ``offline_access`` is not listed there), ``bearer_methods_supported``.
+* ``GET /.well-known/oauth-authorization-server{ip}`` - RFC 8414 metadata (PKCE S256,
+  registration endpoint, ``none``/``client_secret_basic``/``client_secret_post`` client
+  auth (plus ``private_key_jwt`` when a ``--jwt-client`` is configured), the
+  authorization_code, refresh_token and client_credentials grants, ``scopes_supported``
+  = ``--scopes`` + ``offline_access`` (unless ``--no-offline-access``),
+  ``authorization_response_iss_parameter_supported: true`` (unless ``--no-iss``)).
+* ``GET|POST {ip}/authorize`` - auto-approves: checks client_id, redirect_uri (must be
+  registered; may be left out when the client has exactly one), ``response_type=code``,
+  the PKCE S256 ``code_challenge``, ``scope`` (must be within the client's) and
+  ``resource`` (must be the MCP URL when given), then answers 302 to
+  ``redirect_uri?code=...&state=...&iss=...`` (errors once the redirect URI is known
+  are redirected too, with ``iss``).
+* ``POST {ip}/token`` - grants ``authorization_code`` (PKCE verifier, redirect_uri,
+  single-use code, 5 minutes), ``refresh_token`` (rotated: the used refresh token is
+  dead afterwards and presenting it again is ``invalid_grant``; an optional ``scope``
+  must be within the original grant) and ``client_credentials`` (for ``--client-credentials``
+  and ``--jwt-client`` clients only; no refresh token). Client authentication follows
+  the client's registered method: ``none`` (``client_id`` in the body),
+  ``client_secret_basic``, ``client_secret_post`` (pre-configured confidential clients
+  may use either), ``private_key_jwt`` (RFC 7523 ``client_assertion``: RS256/ES256,
+  ``iss`` = ``sub`` = client id, ``aud`` = the token endpoint URL or the issuer, ``exp``
+  in the future, a ``jti`` never seen before). Responses carry ``expires_in``
+  (``--token-lifetime``, default 3600) and ``scope``. ``resource``, when given, must be
+  the MCP URL. A failed client authentication is 401 ``invalid_client``; other
+  errors 400.
+* ``POST {ip}/register`` - RFC 7591 dynamic client registration (the SDK's handler;
+  ``token_endpoint_auth_method`` defaults to ``client_secret_post``; a client that
+  registers without ``scope`` gets every supported scope).
+* ``GET /stats`` (no auth) - JSON counters: ``token_requests`` per grant type
+  (``authorization_code``, ``refresh_token``, ``client_credentials``; every POST to the
+  token endpoint with that ``grant_type`` counts, success or not), ``registrations``
+  (successful), ``authorize_requests``, ``last_resource`` (the ``resource`` of the last
+  authorize or token request that carried one), ``last_authorize_resource``,
+  ``last_token_resource``, ``mcp_requests_with_token`` (requests to /mcp carrying a Bearer
+  token, valid or not), ``mcp_requests_authorized``, ``mcp_requests_unauthorized`` (401s),
+  ``mcp_requests_forbidden`` (403s), ``last_authorize_scope`` and ``last_token_scope``.
+* ``POST /admin/expire`` (no auth) - every access token issued so far is expired now.
+* ``POST /admin/revoke-refresh`` (no auth) - every refresh token is invalidated.
+
+``--client ID[:SECRET]:REDIRECT_URI`` pre-registers a client (public with no SECRET,
+otherwise confidential with client_secret_basic or client_secret_post) allowed every
+scope and the authorization_code and refresh_token grants. Tokens are never printed
+or logged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlparse, urlunparse
+
+import anyio
+from pydantic import AnyHttpUrl, AnyUrl
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from mcp.server.auth.handlers.authorize import AuthorizationHandler
+from mcp.server.auth.handlers.register import RegistrationHandler
+from mcp.server.auth.middleware.auth_context import auth_context_var
+from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend
+from mcp.server.auth.provider import (
+    AccessToken,
+    AuthorizationCode,
+    AuthorizationParams,
+    AuthorizeError,
+    ProviderTokenVerifier,
+    RefreshToken,
+    TokenError,
+    construct_redirect_uri,
+)
+from mcp.server.auth.routes import build_metadata, build_resource_metadata_url, create_protected_resource_routes
+from mcp.server.auth.settings import ClientRegistrationOptions, RevocationOptions
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sdk_server  # noqa: E402  (the SDK peer: its MCPServer, tools and event store)
+
+JWT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+CODE_LIFETIME = 300
+SUBJECT = "albedo-test-user"
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.token_requests = {"authorization_code": 0, "refresh_token": 0, "client_credentials": 0}
+        self.registrations = 0
+        self.authorize_requests = 0
+        self.last_resource: str | None = None
+        self.last_authorize_resource: str | None = None
+        self.last_token_resource: str | None = None
+        self.last_authorize_scope: str | None = None
+        self.last_token_scope: str | None = None
+        self.mcp_requests_with_token = 0
+        self.mcp_requests_authorized = 0
+        self.mcp_requests_unauthorized = 0
+        self.mcp_requests_forbidden = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass
+class ServerConfig:
+    issuer: str
+    mcp_url: str
+    prm_url: str
+    token_url: str
+    scopes: list[str]  # resource scopes (PRM scopes_supported)
+    offline_access: bool
+    send_iss: bool
+    token_lifetime: int
+    challenge_scope: str | None
+    tool_scopes: dict[str, list[str]]
+    # client id -> public key (PEM bytes) for private_key_jwt clients
+    jwt_clients: dict[str, bytes] = field(default_factory=dict)
+    # client ids allowed the client_credentials grant
+    cc_clients: set[str] = field(default_factory=set)
+    # pre-configured confidential clients that may use either secret method
+    flexible_secret_clients: set[str] = field(default_factory=set)
+
+    @property
+    def all_scopes(self) -> list[str]:
+        return self.scopes + (["offline_access"] if self.offline_access else [])
+
+
+class MemoryProvider:
+    """In-memory ``OAuthAuthorizationServerProvider``: clients, codes and tokens in dicts."""
+
+    def __init__(self, config: ServerConfig, stats: Stats) -> None:
+        self.config = config
+        self.stats = stats
+        self.clients: dict[str, OAuthClientInformationFull] = {}
+        self.codes: dict[str, AuthorizationCode] = {}
+        self.access_tokens: dict[str, AccessToken] = {}
+        self.refresh_tokens: dict[str, RefreshToken] = {}
+
+    # -- clients --------------------------------------------------------------------------
+
+    async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
+        return self.clients.get(client_id)
+
+    async def register_client(self, client_info: OAuthClientInformationFull) -> None:
+        self.clients[client_info.client_id] = client_info
+        self.stats.registrations += 1
+
+    # -- authorization ----------------------------------------------------------------------
+
+    async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
+        if params.resource is not None and params.resource != self.config.mcp_url:
+            raise AuthorizeError("invalid_target", f"unknown resource {params.resource!r}")
+        scopes = params.scopes if params.scopes is not None else (client.scope or "").split()
+        code = secrets.token_urlsafe(32)
+        self.codes[code] = AuthorizationCode(
+            code=code,
+            scopes=scopes,
+            expires_at=time.time() + CODE_LIFETIME,
+            client_id=client.client_id,
+            code_challenge=params.code_challenge,
+            redirect_uri=params.redirect_uri,
+            redirect_uri_provided_explicitly=params.redirect_uri_provided_explicitly,
+            resource=params.resource,
+            subject=SUBJECT,
+        )
+        # iss is added by the authorize route for every redirect (success and error alike)
+        return construct_redirect_uri(str(params.redirect_uri), code=code, state=params.state)
+
+    async def load_authorization_code(
+        self, client: OAuthClientInformationFull, authorization_code: str
+    ) -> AuthorizationCode | None:
+        code = self.codes.get(authorization_code)
+        if code is None or code.client_id != client.client_id:
+            return None
+        return code
+
+    def _issue(
+        self, client_id: str, scopes: list[str], resource: str | None, subject: str, refresh: bool
+    ) -> OAuthToken:
+        access = secrets.token_urlsafe(32)
+        self.access_tokens[access] = AccessToken(
+            token=access,
+            client_id=client_id,
+            scopes=scopes,
+            expires_at=int(time.time()) + self.config.token_lifetime,
+            # a token asked for without a resource indicator is still only good for this server
+            resource=resource or self.config.mcp_url,
+            subject=subject,
+            claims={"iss": self.config.issuer},
+        )
+        refresh_token = None
+        if refresh:
+            refresh_token = secrets.token_urlsafe(32)
+            self.refresh_tokens[refresh_token] = RefreshToken(
+                token=refresh_token, client_id=client_id, scopes=scopes, resource=resource, subject=subject
+            )
+        return OAuthToken(
+            access_token=access,
+            expires_in=self.config.token_lifetime,
+            scope=" ".join(scopes),
+            refresh_token=refresh_token,
+        )
+
+    async def exchange_authorization_code(
+        self, client: OAuthClientInformationFull, authorization_code: AuthorizationCode
+    ) -> OAuthToken:
+        if self.codes.pop(authorization_code.code, None) is None:
+            raise TokenError("invalid_grant", "authorization code already used")
+        return self._issue(client.client_id, authorization_code.scopes, authorization_code.resource,
+                           authorization_code.subject or SUBJECT, refresh=True)
+
+    async def load_refresh_token(self, client: OAuthClientInformationFull, refresh_token: str) -> RefreshToken | None:
+        token = self.refresh_tokens.get(refresh_token)
+        if token is None or token.client_id != client.client_id:
+            return None
+        if token.expires_at is not None and token.expires_at < time.time():
+            return None
+        return token
+
+    async def exchange_refresh_token(
+        self, client: OAuthClientInformationFull, refresh_token: RefreshToken, scopes: list[str]
+    ) -> OAuthToken:
+        # rotation: the presented refresh token dies here, a new one is issued
+        if self.refresh_tokens.pop(refresh_token.token, None) is None:
+            raise TokenError("invalid_grant", "refresh token already used")
+        return self._issue(client.client_id, scopes or refresh_token.scopes, refresh_token.resource,
+                           refresh_token.subject or SUBJECT, refresh=True)
+
+    def issue_client_credentials(self, client_id: str, scopes: list[str], resource: str | None) -> OAuthToken:
+        return self._issue(client_id, scopes, resource, client_id, refresh=False)
+
+    async def load_access_token(self, token: str) -> AccessToken | None:
+        access = self.access_tokens.get(token)
+        if access is None or (access.expires_at is not None and access.expires_at <= time.time()):
+            return None
+        return access
+
+    async def revoke_token(self, token: AccessToken | RefreshToken) -> None:
+        self.access_tokens.pop(token.token, None)
+        self.refresh_tokens.pop(token.token, None)
+
+    # -- test hooks -------------------------------------------------------------------------
+
+    def expire_all(self) -> int:
+        past = int(time.time()) - 1
+        for token in self.access_tokens.values():
+            token.expires_at = past
+        return len(self.access_tokens)
+
+    def revoke_refresh(self) -> int:
+        count = len(self.refresh_tokens)
+        self.refresh_tokens.clear()
+        return count
+
+
+NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+
+
+class TokenFailure(Exception):
+    def __init__(self, error: str, description: str, status: int = 400, basic: bool = False) -> None:
+        self.error, self.description, self.status, self.basic = error, description, status, basic
+
+    def response(self) -> Response:
+        headers = dict(NO_STORE)
+        if self.status == 401 and self.basic:
+            headers["WWW-Authenticate"] = 'Basic realm="token"'
+        return JSONResponse({"error": self.error, "error_description": self.description},
+                            status_code=self.status, headers=headers)
+
+
+def verify_pkce(verifier: str, challenge: str) -> bool:
+    if not 43 <= len(verifier) <= 128:
+        return False
+    digest = hashlib.sha256(verifier.encode()).digest()
+    return hmac.compare_digest(base64.urlsafe_b64encode(digest).decode().rstrip("="), challenge)
+
+
+class TokenEndpoint:
+    """RFC 6749 token endpoint: authorization_code, refresh_token and client_credentials."""
+
+    def __init__(self, provider: MemoryProvider, config: ServerConfig, stats: Stats) -> None:
+        self.provider, self.config, self.stats = provider, config, stats
+        self.seen_jtis: set[str] = set()
+
+    async def authenticate(self, request: Request, form: dict[str, str]) -> OAuthClientInformationFull:
+        auth_header = request.headers.get("authorization", "")
+        form_client_id = form.get("client_id")
+        if auth_header[:6].lower() == "basic ":
+            try:
+                decoded = base64.b64decode(auth_header[6:], validate=True).decode()
+                raw_id, raw_secret = decoded.split(":", 1)
+            except (ValueError, UnicodeDecodeError, binascii.Error):
+                raise TokenFailure("invalid_client", "malformed Basic credentials", 401, basic=True)
+            client_id, secret = unquote(raw_id), unquote(raw_secret)
+            if form_client_id is not None and form_client_id != client_id:
+                raise TokenFailure("invalid_request", "client_id differs from the Basic credentials")
+            if "client_secret" in form or "client_assertion" in form:
+                raise TokenFailure("invalid_request", "more than one client authentication method")
+            client = await self.provider.get_client(client_id)
+            self._check_secret(client, secret, "client_secret_basic", basic=True)
+            return client  # type: ignore[return-value]
+        if "client_assertion" in form or "client_assertion_type" in form:
+            return await self._authenticate_jwt(form)
+        if form.get("client_secret") is not None:
+            if not form_client_id:
+                raise TokenFailure("invalid_request", "client_id is required with client_secret")
+            client = await self.provider.get_client(form_client_id)
+            self._check_secret(client, form["client_secret"], "client_secret_post", basic=False)
+            return client  # type: ignore[return-value]
+        if not form_client_id:
+            raise TokenFailure("invalid_client", "no client authentication", 401)
+        client = await self.provider.get_client(form_client_id)
+        if client is None:
+            raise TokenFailure("invalid_client", "unknown client", 401)
+        if client.token_endpoint_auth_method != "none":
+            raise TokenFailure("invalid_client", "client authentication required", 401)
+        return client
+
+    def _check_secret(self, client: OAuthClientInformationFull | None, secret: str, method: str, basic: bool) -> None:
+        if client is None or not client.client_secret:
+            raise TokenFailure("invalid_client", "unknown client or not a confidential client", 401, basic)
+        allowed = {client.token_endpoint_auth_method}
+        if client.client_id in self.config.flexible_secret_clients:
+            allowed = {"client_secret_basic", "client_secret_post"}
+        if method not in allowed:
+            registered = client.token_endpoint_auth_method
+            raise TokenFailure("invalid_client", f"client is registered for {registered}", 401, basic)
+        if not hmac.compare_digest(client.client_secret.encode(), secret.encode()):
+            raise TokenFailure("invalid_client", "wrong client secret", 401, basic)
+        if client.client_secret_expires_at and client.client_secret_expires_at < time.time():
+            raise TokenFailure("invalid_client", "client secret expired", 401, basic)
+
+    async def _authenticate_jwt(self, form: dict[str, str]) -> OAuthClientInformationFull:
+        import jwt
+
+        if form.get("client_assertion_type") != JWT_ASSERTION_TYPE or not form.get("client_assertion"):
+            raise TokenFailure("invalid_client", "unsupported or missing client_assertion", 401)
+        assertion = form["client_assertion"]
+        try:
+            unverified = jwt.decode(assertion, options={"verify_signature": False})
+        except jwt.PyJWTError:
+            raise TokenFailure("invalid_client", "malformed client_assertion", 401)
+        client_id = unverified.get("iss")
+        if not isinstance(client_id, str) or client_id not in self.config.jwt_clients:
+            raise TokenFailure("invalid_client", "unknown client_assertion issuer", 401)
+        if form.get("client_id") not in (None, client_id):
+            raise TokenFailure("invalid_client", "client_id differs from the assertion issuer", 401)
+        try:
+            claims = jwt.decode(
+                assertion,
+                self.config.jwt_clients[client_id],
+                algorithms=["RS256", "ES256"],
+                audience=[self.config.token_url, self.config.issuer],
+                issuer=client_id,
+                options={"require": ["iss", "sub", "aud", "exp", "jti"]},
+            )
+        except jwt.PyJWTError as error:
+            raise TokenFailure("invalid_client", f"client_assertion rejected: {type(error).__name__}", 401)
+        if claims["sub"] != client_id:
+            raise TokenFailure("invalid_client", "client_assertion sub must be the client id", 401)
+        if claims["jti"] in self.seen_jtis:
+            raise TokenFailure("invalid_client", "client_assertion jti already used", 401)
+        self.seen_jtis.add(claims["jti"])
+        client = await self.provider.get_client(client_id)
+        assert client is not None
+        return client
+
+    def _check_resource(self, form: dict[str, str]) -> str | None:
+        resource = form.get("resource")
+        if resource is not None:
+            self.stats.last_resource = self.stats.last_token_resource = resource
+            if resource != self.config.mcp_url:
+                raise TokenFailure("invalid_target", f"unknown resource {resource!r}")
+        return resource
+
+    async def handle(self, request: Request) -> Response:
+        if request.method != "POST":
+            return Response(status_code=405, headers={"Allow": "POST"})
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/x-www-form-urlencoded":
+            return TokenFailure("invalid_request", "body must be application/x-www-form-urlencoded").response()
+        pairs = parse_qsl((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
+        form: dict[str, str] = {}
+        for key, value in pairs:
+            if key in form:
+                return TokenFailure("invalid_request", f"parameter {key} repeated").response()
+            form[key] = value
+        grant_type = form.get("grant_type")
+        if grant_type in self.stats.token_requests:
+            self.stats.token_requests[grant_type] += 1
+        if "scope" in form:
+            self.stats.last_token_scope = form["scope"]
+        try:
+            if not grant_type:
+                raise TokenFailure("invalid_request", "grant_type is required")
+            if grant_type not in self.stats.token_requests:
+                raise TokenFailure("unsupported_grant_type", f"grant_type {grant_type!r} is not supported")
+            client = await self.authenticate(request, form)
+            token = await getattr(self, "_" + grant_type)(client, form)
+        except TokenFailure as failure:
+            return failure.response()
+        except TokenError as error:
+            return TokenFailure(error.error, error.error_description or error.error).response()
+        return JSONResponse(token.model_dump(exclude_none=True), headers=NO_STORE)
+
+    async def _authorization_code(self, client: OAuthClientInformationFull, form: dict[str, str]) -> OAuthToken:
+        if "authorization_code" not in client.grant_types:
+            raise TokenFailure("unauthorized_client", "client may not use authorization_code")
+        for name in ("code", "code_verifier"):
+            if not form.get(name):
+                raise TokenFailure("invalid_request", f"{name} is required")
+        resource = self._check_resource(form)
+        code = await self.provider.load_authorization_code(client, form["code"])
+        if code is None:
+            raise TokenFailure("invalid_grant", "unknown, used or foreign authorization code")
+        if code.expires_at < time.time():
+            self.provider.codes.pop(code.code, None)
+            raise TokenFailure("invalid_grant", "authorization code expired")
+        if code.redirect_uri_provided_explicitly or "redirect_uri" in form:
+            if form.get("redirect_uri") != str(code.redirect_uri):
+                raise TokenFailure("invalid_grant", "redirect_uri does not match the authorization request")
+        if not verify_pkce(form["code_verifier"], code.code_challenge):
+            self.provider.codes.pop(code.code, None)
+            raise TokenFailure("invalid_grant", "PKCE verification failed")
+        if resource is not None and code.resource is not None and resource != code.resource:
+            raise TokenFailure("invalid_target", "resource differs from the authorization request")
+        if code.resource is None and resource is not None:
+            code = code.model_copy(update={"resource": resource})
+        return await self.provider.exchange_authorization_code(client, code)
+
+    async def _refresh_token(self, client: OAuthClientInformationFull, form: dict[str, str]) -> OAuthToken:
+        if "refresh_token" not in client.grant_types:
+            raise TokenFailure("unauthorized_client", "client may not use refresh_token")
+        if not form.get("refresh_token"):
+            raise TokenFailure("invalid_request", "refresh_token is required")
+        resource = self._check_resource(form)
+        refresh = await self.provider.load_refresh_token(client, form["refresh_token"])
+        if refresh is None:
+            raise TokenFailure("invalid_grant", "unknown, used, revoked or foreign refresh token")
+        scopes = form["scope"].split() if form.get("scope") else refresh.scopes
+        if not set(scopes) <= set(refresh.scopes):
+            raise TokenFailure("invalid_scope", "scope exceeds the original grant")
+        if resource is not None and refresh.resource is not None and resource != refresh.resource:
+            raise TokenFailure("invalid_target", "resource differs from the original grant")
+        return await self.provider.exchange_refresh_token(client, refresh, scopes)
+
+    async def _client_credentials(self, client: OAuthClientInformationFull, form: dict[str, str]) -> OAuthToken:
+        if client.client_id not in self.config.cc_clients:
+            raise TokenFailure("unauthorized_client", "client may not use client_credentials")
+        resource = self._check_resource(form)
+        allowed = self.config.scopes
+        scopes = form["scope"].split() if form.get("scope") else list(allowed)
+        if not set(scopes) <= set(allowed):
+            raise TokenFailure("invalid_scope", "scope not allowed for client_credentials")
+        return self.provider.issue_client_credentials(client.client_id, scopes, resource)
+
+
+def add_query(url: str, **params: str) -> str:
+    parsed = urlparse(url)
+    query = parse_qsl(parsed.query, keep_blank_values=True) + list(params.items())
+    return urlunparse(parsed._replace(query=urlencode(query)))
+
+
+class McpGuard:
+    """ASGI: bearer-token check (and per-tool scope check) in front of the SDK's MCP app."""
+
+    def __init__(self, app, provider: MemoryProvider, config: ServerConfig, stats: Stats) -> None:
+        self.app, self.config, self.stats = app, config, stats
+        self.backend = BearerAuthBackend(
+            ProviderTokenVerifier(provider), resource_server_url=AnyHttpUrl(config.mcp_url)
+        )
+
+    async def _deny(self, send, status: int, challenge: list[str], error: str | None, description: str) -> None:
+        body = json.dumps({"error": error or "invalid_request", "error_description": description}).encode()
+        await send({
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", ("Bearer " + ", ".join(challenge)).encode()),
+            ],
+        })
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope, receive, send) -> None:
+        headers = Headers(scope=scope)
+        authorization = headers.get("authorization", "")
+        presented = authorization[:7].lower() == "bearer "
+        if presented:
+            self.stats.mcp_requests_with_token += 1
+        result = await self.backend.authenticate(HTTPConnection(scope)) if presented else None
+        if result is None:
+            self.stats.mcp_requests_unauthorized += 1
+            challenge = []
+            if presented:
+                challenge += ['error="invalid_token"', 'error_description="The access token is invalid or expired"']
+            challenge.append(f'resource_metadata="{self.config.prm_url}"')
+            if self.config.challenge_scope:
+                challenge.append(f'scope="{self.config.challenge_scope}"')
+            await self._drain(receive)
+            await self._deny(send, 401, challenge, "invalid_token" if presented else None, "Authentication required")
+            return
+        credentials, user = result
+        scope["auth"], scope["user"] = credentials, user
+        if self.config.tool_scopes and scope["method"] == "POST":
+            body = await self._drain(receive)
+            missing = self._missing_scopes(body, set(user.scopes))
+            if missing:
+                self.stats.mcp_requests_forbidden += 1
+                await self._deny(send, 403, [
+                    'error="insufficient_scope"',
+                    f'scope="{" ".join(missing)}"',
+                    f'resource_metadata="{self.config.prm_url}"',
+                    'error_description="The access token lacks a scope this tool requires"',
+                ], "insufficient_scope", "The access token lacks a scope this tool requires")
+                return
+            receive = self._replay(body, receive)
+        self.stats.mcp_requests_authorized += 1
+        reset = auth_context_var.set(user)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            auth_context_var.reset(reset)
+
+    @staticmethod
+    async def _drain(receive) -> bytes:
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            body.extend(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        return bytes(body)
+
+    @staticmethod
+    def _replay(body: bytes, receive):
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return replay
+
+    def _missing_scopes(self, body: bytes, granted: set[str]) -> list[str]:
+        try:
+            decoded = json.loads(body) if body else None
+        except ValueError:
+            return []
+        messages = decoded if isinstance(decoded, list) else [decoded]
+        missing: list[str] = []
+        for message in messages:
+            if not isinstance(message, dict) or message.get("method") != "tools/call":
+                continue
+            params = message.get("params")
+            name = params.get("name") if isinstance(params, dict) else None
+            for needed in self.config.tool_scopes.get(name, []) if isinstance(name, str) else []:
+                if needed not in granted and needed not in missing:
+                    missing.append(needed)
+        return missing
+
+
+class Root:
+    """ASGI: /mcp goes through the guard to the SDK's app (which also owns the lifespan);
+    everything else is the authorization server / metadata app."""
+
+    def __init__(self, mcp_app, guard: McpGuard, auth_app) -> None:
+        self.mcp_app, self.guard, self.auth_app = mcp_app, guard, auth_app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/mcp":
+            await self.guard(scope, receive, send)
+        elif scope["type"] == "http":
+            await self.auth_app(scope, receive, send)
+        else:
+            await self.mcp_app(scope, receive, send)
+
+
+def parse_client(spec: str) -> tuple[str, str | None, str]:
+    client_id, _, rest = spec.partition(":")
+    if not client_id or not rest:
+        raise argparse.ArgumentTypeError(f"--client {spec!r}: expected ID[:SECRET]:REDIRECT_URI")
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", rest):  # no SECRET: the rest is the redirect URI
+        return client_id, None, rest
+    secret, _, redirect = rest.partition(":")
+    if not redirect:
+        raise argparse.ArgumentTypeError(f"--client {spec!r}: expected ID[:SECRET]:REDIRECT_URI")
+    return client_id, secret, redirect
+
+
+def build_app(args: argparse.Namespace, port: int):
+    base = f"http://127.0.0.1:{port}"
+    issuer_path = "/" + args.issuer_path.strip("/") if args.issuer_path and args.issuer_path.strip("/") else ""
+    issuer = base + issuer_path
+    mcp_url = base + "/mcp"
+    scopes = args.scopes.split() if args.scopes else ["mcp"]
+    tool_scopes: dict[str, list[str]] = {}
+    for spec in args.tool_scope:
+        tool, _, needed = spec.partition("=")
+        if not tool or not needed:
+            raise SystemExit(f"--tool-scope {spec!r}: expected TOOL=SCOPE")
+        tool_scopes.setdefault(tool, []).extend(needed.split())
+        for s in needed.split():
+            if s not in scopes:
+                scopes.append(s)
+    config = ServerConfig(
+        issuer=issuer,
+        mcp_url=mcp_url,
+        prm_url=str(build_resource_metadata_url(AnyHttpUrl(mcp_url))),
+        token_url=issuer + "/token",
+        scopes=scopes,
+        offline_access=not args.no_offline_access,
+        send_iss=not args.no_iss,
+        token_lifetime=args.token_lifetime,
+        challenge_scope=args.challenge_scope,
+        tool_scopes=tool_scopes,
+    )
+    stats = Stats()
+    provider = MemoryProvider(config, stats)
+    all_scope = " ".join(config.all_scopes)
+
+    for spec in args.client:
+        client_id, secret, redirect = parse_client(spec)
+        provider.clients[client_id] = OAuthClientInformationFull(
+            client_id=client_id,
+            client_secret=secret,
+            redirect_uris=[AnyUrl(redirect)],
+            token_endpoint_auth_method="client_secret_basic" if secret else "none",
+            grant_types=["authorization_code", "refresh_token"],
+            scope=all_scope,
+        )
+        if secret:
+            config.flexible_secret_clients.add(client_id)
+    for spec in args.client_credentials:
+        client_id, _, secret = spec.partition(":")
+        if not client_id or not secret:
+            raise SystemExit(f"--client-credentials {spec!r}: expected ID:SECRET")
+        provider.clients[client_id] = OAuthClientInformationFull(
+            client_id=client_id, client_secret=secret, token_endpoint_auth_method="client_secret_basic",
+            grant_types=["client_credentials"], scope=" ".join(scopes),
+        )
+        config.cc_clients.add(client_id)
+        config.flexible_secret_clients.add(client_id)
+    for spec in args.jwt_client:
+        client_id, _, key_file = spec.partition(":")
+        if not client_id or not key_file:
+            raise SystemExit(f"--jwt-client {spec!r}: expected ID:PUBLIC_KEY_PEM_FILE")
+        with open(key_file, "rb") as handle:
+            config.jwt_clients[client_id] = handle.read()
+        provider.clients[client_id] = OAuthClientInformationFull(
+            client_id=client_id, token_endpoint_auth_method="private_key_jwt",
+            grant_types=["client_credentials"], scope=" ".join(scopes),
+        )
+        config.cc_clients.add(client_id)
+
+    # RFC 8414 metadata: the SDK's builder, then what this server adds
+    registration = ClientRegistrationOptions(
+        enabled=True, valid_scopes=config.all_scopes, default_scopes=config.all_scopes
+    )
+    metadata = build_metadata(AnyHttpUrl(issuer), None, registration, RevocationOptions(enabled=False))
+    metadata.grant_types_supported = ["authorization_code", "refresh_token", "client_credentials"]
+    metadata.token_endpoint_auth_methods_supported = ["none", "client_secret_basic", "client_secret_post"]
+    if config.jwt_clients:
+        metadata.token_endpoint_auth_methods_supported.append("private_key_jwt")
+        metadata.token_endpoint_auth_signing_alg_values_supported = ["RS256", "ES256"]
+    metadata.scopes_supported = config.all_scopes
+    metadata.authorization_response_iss_parameter_supported = True if config.send_iss else None
+    metadata_body = json.loads(metadata.model_dump_json(exclude_none=True))
+    metadata_body["issuer"] = issuer  # exact string (no normalisation of the path)
+
+    async def as_metadata(request: Request) -> Response:
+        return JSONResponse(metadata_body)
+
+    authorize_handler = AuthorizationHandler(provider)
+
+    async def authorize(request: Request) -> Response:
+        stats.authorize_requests += 1
+        params = request.query_params if request.method == "GET" else await request.form()
+        resource = params.get("resource")
+        if isinstance(resource, str):
+            stats.last_resource = stats.last_authorize_resource = resource
+        if isinstance(params.get("scope"), str):
+            stats.last_authorize_scope = params.get("scope")
+        response = await authorize_handler.handle(request)
+        location = response.headers.get("location")
+        if config.send_iss and response.status_code == 302 and location:
+            response.headers["location"] = add_query(location, iss=issuer)
+        return response
+
+    registration_handler = RegistrationHandler(provider, registration)
+    token_endpoint = TokenEndpoint(provider, config, stats)
+
+    async def stats_route(request: Request) -> Response:
+        return JSONResponse(stats.as_json())
+
+    async def expire(request: Request) -> Response:
+        return JSONResponse({"expired": provider.expire_all()})
+
+    async def revoke_refresh(request: Request) -> Response:
+        return JSONResponse({"revoked": provider.revoke_refresh()})
+
+    well_known_as = "/.well-known/oauth-authorization-server" + issuer_path
+    routes = [
+        *create_protected_resource_routes(
+            # strings, so the model keeps them exact (AnyHttpUrl("http://h:p") would gain a "/")
+            resource_url=mcp_url, authorization_servers=[issuer], scopes_supported=scopes  # type: ignore[arg-type]
+        ),
+        Route(well_known_as, as_metadata, methods=["GET"]),
+        Route(issuer_path + "/authorize", authorize, methods=["GET", "POST"]),
+        Route(issuer_path + "/token", token_endpoint.handle, methods=["POST"]),
+        Route(issuer_path + "/register", registration_handler.handle, methods=["POST"]),
+        Route("/stats", stats_route, methods=["GET"]),
+        Route("/admin/expire", expire, methods=["POST"]),
+        Route("/admin/revoke-refresh", revoke_refresh, methods=["POST"]),
+    ]
+    auth_app = Starlette(routes=routes)
+
+    server = sdk_server.server
+    mcp_app = server.streamable_http_app(
+        streamable_http_path="/mcp",
+        json_response=args.json_response,
+        stateless_http=args.stateless,
+        event_store=sdk_server.MemoryEventStore() if args.event_store else None,
+        host="127.0.0.1",
+    )
+    server.tool(description="Report progress, then return the text.", structured_output=False)(
+        sdk_server.echo_with_progress
+    )
+    if args.event_store:
+        server.tool(description="Close this request's SSE stream, then answer the text.", structured_output=False)(
+            sdk_server.echo_after_reconnect
+        )
+    guard = McpGuard(mcp_app, provider, config, stats)
+    return Root(mcp_app, guard, auth_app), mcp_url
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Loopback OAuth 2.1 authorization server + protected MCP server")
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: any free port)")
+    parser.add_argument("--issuer-path", default="", metavar="PATH",
+                        help="issuer path, e.g. /tenant (issuer http://127.0.0.1:PORT/tenant)")
+    parser.add_argument("--scopes", default="mcp", help='space-separated resource scopes (default "mcp")')
+    parser.add_argument("--no-offline-access", action="store_true",
+                        help="leave offline_access out of the AS metadata scopes_supported")
+    parser.add_argument("--no-iss", action="store_true",
+                        help="neither advertise authorization_response_iss_parameter_supported nor send iss")
+    parser.add_argument("--challenge-scope", metavar="SCOPE", help='add scope="SCOPE" to the 401 challenge')
+    parser.add_argument("--tool-scope", action="append", default=[], metavar="TOOL=SCOPE",
+                        help="tools/call of TOOL needs SCOPE (403 insufficient_scope otherwise); repeatable")
+    parser.add_argument("--token-lifetime", type=int, default=3600, metavar="SECONDS",
+                        help="access token lifetime (default 3600)")
+    parser.add_argument("--client", action="append", default=[], metavar="ID[:SECRET]:REDIRECT_URI",
+                        help="pre-registered client (public without SECRET); repeatable")
+    parser.add_argument("--client-credentials", action="append", default=[], metavar="ID:SECRET",
+                        help="confidential client for the client_credentials grant; repeatable")
+    parser.add_argument("--jwt-client", action="append", default=[], metavar="ID:PUBLIC_KEY_PEM_FILE",
+                        help="private_key_jwt client for the client_credentials grant; repeatable")
+    parser.add_argument("--stateless", action="store_true", help="no legacy sessions (stateless_http)")
+    parser.add_argument("--json-response", action="store_true", help="answer with JSON instead of SSE")
+    parser.add_argument("--event-store", action="store_true", help="keep SSE events so sessions can resume")
+    args = parser.parse_args()
+
+    import uvicorn
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", args.port))
+    listener.listen(128)
+    port = listener.getsockname()[1]
+    app, mcp_url = build_app(args, port)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2)
+    print(mcp_url, flush=True)
+    anyio.run(uvicorn.Server(config).serve, [listener])
+
+
+if __name__ == "__main__":
+    main()
