@@ -12,6 +12,13 @@
                [--header NAME [--header-env VAR]] [--env KEY ...] [--env-from KEY=VAR ...] [--stdin]
     albedo-mcp edit NAME [--url URL | --command LINE] [the secret options of add]
     albedo-mcp remove NAME | enable NAME | disable NAME
+    albedo-mcp sign-in NAME [--timeout S] [--port P] | sign-out NAME
+
+``sign-in`` signs in to an HTTP server that asks for OAuth: it prints the authorization
+URL, opens the browser (unless ``$ALBEDO_NO_BROWSER`` is set), and waits for the
+browser's redirect to the loopback listener; a callback URL pasted on standard input
+(one line) is taken too, whichever comes first. Ctrl-C cancels it. ``sign-out``
+forgets the server's tokens.
 
 ``NAME`` is an advertised name as ``tools`` prints it (``mcp_<server>_<operation>_<hash>``,
 see :mod:`albedo_actors.naming`) or ``SERVER/TOOL``; a ``read_resource`` or ``get_prompt``
@@ -58,6 +65,7 @@ from .actors.preparer import Composition
 from .config import McpConfig, load, resolve_home
 from .errors import (
     AlbedoError,
+    AuthError,
     ConfigError,
     ProtocolViolation,
     RemoteError,
@@ -162,6 +170,12 @@ def _admin_parsers(commands: Any) -> None:
         ("disable", 'switch a server off ("enabled": false)'),
     ):
         admin(name, help).add_argument("name", metavar="NAME")
+    sign_in = admin("sign-in", "sign in to an HTTP server with OAuth (prints the URL, opens the browser unless ALBEDO_NO_BROWSER)")
+    sign_in.add_argument("name", metavar="NAME")
+    sign_in.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S seconds (default 300)")
+    sign_in.add_argument("--port", type=int, default=33418, metavar="P",
+                         help="loopback callback port (default 33418; a busy port falls back to an ephemeral one)")
+    admin("sign-out", "forget a server's OAuth tokens").add_argument("name", metavar="NAME")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -190,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(out=sys.stdout)
         if args.command in _ADMIN:
             return _admin(args)
-        _error(f"a command is required: tools, call, demo, servers, add, edit, remove, enable or disable (see {PROG} --help)")
+        _error(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in or sign-out (see {PROG} --help)")
         return EXIT_USAGE
     except _Usage as exc:
         _error(str(exc))
@@ -214,8 +228,8 @@ def exit_code(exc: AlbedoError) -> int:
         return EXIT_UNAVAILABLE
     if isinstance(exc, ConfigError):
         return EXIT_USAGE
-    if isinstance(exc, Unavailable):
-        return EXIT_UNAVAILABLE
+    if isinstance(exc, (Unavailable, AuthError)):
+        return EXIT_UNAVAILABLE  # a sign-in that failed is like a server that could not be reached
     if isinstance(exc, TimedOut):
         return EXIT_TIMED_OUT
     if isinstance(exc, (UnknownOutcome, ProtocolViolation)):
@@ -342,7 +356,7 @@ def _perform(session: Composition, entry: Advertised, arguments: dict[str, Any] 
 
 # -- admin commands ---------------------------------------------------------------------------
 
-_ADMIN = ("servers", "add", "edit", "remove", "enable", "disable")
+_ADMIN = ("servers", "add", "edit", "remove", "enable", "disable", "sign-in", "sign-out")
 
 
 @contextlib.contextmanager
@@ -365,6 +379,80 @@ def _store_if_any(args: argparse.Namespace, home: str) -> Iterator[Any]:
         store.close()
 
 
+def _auth_text(auth: Any) -> str:
+    """The auth column of ``servers``: state, and what helps (never a token)."""
+    state = auth.get("state", "none")
+    if state == "none":
+        return "auth: none"
+    parts = [f"auth: {state}"]
+    if state == "signed_in" and auth.get("expires_at"):
+        import time as _time
+
+        parts.append("expires " + _time.strftime("%Y-%m-%d %H:%M:%S UTC", _time.gmtime(auth["expires_at"])))
+    if auth.get("scope"):
+        parts.append(f"scope {auth['scope']}")
+    if auth.get("step_up"):
+        parts.append(f"step-up {auth['step_up']}")
+    if auth.get("reason") and state != "signed_in":
+        parts.append(str(auth["reason"]))
+    return "; ".join(parts)
+
+
+def _sign_in(settings: Any, args: argparse.Namespace) -> int:
+    """Run a sign-in: print the URL, open the browser, race the listener with a pasted URL."""
+    import select
+    import threading
+
+    def announce(url: str) -> None:
+        print(f"Open this URL to sign in to {args.name}:\n{url}", flush=True)
+        print("Waiting for the browser; or paste the URL it was sent to (the callback) and press Enter.", flush=True)
+
+    flow = settings.begin_sign_in(args.name, announce=announce, port=args.port, lifetime=args.timeout)
+    done = threading.Event()
+
+    def read_pasted() -> None:
+        # Poll standard input so the thread ends with the sign-in (no blocked read left).
+        try:
+            fd = sys.stdin.fileno()
+        except (OSError, ValueError, AttributeError):
+            return
+        buffered = b""
+        while not done.is_set():
+            try:
+                ready, _, _ = select.select([fd], [], [], 0.2)
+            except (OSError, ValueError):
+                return
+            if not ready:
+                continue
+            try:
+                chunk = os.read(fd, 8192)
+            except OSError:
+                return
+            if not chunk:
+                return  # end of input: only the browser can finish it
+            buffered += chunk
+            while b"\n" in buffered:
+                line, buffered = buffered.split(b"\n", 1)
+                text = line.decode("utf-8", "replace").strip()
+                if text and not flow.offer(text):
+                    print("That URL is not this sign-in's callback (wrong or missing state); still waiting.", file=sys.stderr, flush=True)
+
+    reader = threading.Thread(target=read_pasted, name="sign-in-paste", daemon=True)
+    reader.start()
+    try:
+        record = flow.run()
+    except KeyboardInterrupt:
+        flow.cancel()
+        _error(f"server {args.name!r}: sign-in cancelled")
+        return 130
+    finally:
+        done.set()
+        reader.join(1.0)
+    scope = f" (scope {record.scope})" if record.scope else ""
+    print(f"signed in to {args.name}{scope}")
+    return EXIT_OK
+
+
 def _admin(args: argparse.Namespace) -> int:
     from .settings import ServerChanges, ServerSpec, Settings, suggest_name
     from .store import open_store
@@ -381,7 +469,13 @@ def _admin(args: argparse.Namespace) -> int:
             else:
                 for view in views:
                     stored = ", ".join(view.credentials) or "no credentials"
-                    print(f"{view.name}\t{view.transport}\t{view.state}\t{view.target}\t{stored}")
+                    print(f"{view.name}\t{view.transport}\t{view.state}\t{view.target}\t{stored}\t{_auth_text(view.auth)}")
+            return EXIT_OK
+        if args.command == "sign-in":
+            return _sign_in(settings, args)
+        if args.command == "sign-out":
+            view = settings.sign_out(args.name)
+            print(f"signed out of {view.name}")
             return EXIT_OK
         if args.command == "add":
             if args.transport == "http":

@@ -220,6 +220,8 @@ class HttpLink:
                 self._channel.fail(pending, error(self._server, f"{exc}{tail}"))
                 return
             if not self._authorize_again(pending, reply, headers.get("Authorization"), attempt):
+                if not self._channel.is_pending(pending):
+                    return  # it failed as needing a sign-in
                 break
             attempt += 1
             if self._closing.is_set() or not self._channel.is_pending(pending):
@@ -346,6 +348,14 @@ class HttpLink:
             if mine:
                 pending.resolve(error=SessionExpired(self._server, f"its session ended (HTTP 404); {pending.method} did not run"))
             return
+        configured = any(h.lower() == "authorization" for h in self._static_headers)
+        challenge = auth_discovery.bearer_challenge(reply.headers) if status in (401, 403) else None
+        if not configured and (status == 401 or (challenge is not None and challenge.error == "insufficient_scope")):
+            # Whatever its body says: the request did not run, and a sign-in would help.
+            reply.close()
+            why = "the server asks for a sign-in" if status == 401 else f"the server needs more scope ({challenge.scope or 'unnamed'})"
+            self._channel.fail(pending, NeedsSignIn(self._server, why, pending.method))
+            return
         try:
             value = reply.json()
         except (HttpFailed, WireError):
@@ -355,12 +365,9 @@ class HttpLink:
             # A refusal's JSON-RPC error reaches its request as the server's error.
             self._channel.feed_message({**value, "id": pending.id})
             return
-        if status in (401, 403) and pending.id is not None and not self._channel.is_pending(pending):
-            return  # already failed as needing a sign-in
         if status in (401, 403):
             message = (f"refused the configured credentials (HTTP {status}); check the token extensions.json names"
-                       if self._auth is None and status == 401 and any(h.lower() == "authorization" for h in self._static_headers)
-                       else f"refused {pending.method} (HTTP {status})")
+                       if configured and status == 401 else f"refused {pending.method} (HTTP {status})")
             self._channel.fail(pending, HttpRefused(self._server, status, message))
         elif status == 202:
             self._channel.fail(pending, ProtocolViolation(self._server, f"accepted {pending.method} (202) without answering it"))

@@ -25,6 +25,7 @@ import pykka
 
 from .actors.composer import SessionComposer
 from .actors.preparer import Composition, RuntimePreparer
+from .actors.refresher import TokenRefresher, oauth_for
 from .actors.registry import ServerRegistry
 from .binding import Mcp
 from .config import McpConfig, load
@@ -61,6 +62,7 @@ class Runtime:
         self._background = background
         self._clock = clock
         self._registry: pykka.ActorRef | None = None
+        self._refresher: pykka.ActorRef | None = None
         self._preparer: pykka.ActorRef | None = None
         self._composer: pykka.ActorRef | None = None
 
@@ -81,7 +83,13 @@ class Runtime:
         Raises:
             ConfigError: the configuration is unusable (e.g. a named variable is unset).
         """
-        self._registry = ServerRegistry.start(self.home)
+        auth = None
+        if self._store is not None:
+            # OAuth needs somewhere to keep tokens: without a store a 401 server stays
+            # left out (needs a sign-in), with one its tokens are sent and refreshed.
+            self._refresher = TokenRefresher.start(self._store)
+            auth = oauth_for(self._store, self._refresher)
+        self._registry = ServerRegistry.start(self.home, auth=auth)
         self._preparer = RuntimePreparer.start(self._registry, self._store, background=self._background)
         self._composer = SessionComposer.start(self._preparer, self._registry, self._source, enabled=True, clock=self._clock)
         opened = self.composer.open().get(timeout=ASK_TIMEOUT)
@@ -91,14 +99,14 @@ class Runtime:
             raise AlbedoError(f"the MCP servers did not open within {OPEN_TIMEOUT:.0f} s") from None
 
     def stop(self) -> None:
-        """Stop the composer, the preparer and the registry, in that order."""
-        for ref in (self._composer, self._preparer, self._registry):
+        """Stop the composer, the preparer, the registry and the token refresher, in that order."""
+        for ref in (self._composer, self._preparer, self._registry, self._refresher):
             if ref is not None:
                 try:
                     ref.stop(timeout=STOP_TIMEOUT)
                 except (pykka.ActorDeadError, pykka.Timeout):
                     pass
-        self._composer = self._preparer = self._registry = None
+        self._composer = self._preparer = self._registry = self._refresher = None
 
     @property
     def composer(self) -> Any:

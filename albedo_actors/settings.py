@@ -35,11 +35,15 @@ import shlex
 import tempfile
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from .actors.client import ServerHandle
+from .actors.refresher import TokenRefresher, oauth_for
 from .config import _ENV_NAME, _HEADER_NAME, _NAME, ServerConfig, parse
-from .errors import AlbedoError, ConfigError, SettingsConflict
+from .auth.callback import DEFAULT_LIFETIME_S, DEFAULT_PORT
+from .auth.record import NO_AUTH_VIEW, OAuthRecord, from_credentials, usable
+from .auth.signin import SignIn
+from .errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict
 
 logger = logging.getLogger(__name__)
 
@@ -95,11 +99,14 @@ class ServerView:
     target: str  # the URL, or the command line (shell-quoted)
     catalogue_saved: bool
     credentials: tuple[str, ...]  # what is stored, e.g. "bearer token", "header X-Key", "env KEY"
+    auth: Mapping[str, Any] = field(default_factory=lambda: dict(NO_AUTH_VIEW))  # OAuth state, never a token
 
     @property
     def state(self) -> str:
         if not self.enabled:
             return "disabled"
+        if self.auth.get("state") in ("needs_sign_in", "signed_out"):
+            return "needs sign-in" if self.auth["state"] == "needs_sign_in" else "signed out"
         return "catalogue saved" if self.catalogue_saved else "not discovered yet"
 
     def as_json(self) -> dict[str, Any]:
@@ -111,6 +118,7 @@ class ServerView:
             "target": self.target,
             "catalogueSaved": self.catalogue_saved,
             "credentials": list(self.credentials),
+            "auth": dict(self.auth),
         }
 
 
@@ -129,6 +137,7 @@ class Settings:
         views = []
         for server in config.servers:
             target = server.url if server.type == "http" else shlex.join([server.command or "", *server.args])
+            credentials = self.store.get_credentials(server.name)
             views.append(
                 ServerView(
                     name=server.name,
@@ -136,7 +145,8 @@ class Settings:
                     enabled=server.enabled,
                     target=target or "",
                     catalogue_saved=self._has_catalogue(server.name),
-                    credentials=describe_credentials(self.store.get_credentials(server.name)),
+                    credentials=describe_credentials(credentials),
+                    auth=auth_view(server, credentials),
                 )
             )
         return views
@@ -240,6 +250,37 @@ class Settings:
             self._save(name, document, None, try_connect=False)
         return self._view(name)
 
+    # -- signing in ---------------------------------------------------------------------------
+
+    def begin_sign_in(self, name: str, *, environ: Mapping[str, str] | None = None, agent: Any = None,
+                      announce: Callable[[str], None] | None = None, port: int = DEFAULT_PORT,
+                      lifetime: float = DEFAULT_LIFETIME_S) -> SignIn:
+        """A sign-in to ``name`` (an HTTP server): ``run()`` it; ``offer(url)`` a pasted
+        callback URL; ``cancel()`` it from another thread. The tokens land in the store.
+
+        Raises:
+            ConfigError: no such server, or it is not an HTTP server.
+        """
+        config = parse(self._read_document(), self.home, source=self.path)
+        server = config.server(name)
+        if server.type != "http":
+            raise ConfigError(f"server {name!r} is a stdio server; only HTTP servers sign in with OAuth")
+        return SignIn(server, self.store, environ=environ, agent=agent, announce=announce, port=port, lifetime=lifetime)
+
+    def sign_out(self, name: str) -> ServerView:
+        """Forget ``name``'s tokens (its state becomes ``signed_out``; the client registration stays)."""
+        config = parse(self._read_document(), self.home, source=self.path)
+        server = config.server(name)
+
+        def forget(credentials: Any) -> Any:
+            record = usable(from_credentials(credentials), server.url) or OAuthRecord(url=server.url or "")
+            return dataclasses.replace(credentials, oauth=record.signed_out("signed_out", "signed out by the user").to_json())
+
+        if server.type == "http":
+            self.store.update_credentials(name, forget)
+        logger.info("server %r signed out", name)
+        return self._view(name)
+
     # -- internals ----------------------------------------------------------------------------
 
     def _save(self, name: str, document: dict, credentials: Any, try_connect: bool) -> None:
@@ -261,6 +302,11 @@ class Settings:
         stored = credentials if credentials is not None else previous_credentials
         try:
             self._try(server, stored)
+        except NeedsSignIn as exc:
+            # The reference: saving a server that answers 401 keeps it, needing a sign-in.
+            logger.info("server %r saved; it needs a sign-in (%s)", name, exc.why)
+            self._mark_needs_sign_in(server, exc.why)
+            return
         except AlbedoError as exc:
             logger.info("server %r could not connect; restoring its previous settings", name)
             self._restore_file(previous_text)
@@ -269,11 +315,28 @@ class Settings:
         logger.info("server %r saved and connected", name)
 
     def _try(self, server: ServerConfig, credentials: Any) -> None:
-        handle = ServerHandle.start(server, self.home, credentials=credentials)
+        refresher = TokenRefresher.start(self.store) if server.type == "http" else None
         try:
-            handle.connect(timeout=server.startup_timeout + 1.0)
+            auth = oauth_for(self.store, refresher)(server) if refresher is not None else None
+            handle = ServerHandle.start(server, self.home, credentials=credentials, auth=auth)
+            try:
+                handle.connect(timeout=server.startup_timeout + 1.0)
+            finally:
+                handle.stop()
         finally:
-            handle.stop()
+            if refresher is not None:
+                refresher.stop(timeout=10)
+
+    def _mark_needs_sign_in(self, server: ServerConfig, why: str) -> None:
+        def mark(credentials: Any) -> Any:
+            record = usable(from_credentials(credentials), server.url)
+            if record is not None and record.state == "signed_in" and record.access_token:
+                record = record.replace(reason=why)  # a step-up: the tokens stay
+            else:
+                record = (record or OAuthRecord(url=server.url or "")).signed_out("needs_sign_in", why)
+            return dataclasses.replace(credentials, oauth=record.to_json())
+
+        self.store.update_credentials(server.name, mark)
 
     def _put_credentials(self, name: str, credentials: Any) -> None:
         if _is_empty(credentials):
@@ -450,6 +513,19 @@ def _apply(current: Any, secrets: SecretInput, name: str) -> Any:
 def _check_value(value: str, what: str, name: str) -> None:
     if any(ch in value for ch in "\r\n\0"):
         raise ConfigError(f"server {name!r}: {what} holds a line break or NUL, which cannot go into an HTTP header")
+
+
+def auth_view(server: ServerConfig, credentials: Any) -> dict[str, Any]:
+    """A server's ``auth`` as the settings report it: state and facts, never a token."""
+    if server.type != "http":
+        return dict(NO_AUTH_VIEW)
+    stored = from_credentials(credentials)
+    record = usable(stored, server.url)
+    if record is None:
+        if stored is not None:  # a sign-in made for another URL is never used here
+            return {**NO_AUTH_VIEW, "state": "needs_sign_in", "reason": "the server's URL changed since the last sign-in"}
+        return dict(NO_AUTH_VIEW)
+    return record.view()
 
 
 def describe_credentials(credentials: Any) -> tuple[str, ...]:

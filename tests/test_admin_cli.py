@@ -73,6 +73,7 @@ def test_add_stdio_with_an_env_secret_from_stdin_then_list_and_call(tmp_path):
             "target": fault_line(),
             "catalogueSaved": False,
             "credentials": ["env API_KEY"],
+            "auth": {"state": "none", "account": None, "expires_at": None, "scope": None, "step_up": None, "reason": None, "client": None},
         }
     ]
     call = subprocess.run(

@@ -33,7 +33,8 @@ import pykka
 
 from ..catalogue import Catalogue
 from ..config import McpConfig, http_headers
-from ..errors import AlbedoError, ConfigError, ServerError, StoreError
+from .refresher import sign_in_needed
+from ..errors import AlbedoError, ConfigError, NeedsSignIn, ServerError, StoreError
 from ..saved import MAX_CATALOGUE_BYTES, fingerprint, load_current, save_if_changed, size_of
 from .client import CatalogueChanged, ServerHandle, connect_all
 
@@ -155,11 +156,15 @@ class RuntimePreparer(pykka.ThreadingActor):
         applied = self._registry.apply(servers, credentials).get(timeout=ASK_TIMEOUT)
         keys = {s.name: fingerprint(s, credentials[s.name], self._environ) for s in servers}
         self._keys.update(keys)
-        saved = {s.name: self._saved(s.name, keys[s.name]) for s in servers}
+        # A server waiting for the user to sign in is left out without a dial (its
+        # probes dial it: it joins once signed in, like a server that comes back).
+        signin = {s.name: why for s in servers if (why := sign_in_needed(s, credentials[s.name]))}
+        saved = {s.name: self._saved(s.name, keys[s.name]) for s in servers if s.name not in signin}
         unsaved = [name for name, catalogue in saved.items() if catalogue is None]
         # The session's future first: with every catalogue saved it resolves at once,
         # before any of the background dials below competes for the interpreter.
-        self._start(self._foreground, applied, unsaved, keys, {n: c for n, c in saved.items() if c is not None}, result)
+        self._start(self._foreground, applied, unsaved, keys, {n: c for n, c in saved.items() if c is not None}, result,
+                    signin)
         background = [(name, applied.handles[name], keys[name]) for name, catalogue in saved.items() if catalogue is not None]
         if background and self._background_dials:
             self._background_pending += len(background)
@@ -208,9 +213,14 @@ class RuntimePreparer(pykka.ThreadingActor):
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
 
-    def _foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue], result: Any) -> None:
+    def _foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue], result: Any,
+                    signin: dict[str, str] | None = None) -> None:
         """Dial the servers without a usable saved catalogue, all at once; then resolve."""
         catalogues, left_out, warnings, too_large = dict(ready), {}, [], []
+        for name, why in (signin or {}).items():
+            error = NeedsSignIn(name, why)
+            left_out[name] = error.detail
+            warnings.append(f"{error}; left out")
         for name, catalogue in connect_all({name: applied.handles[name] for name in unsaved}).items():
             if isinstance(catalogue, ServerError):
                 left_out[name] = catalogue.detail

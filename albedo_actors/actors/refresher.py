@@ -44,7 +44,7 @@ ASK_TIMEOUT = 5.0
 REFRESH_WAIT_S = 45.0  # token request (10 s) + waiting for another process's row lock (30 s)
 MAX_AUTHORIZATIONS = 3  # interactive sign-ins in a row for one request (step-up loops end)
 
-__all__ = ["TokenRefresher", "ServerAuth", "MAX_AUTHORIZATIONS"]
+__all__ = ["TokenRefresher", "ServerAuth", "MAX_AUTHORIZATIONS", "oauth_for", "sign_in_needed"]
 
 
 class RefreshDeferred(NeedsSignIn):
@@ -229,8 +229,8 @@ class ServerAuth:
                          create=True)
         if self._authorize is None or attempt >= MAX_AUTHORIZATIONS:
             if not keep_tokens:
-                self._update(lambda r: r.signed_out("needs_sign_in", why) if r.state != "signed_out" else r.replace(reason=why),
-                             create=True)
+                self._update(lambda r: r.signed_out("needs_sign_in", why) if r.state == "signed_in"
+                             else r.replace(reason=r.reason or why), create=True)
             if attempt >= MAX_AUTHORIZATIONS and self._authorize is not None:
                 why = f"{why}; gave up after {MAX_AUTHORIZATIONS} sign-ins for one request"
             raise NeedsSignIn(self.server.name, why, method)
@@ -306,3 +306,35 @@ class ServerAuth:
             return
         with self._lock:
             self._record, self._loaded = usable(from_credentials(new), url), time.monotonic()
+
+
+def oauth_for(store: Any, refresher: pykka.ActorRef,
+              authorize: Callable[[ServerConfig, Challenge | None], Any] | None = None) -> Callable[[ServerConfig], Any]:
+    """The factory a registry gives each HTTP client: its :class:`ServerAuth`."""
+    proxy = refresher.proxy()
+
+    def make(server: ServerConfig) -> ServerAuth | None:
+        if server.type != "http":
+            return None
+        return ServerAuth(server, store, proxy, authorize=authorize)
+
+    return make
+
+
+def sign_in_needed(server: ServerConfig, credentials: Any) -> str | None:
+    """Why ``server`` must not be dialled until the user signs in; None when it may be.
+
+    A stored record for this URL that is ``needs_sign_in`` or ``signed_out`` (a
+    configured ``Authorization`` header or a client credentials grant never waits for a
+    user).
+    """
+    if server.type != "http":
+        return None
+    if server.oauth is not None and server.oauth.grant == "client_credentials":
+        return None
+    record = usable(from_credentials(credentials), server.url)
+    if record is None or record.state not in ("needs_sign_in", "signed_out"):
+        return None
+    if record.state == "signed_out":
+        return "signed out"
+    return record.reason or "the server asks for a sign-in"

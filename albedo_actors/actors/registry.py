@@ -57,9 +57,12 @@ class ServerRegistry(pykka.ThreadingActor):
         handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        auth: Callable[[ServerConfig], Any] | None = None,
     ) -> None:
+        # ``auth(server)``: the OAuth face of an HTTP server's client (refresher.oauth_for).
         super().__init__()
         self._home = home
+        self._auth = auth
         self._handlers = handlers
         self._environ = environ
         self._clock = clock
@@ -152,7 +155,8 @@ class ServerRegistry(pykka.ThreadingActor):
     # -- internals ---------------------------------------------------------------------------
 
     def _start(self, server: ServerConfig, creds: Any) -> ServerHandle:
-        return ServerHandle.start(server, self._home, self._owner, credentials=creds, handlers=self._handlers)
+        auth = self._auth(server) if self._auth is not None else None
+        return ServerHandle.start(server, self._home, self._owner, credentials=creds, handlers=self._handlers, auth=auth)
 
 
 def _done(future: pykka.Future) -> bool:

@@ -86,7 +86,7 @@ class OAuthRecord:
 
     def signed_out(self, state: str, reason: str | None) -> "OAuthRecord":
         """The record without tokens (the client registration and step-up are kept)."""
-        return self.replace(state=state, reason=reason, access_token=None, refresh_token=None, expires_at=None)
+        return self.replace(state=state, reason=reason, access_token=None, refresh_token=None, expires_at=None, scope=None)
 
     def view(self) -> dict[str, Any]:
         """What the settings show: never a token or a secret."""
