@@ -20,6 +20,7 @@ from albedo_actors.config import ServerConfig
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULT_SERVER = os.path.join(HERE, "servers", "fault_server.py")
 SDK_SERVER = os.path.join(HERE, "servers", "sdk_server.py")
+OAUTH_SERVER = os.path.join(HERE, "servers", "oauth_server.py")
 SPEC_DIR = os.environ.get("ALBEDO_SPEC_DIR", os.path.join(HERE, "..", "..", "shared", "spec"))
 
 
@@ -88,6 +89,72 @@ class Clients:
     def stop_all(self) -> None:
         for handle in self.handles:
             handle.stop()
+
+
+class OAuthServer:
+    """``tests/servers/oauth_server.py`` (a real authorization server + protected MCP
+    server) with ``flags``, on a free port of 127.0.0.1. ``start()`` returns the MCP URL."""
+
+    START_TIMEOUT = 30.0
+    STOP_TIMEOUT = 10.0
+
+    def __init__(self, *flags: str) -> None:
+        self.flags = flags
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    @property
+    def base(self) -> str:
+        return self.url.rsplit("/mcp", 1)[0]
+
+    def start(self) -> str:
+        self.proc = subprocess.Popen([sys.executable, OAUTH_SERVER, "--port", "0", *self.flags],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        deadline = time.monotonic() + self.START_TIMEOUT
+        line = b""
+        try:
+            while not line.endswith(b"\n"):
+                if not select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                    raise RuntimeError(f"the OAuth server printed no URL within {self.START_TIMEOUT:g} s")
+                chunk = os.read(self.proc.stdout.fileno(), 4096)
+                if not chunk:
+                    raise RuntimeError(f"the OAuth server exited (status {self.proc.wait()}) before printing its URL")
+                line += chunk
+        except BaseException:
+            self.stop()
+            raise
+        self.url = line.split(b"\n", 1)[0].decode().strip()
+        return self.url
+
+    def stats(self) -> dict:
+        import requests
+
+        return requests.get(self.base + "/stats", timeout=10).json()
+
+    def expire(self) -> None:
+        """Every access token issued so far is expired from now on."""
+        import requests
+
+        requests.post(self.base + "/admin/expire", timeout=10).raise_for_status()
+
+    def revoke_refresh(self) -> None:
+        """Every refresh token is dead from now on (a refresh gets invalid_grant)."""
+        import requests
+
+        requests.post(self.base + "/admin/revoke-refresh", timeout=10).raise_for_status()
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(self.STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        proc.stdout.close()
 
 
 class SdkHttpServer:

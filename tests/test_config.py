@@ -153,3 +153,44 @@ def test_extension_defaults_are_mcp_off_and_editor_mcp_on(tmp_path):
 def test_an_invalid_enabled_section_is_reported(tmp_path):
     with pytest.raises(ConfigError, match='extensions.json: "enabled" must map extension names to true or false'):
         parse({"enabled": {"mcp": "yes"}}, str(tmp_path))
+
+
+def _http(oauth):
+    return {"mcp": {"servers": {"guarded": {"type": "http", "url": "https://mcp.example.com/mcp", "oauth": oauth}}}}
+
+
+def test_an_oauth_object_names_its_client_and_secrets_by_variable(tmp_path):
+    config = parse(_http({"clientId": "albedo", "clientSecretEnvVar": "GUARDED_SECRET", "scope": "mcp read"}), str(tmp_path))
+    oauth = config.server("guarded").oauth
+    assert (oauth.grant, oauth.client_id, oauth.client_secret_env_var, oauth.scope) == (
+        "authorization_code", "albedo", "GUARDED_SECRET", "mcp read")
+    machine = parse(_http({"grant": "client_credentials", "clientId": "svc", "privateKeyEnvVar": "SVC_KEY",
+                           "signingAlgorithm": "ES256"}), str(tmp_path)).server("guarded").oauth
+    assert (machine.grant, machine.private_key_env_var, machine.signing_algorithm) == ("client_credentials", "SVC_KEY", "ES256")
+
+
+@pytest.mark.parametrize(
+    "oauth, message",
+    [
+        ({"clientSecret": "inline"}, "unknown key(s): clientSecret"),
+        ({"grant": "password"}, '"grant" must be one of'),
+        ({"clientSecretEnvVar": "X"}, '"clientSecretEnvVar" needs a "clientId"'),
+        ({"grant": "client_credentials", "clientId": "svc"}, 'needs "clientSecretEnvVar" or "privateKeyEnvVar"'),
+        ({"grant": "client_credentials"}, 'needs a "clientId"'),
+        ({"clientMetadataUrl": "http://example.com/meta.json"}, "must be an https URL"),
+        ({"clientId": "a", "tokenEndpointAuthMethod": "private_key_jwt"}, 'needs "privateKeyEnvVar"'),
+        ({"clientId": "a", "signingAlgorithm": "none", "privateKeyEnvVar": "K"}, '"signingAlgorithm" must be one of'),
+        ({"clientId": "a\nb"}, '"clientId" must be a non-empty one-line string'),
+        ("yes", '"oauth" must be an object'),
+    ],
+)
+def test_bad_oauth_objects_are_refused_naming_the_server(tmp_path, oauth, message):
+    with pytest.raises(ConfigError) as caught:
+        parse(_http(oauth), str(tmp_path))
+    assert "guarded" in str(caught.value) and message in str(caught.value)
+
+
+def test_a_stdio_server_cannot_have_oauth(tmp_path):
+    doc = {"mcp": {"servers": {"local": {"type": "stdio", "command": "true", "oauth": {}}}}}
+    with pytest.raises(ConfigError, match="unknown key"):
+        parse(doc, str(tmp_path))

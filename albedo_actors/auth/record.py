@@ -55,12 +55,14 @@ class OAuthRecord:
             return None
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
+        for key, value in values.items():
+            number = key in ("expires_at", "updated_at")
+            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool) if number
+                                          else isinstance(value, str)):
+                return None  # a damaged record is no record: the server asks for a sign-in again
         if values.get("state") not in STATES:
             values["state"] = "needs_sign_in"
-        try:
-            return cls(**values)
-        except TypeError:
-            return None
+        return cls(**values)
 
     @property
     def tokens(self) -> TokenSet | None:

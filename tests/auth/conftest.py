@@ -1,0 +1,23 @@
+"""Fixtures for the OAuth tests: a real loopback authorization server, a store, a refresher."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import OAuthServer
+
+
+@pytest.fixture
+def oauth_server():
+    """``oauth_server(*flags)`` starts tests/servers/oauth_server.py; all are stopped afterwards."""
+    started: list[OAuthServer] = []
+
+    def start(*flags: str) -> OAuthServer:
+        server = OAuthServer(*flags)
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
