@@ -37,7 +37,8 @@ script's environment instead. For ``edit`` a blank secret keeps the stored one a
 
 Exit codes: 0 done; 1 the tool reported ``isError`` (or the server answered the call
 with a JSON-RPC error); 2 usage or configuration error; 3 unavailable (the call did
-not run; for add/edit/enable: the server could not connect, so nothing was saved);
+not run, e.g. the server needs a sign-in; for add/edit/enable: the server could not connect, so
+nothing was saved; for sign-in: the sign-in failed);
 4 unknown outcome (the call was sent and the connection was lost, or the answer was
 not valid MCP); 5 timed out. Warnings go to stderr, one line each, naming the server.
 No traceback reaches the user unless ``--verbose`` is given.
