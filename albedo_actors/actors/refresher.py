@@ -198,6 +198,11 @@ class ServerAuth:
         sign-in runs when there is one, at most :data:`MAX_AUTHORIZATIONS` times.
         """
         seen = sent[7:] if sent and sent.startswith("Bearer ") else None
+        if seen is None:
+            # Nothing was sent: perhaps the user signed in since this link last looked.
+            record = self._current(force=True)
+            if record is not None and record.state == "signed_in" and record.access_token and attempt == 0:
+                return f"Bearer {record.access_token}"
         if seen is not None and attempt == 0:
             try:
                 record = self._refresh(seen)
@@ -229,8 +234,14 @@ class ServerAuth:
                          create=True)
         if self._authorize is None or attempt >= MAX_AUTHORIZATIONS:
             if not keep_tokens:
-                self._update(lambda r: r.signed_out("needs_sign_in", why) if r.state == "signed_in"
-                             else r.replace(reason=r.reason or why), create=True)
+                def mark(r: OAuthRecord) -> OAuthRecord:
+                    if r.state == "signed_in" and r.access_token and r.access_token != seen:
+                        return r  # signed in (or refreshed) since: not the token that was refused
+                    if r.state == "signed_in":
+                        return r.signed_out("needs_sign_in", why)
+                    return r.replace(reason=r.reason or why)
+
+                self._update(mark, create=True)
             if attempt >= MAX_AUTHORIZATIONS and self._authorize is not None:
                 why = f"{why}; gave up after {MAX_AUTHORIZATIONS} sign-ins for one request"
             raise NeedsSignIn(self.server.name, why, method)
