@@ -438,6 +438,8 @@ def _negotiate_http(channel: RpcChannel, link: HttpLink, server: str, deadline: 
     try:
         result = channel.request("initialize", mcp.initialize_params(channel.capabilities), _remaining(deadline))
     except HttpRefused as exc:
+        if exc.status in (401, 403):
+            raise  # its own message says which credentials were refused
         raise Unavailable(server, f"refused initialize (HTTP {exc.status}); is the URL its MCP endpoint?") from None
     except (RemoteError, TimedOut, UnknownOutcome) as exc:
         raise Unavailable(server, f"initialize failed: {exc.detail}") from None

@@ -368,8 +368,10 @@ class SignIn:
         except AuthDiscoveryError as exc:
             raise AuthError(name, f"{exc}; the response was not used") from None
         if result.get("error"):
-            described = f": {result['error_description'][:200]}" if result.get("error_description") else ""
-            raise AuthError(name, f"the authorization server refused: {result['error'][:64]}{described}")
+            # The redirect can come from anyone: only a well-formed RFC 6749 error code is
+            # shown; error_description (free text) is not repeated.
+            code = tokens._error_code(result["error"]) or "an unreadable error"
+            raise AuthError(name, f"the authorization server refused: {code}")
         code = result.get("code")
         if not code:
             raise AuthError(name, "the authorization response carried no code")
