@@ -217,11 +217,20 @@ class ServerAuth:
 
     def forbidden(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
         """After a 403 ``insufficient_scope``: record the step-up; sign in again or raise."""
+        seen = sent[7:] if sent and sent.startswith("Bearer ") else None
         record = self._current(force=True)
+        if (record is not None and record.state == "signed_in" and record.access_token
+                and record.access_token != seen and not record.step_up):
+            return f"Bearer {record.access_token}"  # signed in again elsewhere since: try that token
         requested = (record.requested_scope or record.scope) if record is not None else None
         wanted = discovery.step_up_scope(requested, challenge.scope if challenge else None) or None
-        self._update(lambda r: r.replace(step_up=wanted))
-        seen = sent[7:] if sent and sent.startswith("Bearer ") else None
+
+        def step_up(r: OAuthRecord) -> OAuthRecord:
+            if r.access_token != seen:
+                return r  # not the token that was refused
+            return r.replace(step_up=wanted)
+
+        self._update(step_up)
         return self._sign_in(None, method, attempt, f"the server needs more scope ({wanted or 'unnamed'})", seen, keep_tokens=True)
 
     # -- internals ------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .tokens import TokenSet, needs_refresh
+from .tokens import REFRESH_MARGIN, TokenSet, needs_refresh
 
 STATES = ("none", "needs_sign_in", "signed_in", "signed_out")
 
@@ -44,6 +44,7 @@ class OAuthRecord:
     resource_metadata: str | None = None
     challenge_scope: str | None = None
     account: str | None = None
+    obtained_at: float | None = None  # when the access token was issued to us
     updated_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -56,7 +57,7 @@ class OAuthRecord:
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
         for key, value in values.items():
-            number = key in ("expires_at", "updated_at")
+            number = key in ("expires_at", "updated_at", "obtained_at")
             if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool) if number
                                           else isinstance(value, str)):
                 return None  # a damaged record is no record: the server asks for a sign-in again
@@ -72,15 +73,26 @@ class OAuthRecord:
                         refresh_token=self.refresh_token, scope=self.scope)
 
     def expiring(self, now: float | None = None) -> bool:
+        """True when the access token should be refreshed before it is sent.
+
+        Within a minute of expiry; for a token that lives less than two minutes in all,
+        once half its life has passed (else a 30 s token would be refreshed before
+        every request).
+        """
         tokens = self.tokens
-        return tokens is not None and needs_refresh(tokens, time.time() if now is None else now)
+        if tokens is None or tokens.expires_at is None:
+            return False
+        margin = REFRESH_MARGIN
+        if self.obtained_at is not None and tokens.expires_at > self.obtained_at:
+            margin = min(margin, (tokens.expires_at - self.obtained_at) / 2)
+        return needs_refresh(tokens, time.time() if now is None else now, margin)
 
     def replace(self, **changes: Any) -> "OAuthRecord":
         return dataclasses.replace(self, updated_at=time.time(), **changes)
 
     def with_tokens(self, tokens: TokenSet, requested_scope: str | None = None) -> "OAuthRecord":
         return self.replace(
-            state="signed_in", reason=None, access_token=tokens.access_token,
+            state="signed_in", reason=None, access_token=tokens.access_token, obtained_at=time.time(),
             refresh_token=tokens.refresh_token, expires_at=tokens.expires_at,
             scope=tokens.scope or requested_scope or self.scope,
             requested_scope=requested_scope if requested_scope is not None else self.requested_scope,
@@ -88,7 +100,8 @@ class OAuthRecord:
 
     def signed_out(self, state: str, reason: str | None) -> "OAuthRecord":
         """The record without tokens (the client registration and step-up are kept)."""
-        return self.replace(state=state, reason=reason, access_token=None, refresh_token=None, expires_at=None, scope=None)
+        return self.replace(state=state, reason=reason, access_token=None, refresh_token=None, expires_at=None, scope=None,
+                            obtained_at=None)
 
     def view(self) -> dict[str, Any]:
         """What the settings show: never a token or a secret."""

@@ -52,6 +52,26 @@ BUSY_TIMEOUT_S = 30.0
 PG_CONNECT_TIMEOUT_S = 10
 PG_STATEMENT_TIMEOUT_S = 60
 
+class _HideQueryParameters(logging.Filter):
+    """peewee logs every query with its parameters at DEBUG; ours hold tokens and secrets.
+
+    The query text is kept (it names tables and columns), the parameters never reach a
+    handler, whatever the host's logging configuration.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg
+        if isinstance(message, tuple) and len(message) == 2 and isinstance(message[0], str):
+            params = message[1]
+            count = len(params) if isinstance(params, (list, tuple)) else "some"
+            record.msg, record.args = f"{message[0]} -- {count} parameters hidden", ()
+        return True
+
+
+_PEEWEE_FILTER = _HideQueryParameters()
+if not any(isinstance(f, _HideQueryParameters) for f in logging.getLogger("peewee").filters):
+    logging.getLogger("peewee").addFilter(_PEEWEE_FILTER)
+
 try:  # the `postgres` extra
     import psycopg2
     _DRIVER_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, psycopg2.Error)

@@ -44,10 +44,14 @@ def test_signing_out_drops_the_tokens_and_keeps_the_client_and_step_up():
     assert (record.client_id, record.step_up, record.state) == ("c1", "mcp admin", "needs_sign_in")
 
 
-def test_expiring_means_within_a_minute():
+def test_expiring_means_within_a_minute_or_past_half_of_a_short_life():
+    hour_ago = time.time() - 3600
     assert not signed_in().expiring()
-    assert signed_in(expires_at=time.time() + 30).expiring()
+    assert signed_in(expires_at=time.time() + 30, obtained_at=hour_ago).expiring()
+    assert signed_in(expires_at=time.time() + 30, obtained_at=None).expiring()
     assert not signed_in(expires_at=None).expiring()
+    short = signed_in(expires_at=time.time() + 30)  # a 30 s token, just issued
+    assert not short.expiring() and short.expiring(now=short.obtained_at + 16)
 
 
 def test_an_unreadable_record_is_none_and_an_unknown_state_needs_a_sign_in():
