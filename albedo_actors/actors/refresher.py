@@ -75,8 +75,8 @@ class TokenRefresher(pykka.ThreadingActor):
     def refresh(self, server: ServerConfig, seen: str | None) -> concurrent.futures.Future:
         """The future of ``server``'s record after a refresh of the token ``seen``."""
         future = self._inflight.get(server.name)
-        if future is not None:
-            return future
+        if future is not None and not future.done():
+            return future  # a finished one (its _Finished not handled yet) is not in flight
         future = concurrent.futures.Future()
         self._inflight[server.name] = future
         thread = threading.Thread(target=self._work, args=(server, seen, future), name=f"oauth-refresh-{server.name}",
