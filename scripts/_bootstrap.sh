@@ -9,6 +9,12 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=$REPO/.venv
 PY=$VENV/bin/python
 cd "$REPO" || exit 1
+# A minimal PATH (CI's env may be bare) lacks the sbin directories where
+# runuser (needed to run PostgreSQL as its own user under root) lives.
+for _d in /usr/local/sbin /usr/sbin /sbin; do
+  case ":$PATH:" in *":$_d:"*) ;; *) [[ -d $_d ]] && PATH=$PATH:$_d ;; esac
+done
+export PATH
 
 # _albedo_hash WORD... [-- FILE...]: one sha256 over the words and the files'
 # contents (a missing file counts as empty).

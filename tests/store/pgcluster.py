@@ -26,7 +26,8 @@ class Cluster:
         self.run: list[str] = []
         if os.geteuid() == 0:  # initdb refuses root
             shutil.chown(self.dir, "postgres", "postgres")
-            self.run = ["runuser", "-u", "postgres", "--"]
+            runuser = shutil.which("runuser") or shutil.which("runuser", path="/usr/sbin:/sbin") or "runuser"
+            self.run = [runuser, "-u", "postgres", "--"]
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
