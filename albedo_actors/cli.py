@@ -386,6 +386,8 @@ def _auth_text(auth: Any) -> str:
     if state == "none":
         return "auth: none"
     parts = [f"auth: {state}"]
+    if state == "signed_in" and auth.get("account"):
+        parts.append(f"as {auth['account']}")
     if state == "signed_in" and auth.get("expires_at"):
         import time as _time
 

@@ -70,7 +70,7 @@ class OAuthRecord:
         if not self.access_token:
             return None
         return TokenSet(access_token=self.access_token, expires_at=self.expires_at,
-                        refresh_token=self.refresh_token, scope=self.scope)
+                        refresh_token=self.refresh_token, scope=self.scope, account=self.account)
 
     def expiring(self, now: float | None = None) -> bool:
         """True when the access token should be refreshed before it is sent.
@@ -94,7 +94,7 @@ class OAuthRecord:
         return self.replace(
             state="signed_in", reason=None, access_token=tokens.access_token, obtained_at=time.time(),
             refresh_token=tokens.refresh_token, expires_at=tokens.expires_at,
-            scope=tokens.scope or requested_scope or self.scope,
+            scope=tokens.scope or requested_scope or self.scope, account=tokens.account or self.account,
             requested_scope=requested_scope if requested_scope is not None else self.requested_scope,
         )
 

@@ -72,6 +72,7 @@ class TokenSet:
     expires_at: float | None = None
     refresh_token: str | None = field(default=None, repr=False)
     scope: str | None = None
+    account: str | None = None  # who signed in, from an OpenID Connect id_token (display only)
 
     @property
     def has_refresh_token(self) -> bool:
@@ -263,7 +264,28 @@ def parse_token_response(body: bytes, status: int, now: float) -> TokenSet:
         scope = scope or None
 
     return TokenSet(access_token=access, token_type="Bearer",
-                    expires_at=expires_at, refresh_token=refresh, scope=scope)
+                    expires_at=expires_at, refresh_token=refresh, scope=scope,
+                    account=_account(data.get("id_token")))
+
+
+def _account(id_token: Any) -> str | None:
+    """Who signed in, for display: ``email``, ``preferred_username`` or ``sub`` of an
+    OpenID Connect ``id_token``. Its signature is not checked: nothing is decided on it."""
+    if not isinstance(id_token, str) or not id_token or len(id_token) > MAX_TOKEN:
+        return None
+    try:
+        import jwt
+
+        claims = jwt.decode(id_token, options={"verify_signature": False, "verify_exp": False, "verify_aud": False})
+    except Exception:  # not a JWT: no account shown
+        return None
+    if not isinstance(claims, dict):
+        return None
+    for key in ("email", "preferred_username", "sub"):
+        text = _clean_text(claims.get(key))
+        if text:
+            return text
+    return None
 
 
 def needs_refresh(tokens: TokenSet, now: float,
@@ -285,6 +307,8 @@ def merge_refreshed(old: TokenSet, new: TokenSet) -> TokenSet:
     the scope is unchanged (RFC 6749 5.1).
     """
     changes: dict = {}
+    if new.account is None and old.account is not None:
+        changes["account"] = old.account
     if new.refresh_token is None:
         changes["refresh_token"] = old.refresh_token
     if new.scope is None:

@@ -273,3 +273,17 @@ def test_merge_after_parse_round_trip():
     assert merged.refresh_token == REFRESH
     assert merged.expires_at == NOW + 3605
     assert not needs_refresh(merged, NOW + 5)
+
+
+def test_the_account_comes_from_an_id_token_and_is_display_only():
+    import jwt
+
+    id_token = jwt.encode({"sub": "u-1", "email": "ada@example.com"}, "k" * 32, algorithm="HS256")
+    body = json.dumps({"access_token": "AT", "token_type": "Bearer", "id_token": id_token}).encode()
+    assert parse_token_response(body, 200, 0.0).account == "ada@example.com"
+    only_sub = jwt.encode({"sub": "u-1\n\x1b[31m"}, "k" * 32, algorithm="HS256")
+    body = json.dumps({"access_token": "AT", "token_type": "Bearer", "id_token": only_sub}).encode()
+    assert parse_token_response(body, 200, 0.0).account == "u-1[31m"  # one printable line
+    for junk in ("not-a-jwt", 42, "x" * 20000):
+        body = json.dumps({"access_token": "AT", "token_type": "Bearer", "id_token": junk}).encode()
+        assert parse_token_response(body, 200, 0.0).account is None
