@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import pykka
 
 from .actors.preparer import Composition
-from .errors import ConfigError, Unavailable
+from .errors import ConfigError, NeedsSignIn, Unavailable
 from .naming import Advertised, advertise
 
 ASK_TIMEOUT = 10.0
@@ -95,11 +95,17 @@ class Mcp:
         handle = self._composition().handles.get(item.server)
         if handle is None:
             raise Unavailable(item.server, "is not part of this session any more")
-        if item.kind == "read_resource":
-            return Record(handle.read_resource(args["uri"]))
-        if item.kind == "get_prompt":
-            return Record(handle.get_prompt(args["name"], args.get("arguments")))
-        return Record(handle.call_tool(item.operation, args))
+        try:
+            if item.kind == "read_resource":
+                return Record(handle.read_resource(args["uri"]))
+            if item.kind == "get_prompt":
+                return Record(handle.get_prompt(args["name"], args.get("arguments")))
+            return Record(handle.call_tool(item.operation, args))
+        except NeedsSignIn as exc:
+            if not exc.step_up:
+                # The session leaves it out after this turn (it joins again once signed in).
+                self._composer.server_needs_sign_in(item.server)
+            raise
 
     # -- internals ---------------------------------------------------------------------------
 

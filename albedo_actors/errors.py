@@ -108,11 +108,12 @@ class SessionExpired(Unavailable):
 class NeedsSignIn(Unavailable):
     """The server asks for an OAuth sign-in (none yet, refused, or more scope): not run."""
 
-    def __init__(self, server: str, why: str = "", method: str | None = None) -> None:
+    def __init__(self, server: str, why: str = "", method: str | None = None, *, step_up: bool = False) -> None:
         what = f"{method} did not run" if method else "nothing was sent"
         reason = f" ({why})" if why else ""
         super().__init__(server, f"needs the user to sign in{reason}; {what}: run `albedo-mcp sign-in {server}`")
         self.why = why
+        self.step_up = step_up  # more scope for this request; the server's other operations still work
 
 
 class TimedOut(ServerError):

@@ -354,7 +354,7 @@ class HttpLink:
             # Whatever its body says: the request did not run, and a sign-in would help.
             reply.close()
             why = "the server asks for a sign-in" if status == 401 else f"the server needs more scope ({challenge.scope or 'unnamed'})"
-            self._channel.fail(pending, NeedsSignIn(self._server, why, pending.method))
+            self._channel.fail(pending, NeedsSignIn(self._server, why, pending.method, step_up=status == 403))
             return
         try:
             value = reply.json()

@@ -144,6 +144,13 @@ class SessionComposer(pykka.ThreadingActor):
             future.set_result(None)
         return future
 
+    def server_needs_sign_in(self, server: str) -> None:
+        """A call found ``server`` needing a sign-in: after this turn the session is
+        prepared again, which leaves it out (with its context line) until signed in."""
+        if server in self._composition.catalogues and server not in self._composition.left_out:
+            logger.info("server %r needs a sign-in; the session refreshes after this turn", server)
+            self._refresh_after_turn()
+
     def take_changes(self) -> bool:
         """True once after a refresh changed what the model sees (append a user turn)."""
         changed, self._changed = self._changed, False

@@ -253,7 +253,7 @@ class ServerAuth:
                 self._update(mark, create=True)
             if attempt >= MAX_AUTHORIZATIONS and self._authorize is not None:
                 why = f"{why}; gave up after {MAX_AUTHORIZATIONS} sign-ins for one request"
-            raise NeedsSignIn(self.server.name, why, method)
+            raise NeedsSignIn(self.server.name, why, method, step_up=keep_tokens)
         if not self._signing_in.acquire(timeout=REFRESH_WAIT_S + 300):
             raise NeedsSignIn(self.server.name, f"{why}; another sign-in is taking too long", method)
         try:

@@ -223,6 +223,30 @@ def test_a_server_needing_a_sign_in_is_left_out_without_a_dial_even_with_a_saved
     assert store.load_catalogue("g") is not None
 
 
+def test_a_server_whose_sign_in_ends_mid_session_is_left_out_after_the_turn(home, store, oauth_server):
+    server = oauth_server()
+    write_config(home, {"good": good_entry(), "g": {"type": "http", "url": server.url}})
+    sign_in(home, store, "g")
+    with Runtime(str(home), store, config=load(str(home))) as runtime:
+        composer, mcp = runtime.composer, runtime.mcp()
+        assert set(runtime.composition().catalogues) == {"good", "g"}
+        assert text_of(mcp.call("g/echo", text="before").as_dict()) == "before"
+        server.expire()
+        server.revoke_refresh()  # the refresh will be refused: the sign-in is over
+        composer.turn_started().get(timeout=ASK)
+        with pytest.raises(NeedsSignIn) as raised:
+            mcp.call("g/echo", text="after")
+        assert "needs the user to sign in" in str(raised.value) and "did not run" in str(raised.value)
+        assert runtime.composition().left_out == {}  # mid-turn: nothing changes yet
+        refreshed = composer.turn_ended().get(timeout=ASK)
+        assert refreshed is not None, "the session was not refreshed after the turn"
+        current = refreshed.result(timeout=SETTLE)
+        assert set(current.catalogues) == {"good"}
+        left_out_for_sign_in(current, "g")
+        assert composer.take_changes().get(timeout=ASK) is True
+        assert text_of(mcp.call("good/echo", text="still").as_dict()) == "still"
+
+
 # -- 4: the settings API ---------------------------------------------------------------------------
 
 
