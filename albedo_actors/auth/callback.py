@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import hmac
 import http.server
+import socket
 import threading
 import time
 from urllib.parse import parse_qs, urlsplit
@@ -260,6 +261,12 @@ class CallbackListener:
             if not self._done.is_set():
                 self._done.set()
         self._stop.set()
+        # Wake the serving thread now rather than at its next poll: shutting the
+        # listening socket down makes its select() return and accept() fail.
+        try:
+            self._server.socket.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         if self._thread is not threading.current_thread():
             self._thread.join(JOIN_TIMEOUT_S)
         self._close_socket()
