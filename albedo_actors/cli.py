@@ -9,7 +9,8 @@
     albedo-mcp servers [--json]
     albedo-mcp add TARGET [--transport http|stdio] [--name NAME] [--disabled]
                [--bearer-token | --bearer-token-env VAR]
-               [--header NAME [--header-env VAR]] [--env KEY ...] [--env-from KEY=VAR ...] [--stdin]
+               [--header NAME [--header-env VAR]] [--env KEY ...] [--env-from KEY=VAR ...]
+               [--oauth-client-id ID [--oauth-client-secret | --oauth-client-secret-env VAR]] [--stdin]
     albedo-mcp edit NAME [--url URL | --command LINE] [the secret options of add]
     albedo-mcp remove NAME | enable NAME | disable NAME
     albedo-mcp sign-in NAME [--timeout S] [--port P] | sign-out NAME
@@ -30,7 +31,8 @@ The admin commands (servers, add, edit, remove, enable, disable) take ``--home``
 change settings only through :mod:`albedo_actors.settings`. Secrets are never taken
 from the command line: each one named by an option is read without echo from the
 terminal, or, when standard input is not a terminal (or ``--stdin`` is given), as one
-line of standard input each, in the order bearer token, header value, env entries;
+line of standard input each, in the order bearer token, header value, env entries,
+OAuth client secret;
 ``--bearer-token-env``, ``--header-env`` and ``--env-from`` read them from the
 script's environment instead. For ``edit`` a blank secret keeps the stored one and
 ``-`` removes it.
@@ -124,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
 
 _SECRETS_HELP = (
     "secrets are never taken from the command line: each is read without echo from the terminal, "
-    "or as one line of standard input (order: bearer token, header value, env entries)"
+    "or as one line of standard input (order: bearer token, header value, env entries, OAuth client secret)"
 )
 
 
@@ -150,6 +152,9 @@ def _admin_parsers(commands: Any) -> None:
         group.add_argument("--header-env", metavar="VAR", help="take the --header value from this variable of your environment")
         group.add_argument("--env", action="append", default=[], metavar="KEY", help="a KEY=value env entry for a stdio server; the value is read like a secret (repeatable)")
         group.add_argument("--env-from", action="append", default=[], metavar="KEY=VAR", help="an env entry whose value is taken from VAR of your environment (repeatable)")
+        group.add_argument("--oauth-client-id", metavar="ID", help="HTTP: an OAuth client registered by hand for signing in ('-' forgets it)")
+        group.add_argument("--oauth-client-secret", action="store_true", help="read that client's secret like a secret")
+        group.add_argument("--oauth-client-secret-env", metavar="VAR", help="take that client's secret from this variable of your environment")
         group.add_argument("--stdin", action="store_true", help="read the secrets from standard input even on a terminal")
 
     servers = admin("servers", "list the configured servers (never a secret)")
@@ -554,7 +559,19 @@ def _read_secrets(args: argparse.Namespace) -> Any:
         if not sep or not key or not variable:
             raise _Usage("--env-from takes KEY=VAR (VAR: a variable of your environment holding the value)")
         env[key] = _from_environment(variable, "--env-from")
-    return SecretInput(bearer_token=bearer, header=header, env=env)
+    oauth_client = None
+    if (args.oauth_client_secret or args.oauth_client_secret_env) and not args.oauth_client_id:
+        raise _Usage("--oauth-client-secret needs --oauth-client-id ID")
+    if args.oauth_client_secret and args.oauth_client_secret_env:
+        raise _Usage("give --oauth-client-secret or --oauth-client-secret-env, not both")
+    if args.oauth_client_id:
+        secret = None
+        if args.oauth_client_secret_env:
+            secret = _from_environment(args.oauth_client_secret_env, "--oauth-client-secret-env")
+        elif args.oauth_client_secret:
+            secret = reader.read(f"secret of OAuth client {args.oauth_client_id}")
+        oauth_client = (args.oauth_client_id, secret)
+    return SecretInput(bearer_token=bearer, header=header, env=env, oauth_client=oauth_client)
 
 
 def _from_environment(variable: str, option: str) -> str:

@@ -84,9 +84,14 @@ class SecretInput:
     bearer_token: str | None = None
     header: tuple[str, str] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    # (client id, client secret or None): an OAuth client registered by hand (HTTP); an id
+    # of "-" forgets it, a secret of "-" forgets the secret only, a blank one keeps it.
+    oauth_client: tuple[str, str | None] | None = None
 
     def __repr__(self) -> str:  # never show a secret, even in a traceback
-        return f"SecretInput(bearer_token={'***' if self.bearer_token else None}, header={self.header[0] if self.header else None}, env={sorted(self.env)})"
+        client = self.oauth_client[0] if self.oauth_client else None
+        return (f"SecretInput(bearer_token={'***' if self.bearer_token else None}, header={self.header[0] if self.header else None}, "
+                f"env={sorted(self.env)}, oauth_client={client})")
 
 
 @dataclass(frozen=True)
@@ -174,10 +179,11 @@ class Settings:
                 raise ConfigError(f"a server named {spec.name!r} exists already in {self.path}; edit or remove it")
             if spec.transport == "http" and secrets.env:
                 raise ConfigError(f"server {spec.name!r}: env entries are for stdio servers")
-            if spec.transport == "stdio" and (secrets.bearer_token or secrets.header):
-                raise ConfigError(f"server {spec.name!r}: a bearer token or header is for HTTP servers")
+            if spec.transport == "stdio" and (secrets.bearer_token or secrets.header or secrets.oauth_client):
+                raise ConfigError(f"server {spec.name!r}: a bearer token, header or OAuth client is for HTTP servers")
             servers[spec.name] = entry
             credentials = _apply(_empty_credentials(), secrets, spec.name)
+            credentials = _apply_oauth_client(credentials, secrets, spec.url, spec.name)
             self._save(spec.name, document, credentials, try_connect=spec.enabled)
         return self._view(spec.name)
 
@@ -205,13 +211,15 @@ class Settings:
             else:
                 if changes.url is not None:
                     raise ConfigError(f"server {name!r} is a stdio server: change its command, not a URL")
-                if secrets.bearer_token or secrets.header:
-                    raise ConfigError(f"server {name!r}: a bearer token or header is for HTTP servers")
+                if secrets.bearer_token or secrets.header or secrets.oauth_client:
+                    raise ConfigError(f"server {name!r}: a bearer token, header or OAuth client is for HTTP servers")
                 if changes.command is not None:
                     entry["command"] = changes.command
                 if changes.args is not None:
                     entry["args"] = list(changes.args)
             credentials = _apply(self.store.get_credentials(name), secrets, name)
+            if kind == "http":
+                credentials = _apply_oauth_client(credentials, secrets, entry.get("url"), name)
             self._save(name, document, credentials, try_connect=entry.get("enabled", True))
         return self._view(name)
 
@@ -508,6 +516,39 @@ def _apply(current: Any, secrets: SecretInput, name: str) -> Any:
         elif key not in env:
             raise ConfigError(f"server {name!r}: env {key} has no stored value to keep; give one")
     return dataclasses.replace(current, bearer_token=bearer, header=header, env=env)
+
+
+def _apply_oauth_client(current: Any, secrets: SecretInput, url: Any, name: str) -> Any:
+    """The credentials with the hand-registered OAuth client of ``secrets`` (if any).
+
+    The client follows the server, not its URL: when the URL changed, the tokens of
+    the old URL are dropped (they are never sent elsewhere) and the client is kept.
+    """
+    if not isinstance(url, str):
+        return current
+    stored = from_credentials(current)
+    record = usable(stored, url)
+    if record is None and stored is not None and stored.configured_client_id:
+        record = OAuthRecord(url=url, state="none", configured_client_id=stored.configured_client_id,
+                             configured_client_secret=stored.configured_client_secret)
+    if secrets.oauth_client is None:
+        return current if record is None or record is usable(stored, url) else dataclasses.replace(current, oauth=record.to_json())
+    client_id, secret = secrets.oauth_client
+    record = record or OAuthRecord(url=url, state="none")
+    if client_id == REMOVE:
+        record = dataclasses.replace(record, configured_client_id=None, configured_client_secret=None)
+    else:
+        if not client_id or len(client_id) > 4096 or any(ch in client_id for ch in "\r\n\0"):
+            raise ConfigError(f"server {name!r}: the OAuth client id must be a non-empty one-line string")
+        kept = record.configured_client_secret if record.configured_client_id == client_id else None
+        if secret == REMOVE:
+            secret = None
+        elif secret:
+            _check_value(secret, "the OAuth client secret", name)
+        else:
+            secret = kept
+        record = dataclasses.replace(record, configured_client_id=client_id, configured_client_secret=secret)
+    return dataclasses.replace(current, oauth=record.to_json())
 
 
 def _check_value(value: str, what: str, name: str) -> None:

@@ -44,6 +44,9 @@ class OAuthRecord:
     resource_metadata: str | None = None
     challenge_scope: str | None = None
     account: str | None = None
+    # a client the user registered by hand and gave through the settings (secrets.oauth_client)
+    configured_client_id: str | None = None
+    configured_client_secret: str | None = field(default=None, repr=False)
     obtained_at: float | None = None  # when the access token was issued to us
     updated_at: float = 0.0
 
@@ -112,7 +115,9 @@ class OAuthRecord:
             "scope": self.scope,
             "step_up": self.step_up,
             "reason": self.reason,
-            "client": None if self.client_id is None else {"kind": self.client_kind, "id": self.client_id, "issuer": self.issuer},
+            "client": ({"kind": self.client_kind, "id": self.client_id, "issuer": self.issuer} if self.client_id is not None
+                       else {"kind": "configured", "id": self.configured_client_id, "issuer": None}
+                       if self.configured_client_id else None),
         }
 
 

@@ -153,12 +153,18 @@ def _registration_method(metadata: AuthServerMetadata) -> str:
 
 def choose_client(http: AuthHttp, store: Any, server: ServerConfig, found: Discovered, redirect_uri: str,
                   environ: Mapping[str, str]) -> Client:
-    """A configured client, else a Client ID Metadata Document, else a kept or new registration."""
+    """A configured client (``extensions.json``, else the settings), else a Client ID
+    Metadata Document, else a kept or new registration."""
     settings = server.oauth or OAuthSettings()
     metadata = found.server
     if settings.client_id:
         secret = _secret(settings, environ, server.name)
         return Client("configured", settings.client_id, secret,
+                      settings.token_endpoint_auth_method or _method_for_secret(metadata, secret))
+    stored = current_record(store, server)
+    if stored is not None and stored.configured_client_id:
+        secret = stored.configured_client_secret
+        return Client("configured", stored.configured_client_id, secret,
                       settings.token_endpoint_auth_method or _method_for_secret(metadata, secret))
     if settings.client_metadata_url and metadata.client_id_metadata_document_supported:
         return Client("metadata_document", settings.client_metadata_url, None, "none")
@@ -508,7 +514,8 @@ def refresh_record(http: AuthHttp, server: ServerConfig, record: OAuthRecord, en
         raise TokenError("the record lacks its token endpoint", error="incomplete_record", transient=False)
     form = tokens.refresh_grant(record.refresh_token, record.client_id, record.resource)
     if record.client_kind == "configured":
-        secret = _secret(server.oauth or OAuthSettings(), environ, server.name)
+        configured = server.oauth is not None and server.oauth.client_id == record.client_id
+        secret = _secret(server.oauth, environ, server.name) if configured else record.configured_client_secret
     else:
         secret = record.client_secret
     client = Client(record.client_kind or "registered", record.client_id, secret, record.auth_method)

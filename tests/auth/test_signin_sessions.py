@@ -493,3 +493,32 @@ def test_cli_sign_in_times_out_with_one_line(home, cli, oauth_server):
     assert "Open this URL to sign in to g:" in run.stdout
     assert server.stats()["token_requests"]["authorization_code"] == 0
     assert servers_json(cli)["g"]["auth"]["state"] == "needs_sign_in"
+
+
+# -- a client registered by hand, given through the settings -----------------------------------------
+
+
+def test_a_client_given_through_the_settings_signs_in_without_registering(home, store, oauth_server, cli):
+    import socket
+
+    with socket.socket() as probe:  # the redirect URI registered with the client needs a fixed port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = oauth_server("--client", f"handmade:handsecret:http://127.0.0.1:{port}/callback")
+    added = cli.run("add", server.url, "--name", "g", "--oauth-client-id", "handmade", "--oauth-client-secret",
+                    stdin="handsecret\n")
+    assert added.returncode == 0, added.stderr
+    assert "handsecret" not in (home / "extensions.json").read_text()
+    assert servers_json(cli)["g"]["auth"]["client"] == {"kind": "configured", "id": "handmade", "issuer": None}
+    record = Settings(str(home), store).begin_sign_in("g", agent=follow_redirect_agent(), port=port, lifetime=10).run()
+    assert (record.client_kind, record.client_id, record.auth_method) == ("configured", "handmade", "client_secret_basic")
+    assert server.stats()["registrations"] == 0
+    server.expire()  # the refresh authenticates with the stored secret too
+    called = cli.run("call", "g/echo", "--args", '{"text": "hi"}')
+    assert called.returncode == 0 and called.stdout.strip() == "hi", called.stderr
+    assert server.stats()["token_requests"]["refresh_token"] == 1
+    shown = cli.run("servers", "--json").stdout + repr(Settings(str(home), store).servers())
+    assert "handsecret" not in shown
+    forgot = cli.run("edit", "g", "--oauth-client-id", "-")
+    assert forgot.returncode == 0, forgot.stderr
+    assert oauth_of(store, "g").get("configured_client_id") is None
