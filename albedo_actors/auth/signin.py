@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 from typing import Any, Callable, Mapping
 
 from ..config import OAuthSettings, ServerConfig
@@ -102,7 +103,10 @@ def discover(http: AuthHttp, server: ServerConfig, challenge: Challenge | None) 
             raise AuthError(name, f"{exc}; no authorization request was made") from None
         break
     if resource is None:
-        raise AuthError(name, "it publishes no OAuth protected resource metadata (RFC 9728), so albedo cannot find where to sign in")
+        if hint is not None:
+            raise AuthError(name, "the protected resource metadata its challenge names could not be read; "
+                                  "no authorization request was made")
+        return _discover_2025_03_26(http, server)
     issuer = resource.authorization_servers[0]
     reason = "no metadata was found"
     for where in discovery.authorization_server_metadata_urls(issuer):
@@ -118,6 +122,33 @@ def discover(http: AuthHttp, server: ServerConfig, challenge: Challenge | None) 
             raise AuthError(name, f"authorization server {issuer[:120]}: {exc}") from None
         return Discovered(resource, metadata)
     raise AuthError(name, f"authorization server {issuer[:120]}: {reason}; no authorization request was made")
+
+
+def _discover_2025_03_26(http: AuthHttp, server: ServerConfig) -> Discovered:
+    """A 2025-03-26 server publishes no resource metadata: its origin is the
+    authorization server (RFC 8414 metadata there, else the default ``/authorize``,
+    ``/token`` and ``/register``). Nothing leaves the MCP server's own origin, and no
+    ``resource`` parameter is sent (that revision has none)."""
+    parts = urlsplit(server.url)
+    origin = f"{parts.scheme.lower()}://{parts.netloc}"
+    reply, doc = _get_json(http, server.name, origin + "/.well-known/oauth-authorization-server")
+    if isinstance(doc, dict):
+        try:
+            metadata = discovery.check_authorization_server_metadata(doc, origin, server.url)
+        except AuthDiscoveryError as exc:
+            raise AuthError(server.name, f"it publishes no OAuth protected resource metadata, and the authorization "
+                                         f"server metadata at its origin is not usable: {exc}") from None
+    elif reply is not None and reply.status == 404:
+        metadata = discovery.AuthServerMetadata(
+            issuer=origin, authorization_endpoint=origin + "/authorize", token_endpoint=origin + "/token",
+            registration_endpoint=origin + "/register", scopes_supported=(), code_challenge_methods_supported=("S256",),
+            token_endpoint_auth_methods_supported=(), authorization_response_iss_parameter_supported=False,
+            client_id_metadata_document_supported=False,
+        )
+    else:
+        raise AuthError(server.name, "it publishes no OAuth protected resource metadata (RFC 9728) nor authorization "
+                                     "server metadata, so albedo cannot find where to sign in")
+    return Discovered(ResourceMetadata("", (origin,), ()), metadata)
 
 
 # -- the client ------------------------------------------------------------------------------
@@ -352,7 +383,7 @@ class SignIn:
                 listener.cancel()
             client = choose_client(http, self.store, self.server, found, listener.redirect_uri, self.environ)
             url = discovery.authorization_url(metadata.authorization_endpoint, client.client_id, listener.redirect_uri,
-                                              pkce.challenge_s256(verifier), state, scope, found.resource.resource)
+                                              pkce.challenge_s256(verifier), state, scope, found.resource.resource or None)
             try:
                 check_authorization_url(url)
             except ValueError as exc:
@@ -381,7 +412,7 @@ class SignIn:
         code = result.get("code")
         if not code:
             raise AuthError(name, "the authorization response carried no code")
-        form = tokens.code_grant(code, listener.redirect_uri, verifier, client.client_id, found.resource.resource)
+        form = tokens.code_grant(code, listener.redirect_uri, verifier, client.client_id, found.resource.resource or None)
         headers, extra = _client_auth(client, metadata.token_endpoint, metadata.issuer, self.server.oauth, self.environ, name)
         form.update(extra)
         if headers:
@@ -392,7 +423,7 @@ class SignIn:
             raise AuthError(name, str(exc)) from None
         base = previous or OAuthRecord(url=self.server.url)
         record = base.replace(
-            url=self.server.url, resource=found.resource.resource, issuer=metadata.issuer,
+            url=self.server.url, resource=found.resource.resource or None, issuer=metadata.issuer,
             token_endpoint=metadata.token_endpoint, client_kind=client.kind, client_id=client.client_id,
             client_secret=client.secret if client.kind == "registered" else None, auth_method=client.method,
             step_up=None, resource_metadata=challenge.resource_metadata if challenge else None,
@@ -460,7 +491,7 @@ def client_credentials_record(http: AuthHttp, server: ServerConfig, found: Disco
     metadata = found.server
     scope = _scope_for_credentials(server, found, challenge, previous)
     base = (previous or OAuthRecord(url=server.url)).replace(
-        url=server.url, resource=found.resource.resource, issuer=metadata.issuer, token_endpoint=metadata.token_endpoint,
+        url=server.url, resource=found.resource.resource or None, issuer=metadata.issuer, token_endpoint=metadata.token_endpoint,
         client_kind="client_credentials", client_id=server.oauth.client_id, client_secret=None,
         auth_method=_credentials_method(server.oauth, metadata), step_up=None, requested_scope=scope,
         resource_metadata=challenge.resource_metadata if challenge else None,
@@ -482,7 +513,7 @@ def _credentials_grant(http: AuthHttp, server: ServerConfig, record: OAuthRecord
     settings = server.oauth
     secret = _secret(settings, environ, server.name) if record.auth_method != "private_key_jwt" else None
     client = Client("client_credentials", settings.client_id, secret, record.auth_method)
-    form = {"grant_type": "client_credentials", "resource": record.resource}
+    form = {"grant_type": "client_credentials", **({"resource": record.resource} if record.resource else {})}
     if record.requested_scope:
         form["scope"] = record.requested_scope
     headers, extra = _client_auth(client, record.token_endpoint, record.issuer, settings, environ, server.name)
@@ -510,7 +541,7 @@ def refresh_record(http: AuthHttp, server: ServerConfig, record: OAuthRecord, en
         return record.with_tokens(granted)
     if not record.refresh_token:
         raise TokenError("there is no refresh token", error="no_refresh_token", transient=False)
-    if not (record.token_endpoint and record.resource and record.client_id):
+    if not (record.token_endpoint and record.client_id):
         raise TokenError("the record lacks its token endpoint", error="incomplete_record", transient=False)
     form = tokens.refresh_grant(record.refresh_token, record.client_id, record.resource)
     if record.client_kind == "configured":

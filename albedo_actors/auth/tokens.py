@@ -91,12 +91,13 @@ def _need(name: str, value: Any) -> str:
 
 
 def code_grant(code: str, redirect_uri: str, verifier: str, client_id: str,
-               resource: str) -> dict:
+               resource: str | None) -> dict:
     """Form fields of the authorization code token request.
 
     RFC 6749 4.1.3 (``grant_type``, ``code``, ``redirect_uri``,
     ``client_id``), RFC 7636 4.5 (``code_verifier``), RFC 8707 2
-    (``resource``: the canonical MCP server URI).
+    (``resource``: the canonical MCP server URI; left out only for a
+    2025-03-26 server, which publishes no resource metadata).
     """
     return {
         "grant_type": "authorization_code",
@@ -104,11 +105,11 @@ def code_grant(code: str, redirect_uri: str, verifier: str, client_id: str,
         "redirect_uri": _need("redirect_uri", redirect_uri),
         "code_verifier": _need("code_verifier", verifier),
         "client_id": _need("client_id", client_id),
-        "resource": _need("resource", resource),
+        **({"resource": resource} if resource else {}),
     }
 
 
-def refresh_grant(refresh_token: str, client_id: str, resource: str,
+def refresh_grant(refresh_token: str, client_id: str, resource: str | None,
                   scope: str | None = None) -> dict:
     """Form fields of a refresh request (RFC 6749 6, RFC 8707 2).
 
@@ -119,7 +120,7 @@ def refresh_grant(refresh_token: str, client_id: str, resource: str,
         "grant_type": "refresh_token",
         "refresh_token": _need("refresh_token", refresh_token),
         "client_id": _need("client_id", client_id),
-        "resource": _need("resource", resource),
+        **({"resource": resource} if resource else {}),
     }
     if scope:
         form["scope"] = scope

@@ -382,7 +382,7 @@ def test_bad_token_answer_stores_nothing(fault, store, mode, why):
 
 
 @pytest.mark.parametrize("endpoint, why", [
-    ("prm", "no OAuth protected resource metadata"),
+    ("prm", "the protected resource metadata its challenge names could not be read"),
     ("as_metadata", "no metadata was found"),
     ("register", "client registration was refused (HTTP 307)"),
     ("token", "HTTP 307"),
@@ -550,3 +550,25 @@ def test_configured_bearer_refused_at_connect_says_the_credentials_were_refused(
     with pytest.raises(HttpRefused) as caught:
         handle.connect(timeout=30)
     assert_one_line(caught.value, "refused the configured credentials")
+
+
+# -- a 2025-03-26 server: no resource metadata, its origin is the authorization server ------------
+
+
+def test_a_server_without_resource_metadata_signs_in_at_its_own_origin(fault, store):
+    server = fault(no_prm=True)
+    record = sign_in(server, store)
+    assert record.state == "signed_in" and record.issuer == server.base and record.resource is None
+    token = server.matching("/token")[0]
+    authorize = server.matching("/authorize")[0]
+    assert "resource" not in authorize.query and b"resource=" not in token.body  # that revision has no resource parameter
+    assert store.get_credentials(OTHER) == OTHER_CREDENTIALS
+
+
+def test_a_server_without_resource_metadata_whose_origin_names_another_issuer_is_refused(fault, store):
+    server = fault(no_prm=True, as_issuer="https://evil.example")
+    with pytest.raises(AuthError) as caught:
+        sign_in(server, store)
+    assert_one_line(caught.value, "not usable")
+    assert server.hits("/register") == 0 and server.hits("/authorize") == 0 and server.hits("/token") == 0
+    assert_no_token_stored(store)

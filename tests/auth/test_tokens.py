@@ -45,8 +45,9 @@ def test_code_grant_fields():
     }
     with pytest.raises(ValueError):
         code_grant("", "http://127.0.0.1/cb", "v" * 43, "cid", RESOURCE)
-    with pytest.raises(ValueError):
-        code_grant("c", "http://127.0.0.1/cb", "v" * 43, "cid", None)
+    # A 2025-03-26 server has no resource metadata: no resource parameter at all.
+    assert "resource" not in code_grant("c", "http://127.0.0.1/cb", "v" * 43, "cid", None)
+    assert "resource" not in refresh_grant(REFRESH, "cid", None)
 
 
 def test_refresh_grant_fields():

@@ -169,7 +169,8 @@ class FaultAuthServer:
                  as_issuer: str | None = None, iss_supported: bool = True, iss: str = "issuer",
                  authorization_endpoint: str | None = None, register: str = "ok", token: str = "ok",
                  redirects: dict | None = None, challenge_scope: str = "mcp admin",
-                 authorize_error: str | None = None, error_description: str | None = None) -> None:
+                 authorize_error: str | None = None, error_description: str | None = None,
+                 no_prm: bool = False) -> None:
         if mcp not in MCP_MODES or register not in REGISTER_MODES or token not in TOKEN_MODES:
             raise ValueError("unknown mode")
         if any(key not in REDIRECTABLE for key in (redirects or {})):
@@ -187,6 +188,7 @@ class FaultAuthServer:
         self.challenge_scope = challenge_scope
         self.authorize_error = authorize_error
         self.error_description = error_description
+        self.no_prm = no_prm  # a 2025-03-26 server: no resource metadata, none named in the challenge
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
         self._clients: dict[str, list[str]] = {}
@@ -267,6 +269,8 @@ class FaultAuthServer:
             "/token": self._token,
         }
         route = routes.get(r.path)
+        if self.no_prm and r.path.startswith("/.well-known/oauth-protected-resource"):
+            route = None
         if route is None:
             h.send(404, b"not found\n", "text/plain")
             return
@@ -282,12 +286,13 @@ class FaultAuthServer:
     # -- the MCP endpoint --------------------------------------------------------------------
 
     def _challenge(self, error: str | None = None, scope: str | None = None) -> str:
-        value = f'Bearer resource_metadata="{self.base}/.well-known/oauth-protected-resource/mcp"'
-        if error:
-            value += f', error="{error}"'
+        value = "Bearer" if self.no_prm else f'Bearer resource_metadata="{self.base}/.well-known/oauth-protected-resource/mcp"'
+        params = [f'error="{error}"'] if error else []
         if scope:
-            value += f', scope="{scope}"'
-        return value
+            params.append(f'scope="{scope}"')
+        if self.no_prm:
+            return value + (" " + ", ".join(params) if params else "")
+        return value + "".join(f", {p}" for p in params)
 
     def _unauthorized(self, h: _Handler, r: RecordedRequest, sent: bool) -> None:
         headers = {"WWW-Authenticate": self._challenge("invalid_token" if sent else None)}
