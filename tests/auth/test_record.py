@@ -59,3 +59,30 @@ def test_an_unreadable_record_is_none_and_an_unknown_state_needs_a_sign_in():
     assert from_credentials(Credentials(oauth={"url": URL, "state": "bogus"})).state == "needs_sign_in"
     assert from_credentials(Credentials(oauth={"url": URL, "access_token": 5})) is None
     assert from_credentials(Credentials(oauth={"url": URL, "expires_at": "soon"})) is None
+
+
+def test_a_client_given_to_the_settings_follows_the_server_to_a_new_url_and_its_tokens_do_not(tmp_path):
+    import dataclasses
+
+    from albedo_actors.settings import SecretInput, ServerChanges, ServerSpec, Settings
+    from albedo_actors.store import open_store
+
+    store = open_store(str(tmp_path))
+    try:
+        settings = Settings(str(tmp_path), store)
+        settings.add(ServerSpec(name="g", url=URL, enabled=False), SecretInput(oauth_client=("hand", "s3cret")))
+        store.update_credentials("g", lambda c: dataclasses.replace(c, oauth=from_credentials(c).with_tokens(
+            TokenSet(access_token="AT-secret", refresh_token="RT-secret")).to_json()))
+        view = settings.edit("g", ServerChanges(url="https://moved.example.com/mcp"))
+        record = from_credentials(store.get_credentials("g"))
+        assert record.url == "https://moved.example.com/mcp"
+        assert (record.configured_client_id, record.configured_client_secret) == ("hand", "s3cret")
+        assert record.access_token is None and record.refresh_token is None
+        assert view.auth["client"] == {"kind": "configured", "id": "hand", "issuer": None}
+        assert "s3cret" not in repr(view) and "s3cret" not in str(view.as_json())
+        settings.edit("g", secrets=SecretInput(oauth_client=("hand", "-")))
+        assert from_credentials(store.get_credentials("g")).configured_client_secret is None
+        settings.edit("g", secrets=SecretInput(oauth_client=("-", None)))
+        assert from_credentials(store.get_credentials("g")).configured_client_id is None
+    finally:
+        store.close()
