@@ -61,6 +61,7 @@ import logging
 import os
 import shlex
 import sys
+import time
 from typing import Any, Iterator, Sequence
 
 from . import __version__
@@ -394,9 +395,7 @@ def _auth_text(auth: Any) -> str:
     if state == "signed_in" and auth.get("account"):
         parts.append(f"as {auth['account']}")
     if state == "signed_in" and auth.get("expires_at"):
-        import time as _time
-
-        parts.append("expires " + _time.strftime("%Y-%m-%d %H:%M:%S UTC", _time.gmtime(auth["expires_at"])))
+        parts.append("expires " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(auth["expires_at"])))
     if auth.get("scope"):
         parts.append(f"scope {auth['scope']}")
     if auth.get("step_up"):

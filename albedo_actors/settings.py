@@ -528,11 +528,12 @@ def _apply_oauth_client(current: Any, secrets: SecretInput, url: Any, name: str)
         return current
     stored = from_credentials(current)
     record = usable(stored, url)
-    if record is None and stored is not None and stored.configured_client_id:
+    moved = record is None and stored is not None and stored.configured_client_id is not None
+    if moved:
         record = OAuthRecord(url=url, state="none", configured_client_id=stored.configured_client_id,
                              configured_client_secret=stored.configured_client_secret)
     if secrets.oauth_client is None:
-        return current if record is None or record is usable(stored, url) else dataclasses.replace(current, oauth=record.to_json())
+        return dataclasses.replace(current, oauth=record.to_json()) if moved else current
     client_id, secret = secrets.oauth_client
     record = record or OAuthRecord(url=url, state="none")
     if client_id == REMOVE:

@@ -361,6 +361,29 @@ def leftover_processes(before: set[int], processes: Callable[[], set[int]], wait
     return leftover
 
 
+def report_leftovers(before: set[int], processes: Callable[[], set[int]],
+                     threads_before: set[threading.Thread] | None = None, wait: float = 3.0) -> int:
+    """Print what the run left behind (server processes; threads when ``threads_before``
+    is given), waiting up to ``wait`` s for each to go; the exit status (1 if anything)."""
+    status = 0
+    leftover = leftover_processes(before, processes, wait)
+    if leftover:
+        print(f"LEFTOVER server processes: {sorted(leftover)}")
+        status = 1
+    if threads_before is not None:
+        deadline = time.monotonic() + wait
+        threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+        while threads and time.monotonic() < deadline:
+            time.sleep(0.1)
+            threads = [t for t in threads if t.is_alive()]
+        if threads:
+            print(f"LEFTOVER threads: {', '.join(sorted(t.name for t in threads))}")
+            status = 1
+    if not status:
+        print("leftover processes: none" + ("; leftover threads: none" if threads_before is not None else ""))
+    return status
+
+
 # -- options ------------------------------------------------------------------------------
 
 

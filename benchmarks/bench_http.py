@@ -287,15 +287,6 @@ def _server_processes() -> set[int]:
     return _common.processes_running(SERVER)
 
 
-def _leftover_threads(before: set[threading.Thread], wait: float = 3.0) -> list[threading.Thread]:
-    deadline = time.monotonic() + wait
-    while True:
-        left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.1)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     _common.add_options(parser, DEFAULTS)
@@ -332,18 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         connect_note="client start to tools/list answered",
     )
 
-    status = 0
-    leftover = _common.leftover_processes(before, _server_processes)
-    threads = _leftover_threads(threads_before)
-    if leftover:
-        print(f"LEFTOVER server processes: {sorted(leftover)}")
-        status = 1
-    if threads:
-        print(f"LEFTOVER threads: {', '.join(sorted(t.name for t in threads))}")
-        status = 1
-    if not status:
-        print("leftover processes: none; leftover threads: none")
-    return status
+    return _common.report_leftovers(before, _server_processes, threads_before)
 
 
 if __name__ == "__main__":

@@ -552,15 +552,6 @@ def report(run: Run, opts: argparse.Namespace, elapsed: float) -> None:
 # -- main --------------------------------------------------------------------------------------------------
 
 
-def _leftover_threads(before: set[threading.Thread], wait: float = 3.0) -> list[threading.Thread]:
-    deadline = time.monotonic() + wait
-    while True:
-        left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.1)
-
-
 def _own_servers() -> set[int]:
     """Live oauth_server.py processes started by this process (other runs may have theirs)."""
     mine = set()
@@ -605,18 +596,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(top, ignore_errors=True)
     report(run, opts, time.perf_counter() - started)
 
-    status = 0
-    leftover = _common.leftover_processes(before, _own_servers)
-    threads = _leftover_threads(threads_before)
-    if leftover:
-        print(f"LEFTOVER server processes: {sorted(leftover)}")
-        status = 1
-    if threads:
-        print(f"LEFTOVER threads: {', '.join(sorted(t.name for t in threads))}")
-        status = 1
-    if not status:
-        print("leftover processes: none; leftover threads: none")
-    return status
+    return _common.report_leftovers(before, _own_servers, threads_before)
 
 
 def _wait_ready(server: OAuthServer, timeout: float = 30.0) -> None:

@@ -229,12 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     report(figs, opts, elapsed)
 
-    leftover = _common.leftover_processes(before, _server_processes)
-    if leftover:
-        print(f"LEFTOVER server processes: {sorted(leftover)}")
-        return 1
-    print("leftover processes: none")
-    return 0
+    return _common.report_leftovers(before, _server_processes)
 
 
 if __name__ == "__main__":

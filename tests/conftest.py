@@ -3,9 +3,17 @@
 The checks themselves are in _leaks.py. A leak makes the test fail (reported
 by pytest as an error at teardown) and is cleaned up so later tests start
 clean. Whatever broader-scoped fixtures leave behind is caught at session end.
+
+``backend`` gives a test SQLite and PostgreSQL in turn. PostgreSQL comes from
+$ALBEDO_TEST_POSTGRES_URL (scripts/test starts a throwaway cluster and sets
+it); run directly, one throwaway cluster is started for the session. Under
+CI=true a missing PostgreSQL fails the tests. Each test gets a fresh database.
 """
 
 import os
+import sys
+import urllib.parse
+import uuid
 
 import pytest
 
@@ -60,3 +68,56 @@ def clients(tmp_path):
     started = Clients(str(tmp_path))
     yield started
     started.stop_all()
+
+
+@pytest.fixture(scope="session")
+def pg_server_url():
+    url = os.environ.get("ALBEDO_TEST_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    # Imported here: test_leak_fixture.py runs a copy of this file where tests/store is not.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "store"))
+    import pgcluster  # tests/store/pgcluster.py
+
+    bindir = pgcluster.find_bin()
+    if bindir is None:
+        pytest.fail("no PostgreSQL: set $ALBEDO_TEST_POSTGRES_URL or install Debian's postgresql "
+                    "(scripts/test does both)", pytrace=False)
+    cluster = pgcluster.Cluster(bindir)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+def _with_db(url: str, dbname: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request, tmp_path, pg_server_url):
+    """(kind, home, url): where a store of this test lives; url None means SQLite in home.
+
+    ``pg_server_url`` is asked for even on SQLite, so that a cluster started here is
+    up before the leak check's first snapshot (it is session-wide, not the test's).
+    """
+    home = str(tmp_path / "home")
+    if request.param == "sqlite":
+        yield "sqlite", home, None
+        return
+    import psycopg2
+
+    server = pg_server_url
+    name = "albedo_t_" + uuid.uuid4().hex[:16]
+    admin = psycopg2.connect(server, connect_timeout=10)
+    admin.autocommit = True
+    try:
+        with admin.cursor() as cur:
+            cur.execute(f'CREATE DATABASE "{name}"')
+        yield "postgresql", home, _with_db(server, name)
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()

@@ -91,40 +91,74 @@ class Clients:
             handle.stop()
 
 
-class OAuthServer:
-    """``tests/servers/oauth_server.py`` (a real authorization server + protected MCP
-    server) with ``flags``, on a free port of 127.0.0.1. ``start()`` returns the MCP URL."""
+class _ServerProcess:
+    """A test server run as ``command()``: it prints its URL as the first line of stdout
+    once its port is bound. ``start()`` returns that URL (within START_TIMEOUT);
+    ``stop()`` terminates the process and waits for it (SIGKILL after STOP_TIMEOUT)."""
 
     START_TIMEOUT = 30.0
     STOP_TIMEOUT = 10.0
+    WHAT = "the server"
 
-    def __init__(self, *flags: str) -> None:
-        self.flags = flags
+    def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
-    @property
-    def base(self) -> str:
-        return self.url.rsplit("/mcp", 1)[0]
+    def command(self) -> list[str]:
+        raise NotImplementedError
 
     def start(self) -> str:
-        self.proc = subprocess.Popen([sys.executable, OAUTH_SERVER, "--port", "0", *self.flags],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
         deadline = time.monotonic() + self.START_TIMEOUT
         line = b""
         try:
             while not line.endswith(b"\n"):
                 if not select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                    raise RuntimeError(f"the OAuth server printed no URL within {self.START_TIMEOUT:g} s")
+                    raise RuntimeError(f"{self.WHAT} printed no URL within {self.START_TIMEOUT:g} s")
                 chunk = os.read(self.proc.stdout.fileno(), 4096)
                 if not chunk:
-                    raise RuntimeError(f"the OAuth server exited (status {self.proc.wait()}) before printing its URL")
+                    raise RuntimeError(f"{self.WHAT} exited (status {self.proc.wait()}) before printing its URL")
                 line += chunk
         except BaseException:
             self.stop()
             raise
         self.url = line.split(b"\n", 1)[0].decode().strip()
         return self.url
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()  # uvicorn shuts down gracefully on SIGTERM
+            try:
+                proc.wait(self.STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        proc.stdout.close()
+
+
+class OAuthServer(_ServerProcess):
+    """``tests/servers/oauth_server.py`` (a real authorization server + protected MCP
+    server) with ``flags``, on a free port of 127.0.0.1. ``start()`` returns the MCP URL."""
+
+    WHAT = "the OAuth server"
+
+    def __init__(self, *flags: str) -> None:
+        super().__init__()
+        self.flags = flags
+
+    def command(self) -> list[str]:
+        return [sys.executable, OAUTH_SERVER, "--port", "0", *self.flags]
+
+    @property
+    def base(self) -> str:
+        return self.url.rsplit("/mcp", 1)[0]
 
     def stats(self) -> dict:
         import requests
@@ -143,21 +177,8 @@ class OAuthServer:
 
         requests.post(self.base + "/admin/revoke-refresh", timeout=10).raise_for_status()
 
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(self.STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        proc.stdout.close()
 
-
-class SdkHttpServer:
+class SdkHttpServer(_ServerProcess):
     """``tests/servers/sdk_server.py http`` with ``flags`` on a free port of 127.0.0.1.
 
     Every HTTP request it answers is appended to ``record`` (see the server's
@@ -166,50 +187,15 @@ class SdkHttpServer:
     backlog); ``stop()`` terminates the process and waits for it.
     """
 
-    START_TIMEOUT = 30.0
-    STOP_TIMEOUT = 10.0
+    WHAT = "the SDK server"
 
     def __init__(self, *flags: str, record: str) -> None:
+        super().__init__()
         self.flags = flags
         self.record = record
-        self.proc: subprocess.Popen | None = None
-        self.url = ""
 
-    def start(self) -> str:
-        args = [sys.executable, SDK_SERVER, "http", "--port", "0", "--record", self.record, *self.flags]
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
-        deadline = time.monotonic() + self.START_TIMEOUT
-        line = b""
-        try:
-            while not line.endswith(b"\n"):
-                if not select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                    raise RuntimeError(f"the SDK server printed no URL within {self.START_TIMEOUT:g} s")
-                chunk = os.read(self.proc.stdout.fileno(), 4096)
-                if not chunk:
-                    raise RuntimeError(f"the SDK server exited (status {self.proc.wait()}) before printing its URL")
-                line += chunk
-        except BaseException:
-            self.stop()
-            raise
-        self.url = line.split(b"\n", 1)[0].decode().strip()
-        return self.url
+    def command(self) -> list[str]:
+        return [sys.executable, SDK_SERVER, "http", "--port", "0", "--record", self.record, *self.flags]
 
     def records(self) -> list[dict]:
         return read_record(self.record) if os.path.exists(self.record) else []
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()  # uvicorn shuts down gracefully on SIGTERM
-            try:
-                proc.wait(self.STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        proc.stdout.close()

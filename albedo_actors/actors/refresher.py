@@ -23,7 +23,9 @@ what to do after a 401, and after a 403 ``insufficient_scope``.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
+import os
 import threading
 import time
 from typing import Any, Callable, Mapping
@@ -51,20 +53,12 @@ class RefreshDeferred(NeedsSignIn):
     """A refresh that could not be done for now (5xx, timeout): the tokens are kept."""
 
 
-def _write(store: Any, credentials: Any, put: Callable[[Any], None], record: OAuthRecord) -> None:
-    import dataclasses
-
-    put(dataclasses.replace(credentials, oauth=record.to_json()))
-
-
 class TokenRefresher(pykka.ThreadingActor):
     """Single-flight refreshes per server name; see the module docstring."""
 
     def __init__(self, store: Any, environ: Mapping[str, str] | None = None,
                  http_factory: Callable[[ServerConfig], AuthHttp] | None = None) -> None:
         super().__init__()
-        import os
-
         self._store = store
         self._environ = dict(os.environ) if environ is None else dict(environ)
         self._http_factory = http_factory or (lambda server: AuthHttp(verify=server.ca_file or True))
@@ -121,11 +115,12 @@ class TokenRefresher(pykka.ThreadingActor):
         return super().on_receive(message)
 
 
+@dataclasses.dataclass(frozen=True)
 class _Finished:
-    __slots__ = ("name", "future", "thread", "requested")
-
-    def __init__(self, name: str, future: concurrent.futures.Future, thread: threading.Thread, requested: bool) -> None:
-        self.name, self.future, self.thread, self.requested = name, future, thread, requested
+    name: str
+    future: concurrent.futures.Future
+    thread: threading.Thread
+    requested: bool
 
 
 def refresh_held(store: Any, server: ServerConfig, seen: str | None, environ: Mapping[str, str],
@@ -149,7 +144,7 @@ def refresh_held(store: Any, server: ServerConfig, seen: str | None, environ: Ma
                 log.warning("server %r: the authorization server refused the refresh (%s); it needs a sign-in", server.name,
                             exc.error)
                 fresh = record.signed_out("needs_sign_in", f"the refresh was refused ({exc.error})")
-        _write(store, credentials, put, fresh)
+        put(dataclasses.replace(credentials, oauth=fresh.to_json()))
         return fresh, True
 
 
@@ -310,8 +305,6 @@ class ServerAuth:
         url = self.server.url
 
         def apply(credentials: Any) -> Any:
-            import dataclasses
-
             record = usable(from_credentials(credentials), url)
             if record is None:
                 if not create:

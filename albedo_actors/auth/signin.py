@@ -13,7 +13,6 @@ line saying what went wrong; no token, secret or code ever appears in a message.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import threading
 import time
@@ -32,8 +31,6 @@ from .http import AuthHttp, AuthHttpError, AuthReply
 from .record import OAuthRecord, from_credentials, usable
 from .registration import ClientRegistration, RegistrationError
 from .tokens import TokenError, TokenSet
-
-log = logging.getLogger(__name__)
 
 CLIENT_NAME = "albedo_actors"
 JWT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
@@ -227,16 +224,22 @@ def choose_client(http: AuthHttp, store: Any, server: ServerConfig, found: Disco
     return Client("registered", client.client_id, client.client_secret, client.token_endpoint_auth_method)
 
 
-def _client_auth(client: Client, token_endpoint: str, issuer: str, settings: OAuthSettings | None,
-                 environ: Mapping[str, str], name: str) -> tuple[dict, dict]:
+def _authenticate(form: dict, client: Client, token_endpoint: str, issuer: str | None, settings: OAuthSettings | None,
+                  environ: Mapping[str, str], name: str) -> dict:
+    """Add the client's authentication to a token request ``form``; the headers to send."""
     if client.method == "private_key_jwt":
         # RFC 7523 3: the audience identifies the authorization server: its issuer.
-        return {}, {"client_id": client.client_id, "client_assertion_type": JWT_ASSERTION_TYPE,
-                    "client_assertion": _assertion(client.client_id, issuer or token_endpoint, settings, environ, name)}
+        form.update({"client_id": client.client_id, "client_assertion_type": JWT_ASSERTION_TYPE,
+                     "client_assertion": _assertion(client.client_id, issuer or token_endpoint, settings, environ, name)})
+        return {}
     try:
-        return tokens.client_auth(client.client_id, client.secret, client.method)
+        headers, extra = tokens.client_auth(client.client_id, client.secret, client.method)
     except ValueError as exc:
         raise AuthError(name, str(exc)) from None
+    form.update(extra)
+    if headers:
+        form.pop("client_id", None)  # HTTP Basic names the client (RFC 6749 2.3.1)
+    return headers
 
 
 def _assertion(client_id: str, audience: str, settings: OAuthSettings | None, environ: Mapping[str, str], name: str) -> str:
@@ -413,10 +416,7 @@ class SignIn:
         if not code:
             raise AuthError(name, "the authorization response carried no code")
         form = tokens.code_grant(code, listener.redirect_uri, verifier, client.client_id, found.resource.resource or None)
-        headers, extra = _client_auth(client, metadata.token_endpoint, metadata.issuer, self.server.oauth, self.environ, name)
-        form.update(extra)
-        if headers:
-            form.pop("client_id", None)  # HTTP Basic names the client (RFC 6749 2.3.1)
+        headers = _authenticate(form, client, metadata.token_endpoint, metadata.issuer, self.server.oauth, self.environ, name)
         try:
             granted = _token_request(http, name, metadata.token_endpoint, form, headers)
         except TokenError as exc:
@@ -516,8 +516,7 @@ def _credentials_grant(http: AuthHttp, server: ServerConfig, record: OAuthRecord
     form = {"grant_type": "client_credentials", **({"resource": record.resource} if record.resource else {})}
     if record.requested_scope:
         form["scope"] = record.requested_scope
-    headers, extra = _client_auth(client, record.token_endpoint, record.issuer, settings, environ, server.name)
-    form.update(extra)
+    headers = _authenticate(form, client, record.token_endpoint, record.issuer, settings, environ, server.name)
     try:
         return _token_request(http, server.name, record.token_endpoint, form, headers)
     except TokenError as exc:
@@ -550,10 +549,7 @@ def refresh_record(http: AuthHttp, server: ServerConfig, record: OAuthRecord, en
     else:
         secret = record.client_secret
     client = Client(record.client_kind or "registered", record.client_id, secret, record.auth_method)
-    headers, extra = _client_auth(client, record.token_endpoint, record.issuer or "", server.oauth, environ, server.name)
-    form.update(extra)
-    if headers:
-        form.pop("client_id", None)
+    headers = _authenticate(form, client, record.token_endpoint, record.issuer, server.oauth, environ, server.name)
     granted = _token_request(http, server.name, record.token_endpoint, form, headers)
     merged = tokens.merge_refreshed(record.tokens or granted, granted)
     return record.with_tokens(merged)

@@ -153,18 +153,11 @@ class Store:
         Raises:
             StoreError: the database failed.
         """
-        with self._op(f"updating the credentials of {server!r}"), self._write():
-            # Make sure there is a row to lock (FOR UPDATE locks nothing that is not there).
-            CredentialRow.insert(server=server, env="{}", updated_at=time.time()) \
-                .on_conflict_ignore().execute(self._db)
-            query = CredentialRow.select().where(CredentialRow.server == server)
-            if self._pg:
-                query = query.for_update()
-            old = _credentials(query.first(self._db))
+        with self.holding_credentials(server) as (old, put):
             new = fn(old)
             if not isinstance(new, Credentials):
                 raise TypeError("update_credentials: fn must return Credentials")
-            self._upsert_credentials(server, new)
+            put(new)
             return new
 
     @contextlib.contextmanager
@@ -180,7 +173,8 @@ class Store:
         Raises:
             StoreError: the database failed or the lock was not had in time.
         """
-        with self._op(f"holding the credentials of {server!r}"), self._write():
+        with self._op(f"updating the credentials of {server!r}"), self._write():
+            # Make sure there is a row to lock (FOR UPDATE locks nothing that is not there).
             CredentialRow.insert(server=server, env="{}", updated_at=time.time()) \
                 .on_conflict_ignore().execute(self._db)
             query = CredentialRow.select().where(CredentialRow.server == server)

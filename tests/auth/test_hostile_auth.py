@@ -25,7 +25,8 @@ from albedo_actors.config import ServerConfig
 from albedo_actors.errors import AuthError, HttpRefused, NeedsSignIn, Unavailable
 from albedo_actors.store import open_store
 from albedo_actors.store.records import Credentials
-from servers.fault_auth_server import CanaryServer, FaultAuthServer
+from servers.fault_auth_server import FaultAuthServer
+from servers.fault_http_server import CanaryServer
 
 NAME = "hostile"
 OTHER = "bystander"

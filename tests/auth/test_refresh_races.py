@@ -24,8 +24,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
-import uuid
 
 import pytest
 import requests
@@ -43,63 +41,11 @@ from helpers import text_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "refresh_worker.py")
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "store"))
-
-import pgcluster  # noqa: E402  (tests/store/pgcluster.py, as tests/store/conftest.py uses it)
-
 NAME = "guarded"
 WAIT_S = 60.0  # the bound on every wait of these tests
 
 
 # --- fixtures ------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def refresh_pg_server_url():
-    """PostgreSQL for the process races: $ALBEDO_TEST_POSTGRES_URL, else a throwaway cluster
-    (mirrors ``pg_server_url`` of tests/store/conftest.py, which is not visible here)."""
-    url = os.environ.get("ALBEDO_TEST_POSTGRES_URL")
-    if url:
-        yield url
-        return
-    bindir = pgcluster.find_bin()
-    if bindir is None:
-        pytest.fail("no PostgreSQL: set $ALBEDO_TEST_POSTGRES_URL or install Debian's postgresql "
-                    "(scripts/test does both)", pytrace=False)
-    cluster = pgcluster.Cluster(bindir)
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request, tmp_path, refresh_pg_server_url):
-    """(kind, home, url) of a fresh database, as tests/store/conftest.py's ``backend``.
-
-    The PostgreSQL server is asked for on SQLite too, so that a cluster started here is
-    up before the leak check's first snapshot.
-    """
-    home = str(tmp_path / "home")
-    if request.param == "sqlite":
-        yield "sqlite", home, None
-        return
-    import psycopg2
-
-    server = refresh_pg_server_url
-    name = "albedo_r_" + uuid.uuid4().hex[:16]
-    admin = psycopg2.connect(server, connect_timeout=10)
-    admin.autocommit = True
-    try:
-        with admin.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')
-        parts = urllib.parse.urlsplit(server)
-        yield "postgresql", home, urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query,
-                                                           parts.fragment))
-    finally:
-        with admin.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
 
 
 @pytest.fixture

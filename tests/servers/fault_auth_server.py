@@ -10,8 +10,8 @@ free port, served from a thread of the test process::
     server.requests                               # every request (RecordedRequest)
     server.stop()                                 # closes the socket, joins every thread
 
-It is also a context manager. ``CanaryServer`` is a listener that only records what
-reaches it (and answers 200): point a redirect at it to prove nothing is followed.
+It is also a context manager. To prove a redirect is not followed, point it at
+``fault_http_server.CanaryServer``, which only records what reaches it.
 
 Normal behaviour (every mode off)
 ---------------------------------
@@ -477,43 +477,3 @@ class FaultAuthServer:
             h.send_json(200, {**answer, "token_type": "mac"})
         elif mode == "newline":
             h.send_json(200, {**answer, "access_token": access + "\r\nX-Injected: 1"})
-
-
-class CanaryServer:
-    """Records every request that reaches it and answers 200 ``{}``; start()/stop()/url."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._requests: list[RecordedRequest] = []
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self.url = ""
-
-    def start(self) -> str:
-        self._server = _Server(("127.0.0.1", 0), self)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/canary"
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fault-auth-canary", daemon=True)
-        self._thread.start()
-        return self.url
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(JOIN_TIMEOUT_S)
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self._requests)
-
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self._requests.append(request)
-
-    def _handle(self, h: _Handler, r: RecordedRequest) -> None:
-        h.send_json(200, {})
