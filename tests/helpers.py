@@ -21,7 +21,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FAULT_SERVER = os.path.join(HERE, "servers", "fault_server.py")
 SDK_SERVER = os.path.join(HERE, "servers", "sdk_server.py")
 OAUTH_SERVER = os.path.join(HERE, "servers", "oauth_server.py")
-SPEC_DIR = os.environ.get("ALBEDO_SPEC_DIR", os.path.join(HERE, "..", "..", "shared", "spec"))
+# The official schemas of both eras, copied into the repository (origin and licence: spec/README.rst).
+SPEC_DIR = os.path.join(HERE, "spec")
 
 
 def fault_config(name: str, *flags: str, **overrides) -> ServerConfig:

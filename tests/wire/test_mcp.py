@@ -1,26 +1,11 @@
 """Era verdicts and per-request metadata, checked against the official schemas."""
 
-import json
-import os
-
-import jsonschema
 import pytest
 
 from albedo_actors.wire import jsonrpc, mcp
 from albedo_actors.wire.mcp import Verdict
 
-SPEC = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "spec")
-
-
-def _schema(version):
-    path = os.environ.get("ALBEDO_SPEC_DIR", SPEC)
-    with open(os.path.join(path, f"schema-{version}.json"), encoding="utf-8") as f:
-        return json.load(f)
-
-
-def validate(version, definition, instance):
-    schema = _schema(version)
-    jsonschema.validate(instance, {"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]})
+from helpers import schema_validate as validate
 
 
 def test_modern_requests_carry_the_required_meta_and_validate():
