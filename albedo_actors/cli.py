@@ -45,6 +45,14 @@ nothing was saved; for sign-in: the sign-in failed);
 not valid MCP); 5 timed out. Warnings go to stderr, one line each, naming the server.
 No traceback reaches the user unless ``--verbose`` is given.
 
+Nothing a server sends reaches the terminal as a control code: every line printed
+(lists, results, error lines, warnings, ``--verbose`` logs) goes through
+:func:`albedo_actors.wire.text.printable`, which writes C0 controls (but newline and
+tab in results; error and warning lines escape those too), DEL, C1 controls, bidi
+overrides and lone surrogates as ``repr()`` does (``\\x1b``, ``\\x9b``, ``\\u202e``).
+``--json`` output is exact JSON of what the server sent, with those code points as
+JSON escapes (:func:`albedo_actors.wire.text.json_text`).
+
 ``tools`` and ``call`` run on :class:`albedo_actors.runtime.Runtime`. With a store (see
 ``_store_if_any``) a server whose saved catalogue matches its configuration is listed
 from it without being started; ``call`` starts only the servers its name can mean.
@@ -80,6 +88,7 @@ from .errors import (
 )
 from .naming import Advertised, advertise, advertised_name, server_prefix
 from .runtime import Runtime
+from .wire.text import json_text, printable
 
 EXIT_OK = 0
 EXIT_TOOL_ERROR = 1
@@ -192,10 +201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Usage as exc:
         _error(f"{exc} (see {PROG} --help)")
         return EXIT_USAGE
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.CRITICAL,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    # Log messages quote what servers sent: escaped like every other line printed.
+    log_handler = logging.StreamHandler()
+    log_handler.setFormatter(_PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.CRITICAL, handlers=[log_handler])
     if not args.verbose:
         logging.getLogger("pykka").setLevel(logging.CRITICAL)
     # peewee logs every query with its parameters at DEBUG: those may be secrets.
@@ -261,7 +270,7 @@ def _tools(args: argparse.Namespace) -> int:
     else:
         for tool in tools:
             summary = " ".join(tool.description.split())
-            print(f"{tool.name}\t{summary[:160]}" if summary else tool.name)
+            _out(f"{tool.name}\t{printable(summary, limit=160)}" if summary else tool.name)
     return EXIT_OK
 
 
@@ -411,8 +420,8 @@ def _sign_in(settings: Any, args: argparse.Namespace) -> int:
     import threading
 
     def announce(url: str) -> None:
-        print(f"Open this URL to sign in to {args.name}:\n{url}", flush=True)
-        print("Waiting for the browser; or paste the URL it was sent to (the callback) and press Enter.", flush=True)
+        _out(f"Open this URL to sign in to {args.name}:\n{url}", flush=True)
+        _out("Waiting for the browser; or paste the URL it was sent to (the callback) and press Enter.", flush=True)
 
     flow = settings.begin_sign_in(args.name, announce=announce, port=args.port, lifetime=args.timeout)
     done = threading.Event()
@@ -456,7 +465,7 @@ def _sign_in(settings: Any, args: argparse.Namespace) -> int:
         done.set()
         reader.join(1.0)
     scope = f" (scope {record.scope})" if record.scope else ""
-    print(f"signed in to {args.name}{scope}")
+    _out(f"signed in to {args.name}{scope}")
     return EXIT_OK
 
 
@@ -476,13 +485,13 @@ def _admin(args: argparse.Namespace) -> int:
             else:
                 for view in views:
                     stored = ", ".join(view.credentials) or "no credentials"
-                    print(f"{view.name}\t{view.transport}\t{view.state}\t{view.target}\t{stored}\t{_auth_text(view.auth)}")
+                    _out(f"{view.name}\t{view.transport}\t{view.state}\t{view.target}\t{stored}\t{_auth_text(view.auth)}")
             return EXIT_OK
         if args.command == "sign-in":
             return _sign_in(settings, args)
         if args.command == "sign-out":
             view = settings.sign_out(args.name)
-            print(f"signed out of {view.name}")
+            _out(f"signed out of {view.name}")
             return EXIT_OK
         if args.command == "add":
             if args.transport == "http":
@@ -492,7 +501,7 @@ def _admin(args: argparse.Namespace) -> int:
                 spec_kwargs = {"command": words[0], "args": tuple(words[1:])}
             name = args.name or suggest_name(args.transport, args.target, set(settings.names()))
             view = settings.add(ServerSpec(name=name, transport=args.transport, enabled=not args.disabled, **spec_kwargs), secrets)
-            print(f"added {view.name} ({view.transport}, {view.state})")
+            _out(f"added {view.name} ({view.transport}, {view.state})")
             return EXIT_OK
         if args.command == "edit":
             if args.url is not None and args.command_line is not None:
@@ -502,18 +511,18 @@ def _admin(args: argparse.Namespace) -> int:
                 words = _split(args.command_line, "--command")
                 changes = ServerChanges(command=words[0], args=tuple(words[1:]))
             view = settings.edit(args.name, changes, secrets)
-            print(f"saved {view.name} ({view.transport}, {view.state})")
+            _out(f"saved {view.name} ({view.transport}, {view.state})")
             return EXIT_OK
         if args.command == "remove":
             settings.remove(args.name)
-            print(f"removed {args.name}")
+            _out(f"removed {args.name}")
             return EXIT_OK
         if args.command == "enable":
             view = settings.enable(args.name)
-            print(f"enabled {view.name} ({view.state})")
+            _out(f"enabled {view.name} ({view.state})")
             return EXIT_OK
         view = settings.disable(args.name)
-        print(f"disabled {view.name}")
+        _out(f"disabled {view.name}")
         return EXIT_OK
     finally:
         store.close()
@@ -616,47 +625,60 @@ def _print_result(result: dict[str, Any]) -> None:
             continue
         kind = block.get("type")
         if kind == "text":
-            print(block.get("text", ""))
+            _out(block.get("text", ""))
         elif kind in ("image", "audio"):
             size = len(block.get("data") or "") * 3 // 4
-            print(f"[{kind} {block.get('mimeType', '?')}, about {size} bytes]")
+            _out(f"[{kind} {block.get('mimeType', '?')}, about {size} bytes]")
         elif kind == "resource_link":
-            print(f"[link {block.get('uri', '?')}]")
+            _out(f"[link {block.get('uri', '?')}]")
         elif kind == "resource":
             resource = block.get("resource") if isinstance(block.get("resource"), dict) else {}
-            print(resource["text"] if isinstance(resource.get("text"), str) else f"[resource {resource.get('uri', '?')}]")
+            _out(resource["text"] if isinstance(resource.get("text"), str) else f"[resource {resource.get('uri', '?')}]")
         else:
-            print(f"[{kind} content]")
+            _out(f"[{kind} content]")
         printed = True
     for item in result.get("contents") if isinstance(result.get("contents"), list) else []:  # resources/read
         if isinstance(item, dict):
             if isinstance(item.get("text"), str):
-                print(item["text"])
+                _out(item["text"])
             else:
                 size = len(item.get("blob") or "") * 3 // 4
-                print(f"[resource {item.get('uri', '?')} {item.get('mimeType', '?')}, about {size} bytes]")
+                _out(f"[resource {item.get('uri', '?')} {item.get('mimeType', '?')}, about {size} bytes]")
             printed = True
     for message in result.get("messages") if isinstance(result.get("messages"), list) else []:  # prompts/get
         if isinstance(message, dict):
             block = message.get("content") if isinstance(message.get("content"), dict) else {}
             text = block.get("text") if block.get("type") == "text" and isinstance(block.get("text"), str) else f"[{block.get('type', '?')} content]"
-            print(f"{message.get('role', '?')}: {text}")
+            _out(f"{message.get('role', '?')}: {text}")
             printed = True
     if not printed and "structuredContent" in result:
         _print_json(result["structuredContent"])
 
 
 def _print_json(value: Any) -> None:
-    json.dump(value, sys.stdout, indent=2, ensure_ascii=False)
-    sys.stdout.write("\n")
+    # Exact JSON (json.loads gives back what the server sent), with no raw control,
+    # C1, bidi override or lone surrogate in it: see albedo_actors.wire.text.
+    sys.stdout.write(json_text(value, indent=2) + "\n")
+
+
+def _out(text: Any, flush: bool = False) -> None:
+    """Print to stdout through the escaping rule (lines and tabs kept)."""
+    print(printable(text), flush=flush)
 
 
 def _warn(message: str) -> None:
-    print(f"{PROG}: warning: {message}", file=sys.stderr)
+    print(f"{PROG}: warning: {printable(message, one_line=True)}", file=sys.stderr)
 
 
 def _error(message: str) -> None:
-    print(f"{PROG}: {message}", file=sys.stderr)
+    print(f"{PROG}: {printable(message, one_line=True)}", file=sys.stderr)
+
+
+class _PrintableFormatter(logging.Formatter):
+    """--verbose log lines through the escaping rule (a traceback keeps its lines)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
 
 
 if __name__ == "__main__":

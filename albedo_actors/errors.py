@@ -23,11 +23,19 @@
 Library exceptions (``OSError`` from pipes, ``pykka.Timeout``, ``ActorDeadError``,
 ``json`` errors) are translated at the edge where they happen and never reach a
 caller. Each message is one line that names the server and says what to do.
+
+Messages carry text a server sent (its error message, a name, its stderr). ``str()`` of
+every error, and the ``detail`` of a server's or a sign-in's error, is therefore passed
+through :func:`albedo_actors.wire.text.printable` in one-line mode: a control code, a
+C1 control, a bidi override or a line break from a server is an escape (``\\x1b``,
+``\\n``), never a command to the terminal that shows the message or a second line.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from .wire.text import printable
 
 __all__ = [
     "AlbedoError",
@@ -51,6 +59,10 @@ __all__ = [
 
 class AlbedoError(Exception):
     """Base of every error albedo_actors raises on purpose."""
+
+    def __str__(self) -> str:
+        # Whatever text a message was built from, it is shown as one safe line.
+        return printable(super().__str__(), one_line=True)
 
 
 class ConfigError(AlbedoError):
@@ -80,6 +92,7 @@ class ServerError(AlbedoError):
     """An error about one server; ``server`` is its configured name."""
 
     def __init__(self, server: str, message: str) -> None:
+        message = printable(message, one_line=True)  # detail reaches context lines and other messages
         super().__init__(f"server {server!r}: {message}")
         self.server = server
         self.detail = message
@@ -153,6 +166,7 @@ class AuthError(AlbedoError):
     """A sign-in could not be done; ``server`` names the server, the message says why."""
 
     def __init__(self, server: str, message: str) -> None:
+        message = printable(message, one_line=True)
         super().__init__(f"server {server!r}: sign-in failed: {message}")
         self.server = server
         self.detail = message

@@ -43,6 +43,11 @@ list of strings when present), at most :data:`MAX_SCHEMA_DEPTH` levels deep, at 
 compact JSON. A tool whose schema fails is left out alone, with a warning naming it;
 its server's other tools are still advertised. Descriptions are data, never
 instructions: they are passed on as text, cut to :data:`MAX_DESCRIPTION` characters.
+They keep the server's exact characters (``tools --json`` and the binding give them
+as JSON data, which escapes controls itself); wherever one is printed as text, and
+in the MCP context lines given to the model, it goes through
+:func:`albedo_actors.wire.text.printable`, which escapes control codes, C1 controls,
+bidi overrides and lone surrogates visibly.
 
 Resources and prompts
 ---------------------

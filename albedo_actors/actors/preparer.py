@@ -36,6 +36,7 @@ from ..config import McpConfig, http_headers
 from .refresher import sign_in_needed
 from ..errors import AlbedoError, ConfigError, NeedsSignIn, ServerError, StoreError
 from ..saved import MAX_CATALOGUE_BYTES, fingerprint, load_current, save_if_changed, size_of
+from ..wire.text import printable
 from .client import CatalogueChanged, ServerHandle, connect_all
 
 logger = logging.getLogger(__name__)
@@ -59,10 +60,13 @@ class Composition:
     overlays_left_out: Mapping[str, str] = field(default_factory=dict)
 
     def context_lines(self) -> tuple[str, ...]:
-        """One line per left-out or signed-out server, for the model (the MCP context)."""
+        """One line per left-out or signed-out server, for the model (the MCP context).
+
+        A reason quotes what the server said: escaped by the one rule (wire/text.py),
+        so a control code or a line break from a server stays inside its line."""
         lines = [f"MCP server {name!r} is not available: {reason}" for name, reason in sorted(self.left_out.items())]
         lines += [f"editor MCP server {name!r} is not available: {reason}" for name, reason in sorted(self.overlays_left_out.items())]
-        return tuple(lines)
+        return tuple(printable(line, one_line=True) for line in lines)
 
     def model_operations(self, warn: Any = lambda message: None) -> list[Any]:
         """Everything advertised to the model: configured servers, then editor overlays
@@ -215,7 +219,21 @@ class RuntimePreparer(pykka.ThreadingActor):
 
     def _foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue], result: Any,
                     signin: dict[str, str] | None = None) -> None:
-        """Dial the servers without a usable saved catalogue, all at once; then resolve."""
+        """Dial the servers without a usable saved catalogue, all at once; then resolve.
+
+        ``result`` always resolves: whatever goes wrong here fails this preparation at
+        once (DESIGN rule 3), so no session waits for a future nobody will set.
+        """
+        try:
+            self._prepare_foreground(applied, unsaved, keys, ready, result, signin)
+        except Exception as exc:  # noqa: BLE001 - a bug must fail one preparation, not hang its session
+            logger.error("preparing servers %s failed: %s: %s", ", ".join(sorted(unsaved)) or "(none)", type(exc).__name__, exc)
+            if not result.done():
+                result.set_exception(exc if isinstance(exc, AlbedoError) else
+                                     AlbedoError(f"preparing the MCP servers failed ({type(exc).__name__}); the previous servers stay in use"))
+
+    def _prepare_foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue],
+                            result: Any, signin: dict[str, str] | None) -> None:
         catalogues, left_out, warnings, too_large = dict(ready), {}, [], []
         for name, why in (signin or {}).items():
             error = NeedsSignIn(name, why)
@@ -229,7 +247,12 @@ class RuntimePreparer(pykka.ThreadingActor):
                 left_out[name] = str(catalogue)
                 warnings.append(f"server {name!r}: {catalogue}; left out")
             else:
-                size = size_of(catalogue)
+                try:
+                    size = size_of(catalogue)
+                except (ValueError, TypeError) as exc:  # not JSON text: the server's fault, and its alone
+                    left_out[name] = f"its catalogue cannot be saved ({type(exc).__name__})"
+                    warnings.append(f"server {name!r}: its catalogue cannot be saved ({type(exc).__name__}); left out")
+                    continue
                 if size > MAX_CATALOGUE_BYTES:
                     limit = f"{MAX_CATALOGUE_BYTES >> 20} MiB" if MAX_CATALOGUE_BYTES >= 1 << 20 else f"{MAX_CATALOGUE_BYTES}-byte"
                     too_large.append(f"server {name!r}: its catalogue is {size} bytes, over the {limit} limit")
