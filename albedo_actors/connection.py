@@ -12,7 +12,8 @@ call). No actor state lives here.
   relaunched once and opened with ``initialize`` directly.
 - :class:`Connection` sends era-correct requests: modern ones carry ``_meta``, and a
   state-only ``input_required`` result is retried with its ``requestState``.
-- :func:`discover` reads the catalogue, following ``nextCursor`` for at most 100 pages.
+- :func:`discover` reads the catalogue, following ``nextCursor`` for at most 100 pages,
+  within one byte budget (:data:`DISCOVERY_BUDGET`) for every page of every list.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ logger = logging.getLogger(__name__)
 PROBE_GRACE = 1.0  # seconds the stdio probe has before initialize follows
 MAX_PAGES = 100
 MAX_STATE_ROUNDS = 3
+# Bytes on the wire of one whole discovery: every page of tools, resources, templates
+# and prompts together, counted as each page arrives. The same as the saved-catalogue
+# limit (saved.MAX_CATALOGUE_BYTES): a listing that cannot be saved is not worth reading.
+DISCOVERY_BUDGET = 8 * 1024 * 1024
 
 NotificationSink = Callable[[str, dict[str, Any]], None]
 # A host's answers to server requests, by kind ("elicitation", "sampling", "roots").
@@ -84,8 +89,10 @@ class Connection:
         """Era-correct params: modern requests carry the per-request ``_meta``."""
         return mcp.modern_params(params, self.version, self.channel.capabilities) if self.modern else params
 
-    def request(self, method: str, params: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
+    def request(self, method: str, params: dict[str, Any] | None, timeout: float, sizes: list[int] | None = None) -> dict[str, Any]:
         """Send one request and return its complete result.
+
+        ``sizes``, when given, gets the wire size in bytes of every answer read.
 
         A modern ``input_required`` result is retried under a new id with its
         ``requestState``, at most MAX_STATE_ROUNDS times (2026-07-28
@@ -99,10 +106,13 @@ class Connection:
         deadline = time.monotonic() + timeout
         params = self.params(params)
         for _round in range(MAX_STATE_ROUNDS + 1):
+            pending = self.channel.start(method, params)
             try:
-                result = self.channel.request(method, params, max(0.0, deadline - time.monotonic()))
+                result = self.channel.wait(pending, max(0.0, deadline - time.monotonic()))
             except TimedOut:
                 raise TimedOut(self.server, f"{method} got no answer within {timeout:g} s; it was cancelled") from None
+            if sizes is not None:
+                sizes.append(pending.size or len(jsonrpc.encode(result)))
             if not self.modern:
                 return result
             kind = result.get("resultType", "complete")
@@ -465,6 +475,7 @@ def discover(connection: Connection, timeout: float) -> Catalogue:
     deadline = time.monotonic() + timeout
     caps = connection.capabilities
     warnings: list[str] = []
+    budget = _Budget(connection.server)
     lists: dict[str, tuple[dict[str, Any], ...]] = {}
     wanted = [
         ("tools", "tools/list", "tools"),
@@ -476,12 +487,11 @@ def discover(connection: Connection, timeout: float) -> Catalogue:
         if not isinstance(caps.get(capability), dict):
             continue
         try:
-            items = _list_all(connection, method, key, deadline, warnings)
+            lists[key] = _list_all(connection, method, key, deadline, warnings, budget)
         except RemoteError as exc:
             if method == "resources/templates/list" and exc.code == jsonrpc.METHOD_NOT_FOUND:
                 continue  # offering resources does not oblige a server to have templates
             raise
-        lists[key] = tuple(_valid_items(connection.server, key, items, warnings))
     if connection.http and connection.modern and "tools" in lists:
         lists["tools"] = _tools_with_valid_headers(connection, lists["tools"], warnings)
     return Catalogue(
@@ -499,29 +509,58 @@ def discover(connection: Connection, timeout: float) -> Catalogue:
     )
 
 
-def _list_all(connection: Connection, method: str, key: str, deadline: float, warnings: list[str]) -> list[Any]:
-    items: list[Any] = []
+class _Budget:
+    """The bytes one discovery may still read (:data:`DISCOVERY_BUDGET`)."""
+
+    def __init__(self, server: str, limit: int = DISCOVERY_BUDGET) -> None:
+        self.server = server
+        self.limit = limit
+        self.used = 0
+
+    def spend(self, sizes: list[int], method: str, page: int) -> None:
+        """Count the pages just read; stop at the first excess.
+
+        Raises:
+            ProtocolViolation: the discovery read more than the budget.
+        """
+        self.used += sum(sizes)
+        sizes.clear()
+        if self.used > self.limit:
+            raise ProtocolViolation(
+                self.server,
+                f"its catalogue is over the {self.limit >> 20} MiB discovery budget (page {page} of {method} reached "
+                f"{self.used} bytes); ask its operator to offer fewer or smaller tools",
+            )
+
+
+def _list_all(connection: Connection, method: str, key: str, deadline: float, warnings: list[str],
+              budget: _Budget) -> tuple[dict[str, Any], ...]:
+    """Every valid item of one list, page by page (each page checked as it arrives)."""
+    kept = _Kept(connection.server, key)
     cursor: str | None = None
     seen: set[str] = set()
-    for _page in range(MAX_PAGES):
+    sizes: list[int] = []
+    for page_number in range(1, MAX_PAGES + 1):
         params = {"cursor": cursor} if cursor is not None else None
-        result = connection.request(method, params, max(0.0, deadline - time.monotonic()))
+        result = connection.request(method, params, max(0.0, deadline - time.monotonic()), sizes)
+        budget.spend(sizes, method, page_number)
         page = result.get(key)
         if not isinstance(page, list):
             raise ProtocolViolation(connection.server, f"{method} returned no {key} list")
-        items.extend(page)
         cursor = result.get("nextCursor")
+        kept.add(page)
+        del page, result  # an invalid entry costs memory only while its page is checked
         # 2026-07-28 server/utilities/pagination: any non-null cursor continues.
         if cursor is None or (cursor == "" and not connection.modern):
-            return items
+            return kept.done(warnings)
         if not isinstance(cursor, str):
             raise ProtocolViolation(connection.server, f"{method} returned a nextCursor that is not a string")
         if cursor in seen:
-            warnings.append(f"server {connection.server!r}: {method} repeated a cursor; kept the {len(items)} {key} read so far")
-            return items
+            warnings.append(f"server {connection.server!r}: {method} repeated a cursor; kept the {len(kept.items)} {key} read so far")
+            return kept.done(warnings)
         seen.add(cursor)
-    warnings.append(f"server {connection.server!r}: {method} had more than {MAX_PAGES} pages; kept the {len(items)} {key} of the first {MAX_PAGES}")
-    return items
+    warnings.append(f"server {connection.server!r}: {method} had more than {MAX_PAGES} pages; kept the {len(kept.items)} {key} of the first {MAX_PAGES}")
+    return kept.done(warnings)
 
 
 def _tools_with_valid_headers(connection: Connection, tools: tuple[dict[str, Any], ...], warnings: list[str]):
@@ -541,21 +580,54 @@ def _tools_with_valid_headers(connection: Connection, tools: tuple[dict[str, Any
 
 
 _REQUIRED = {"tools": "name", "resources": "uri", "resourceTemplates": "uriTemplate", "prompts": "name"}
+MAX_NAMED_WARNINGS = 10  # entries of one list named in warnings; the rest are counted
 
 
-def _valid_items(server: str, key: str, items: list[Any], warnings: list[str]):
-    field = _REQUIRED[key]
-    seen: set[str] = set()
-    for item in items:
-        ident = item.get(field) if isinstance(item, dict) else None
-        if not isinstance(ident, str) or not ident:
-            warnings.append(f"server {server!r}: left out an entry of {key} without a {field}")
-            continue
-        if key == "tools" and not (isinstance(item.get("inputSchema"), dict) and item["inputSchema"].get("type") == "object"):
-            warnings.append(f"server {server!r}: left out tool {ident[:80]!r}: its inputSchema is not an object schema")
-            continue
-        if ident in seen:
-            warnings.append(f"server {server!r}: left out a second {key} entry named {ident[:80]!r}")
-            continue
-        seen.add(ident)
-        yield item
+class _Kept:
+    """The valid entries of one list, added page by page, and what was left out.
+
+    Warnings are bounded: the first few left-out entries are named, the rest counted,
+    so a million bad entries cost one line, not a million.
+    """
+
+    def __init__(self, server: str, key: str) -> None:
+        self.server = server
+        self.key = key
+        self.items: list[dict[str, Any]] = []
+        self._field = _REQUIRED[key]
+        self._seen: set[str] = set()
+        self._named: list[str] = []
+        self._unnamed = 0  # entries without an identifier
+        self._more = 0  # further left-out entries past MAX_NAMED_WARNINGS
+
+    def add(self, page: list[Any]) -> None:
+        key, field, seen = self.key, self._field, self._seen
+        for item in page:
+            ident = item.get(field) if type(item) is dict else None
+            if not isinstance(ident, str) or not ident:
+                self._unnamed += 1
+                continue
+            if key == "tools" and not (isinstance(item.get("inputSchema"), dict) and item["inputSchema"].get("type") == "object"):
+                self._leave_out(f"left out tool {ident[:80]!r}: its inputSchema is not an object schema")
+                continue
+            if ident in seen:
+                self._leave_out(f"left out a second {key} entry named {ident[:80]!r}")
+                continue
+            seen.add(ident)
+            self.items.append(item)
+
+    def done(self, warnings: list[str]) -> tuple[dict[str, Any], ...]:
+        prefix = f"server {self.server!r}: "
+        if self._unnamed:
+            some = "an entry" if self._unnamed == 1 else f"{self._unnamed} entries"
+            warnings.append(f"{prefix}left out {some} of {self.key} without a {self._field}")
+        warnings.extend(prefix + text for text in self._named)
+        if self._more:
+            warnings.append(f"{prefix}left out {self._more} more entries of {self.key}")
+        return tuple(self.items)
+
+    def _leave_out(self, text: str) -> None:
+        if len(self._named) < MAX_NAMED_WARNINGS:
+            self._named.append(text)
+        else:
+            self._more += 1

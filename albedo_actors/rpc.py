@@ -15,11 +15,19 @@ actor's mailbox. The reader thread of the transport feeds every line to
 
 When the connection ends, every pending request fails at once: those that were
 sent get :class:`UnknownOutcome`. A malformed message ends the connection, because
-nothing after it can be trusted to belong to the request it claims.
+nothing after it can be trusted to belong to the request it claims. Whatever a
+message holds, handling it never raises on the reader thread: a failure there ends
+the connection as that server's protocol violation (DESIGN rule 6), so the reader
+always lives to report the end and no later call waits on a dead connection.
+
+Requests the host registered handlers for run on a small pool per connection
+(:data:`HANDLER_WORKERS` threads, at most :data:`HANDLER_BACKLOG` waiting or running);
+one more is answered with an error at once, so a flood costs no thread.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import logging
 import threading
@@ -32,6 +40,8 @@ from .wire.jsonrpc import WireError
 logger = logging.getLogger(__name__)
 
 WRITE_TIMEOUT = 5.0
+HANDLER_WORKERS = 2  # threads answering a server's requests for host capabilities
+HANDLER_BACKLOG = 16  # of those requests, at most this many running or waiting
 
 
 class LinkClosed(Exception):
@@ -60,11 +70,12 @@ class Link(Protocol):
 class Pending:
     """One request awaiting its answer. Resolved exactly once, by whoever pops it."""
 
-    __slots__ = ("id", "method", "_lock", "_result", "_error", "_waker")
+    __slots__ = ("id", "method", "size", "_lock", "_result", "_error", "_waker")
 
     def __init__(self, id_: int, method: str, waker: threading.Event | None) -> None:
         self.id = id_
         self.method = method
+        self.size = 0  # bytes of the answer on the wire, once resolved (0: not known)
         self._lock = threading.Lock()
         self._lock.acquire()
         self._result: Any = None
@@ -122,6 +133,10 @@ class RpcChannel:
         self._pending: dict[int, Pending] = {}
         self._closed_reason: str | None = None
         self._poisoned = False
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._backlog = threading.BoundedSemaphore(HANDLER_BACKLOG)
+        self._pool_lock = threading.Lock()
+        self._refusing = False  # warned of the current burst of refusals
 
     def attach(self, link: Link) -> None:
         self._link = link
@@ -213,7 +228,7 @@ class RpcChannel:
     # -- from the transport's reader thread -----------------------------------------
 
     def feed_line(self, line: bytes) -> None:
-        """One line from a byte-stream transport."""
+        """One line from a byte-stream transport. Never raises."""
         if self._poisoned:
             return  # after a malformed message nothing can be trusted; the end is near
         try:
@@ -221,10 +236,13 @@ class RpcChannel:
         except WireError as exc:
             self._violation(str(exc))
             return
-        self.feed_message(message)
+        except Exception as exc:  # noqa: BLE001 - the reader thread must live (module docstring)
+            self._failed(exc)
+            return
+        self.feed_message(message, len(line))
 
-    def feed_message(self, message: Any) -> None:
-        """One parsed JSON value from the server."""
+    def feed_message(self, message: Any, size: int = 0) -> None:
+        """One parsed JSON value from the server, ``size`` bytes on the wire. Never raises."""
         if self._poisoned:
             return
         try:
@@ -232,17 +250,24 @@ class RpcChannel:
         except WireError as exc:
             self._violation(str(exc))
             return
-        if kind is jsonrpc.RESPONSE:
-            self._on_response(message)
-        elif kind is jsonrpc.NOTIFICATION:
-            params = message.get("params")
-            self._on_notification(message["method"], params if isinstance(params, dict) else {})
-        else:
-            self._on_request(message)
+        try:
+            if kind is jsonrpc.RESPONSE:
+                self._on_response(message, size)
+            elif kind is jsonrpc.NOTIFICATION:
+                params = message.get("params")
+                self._on_notification(message["method"], params if isinstance(params, dict) else {})
+            else:
+                self._on_request(message)
+        except Exception as exc:  # noqa: BLE001 - the reader thread must live (module docstring)
+            self._failed(exc)
 
     def connection_lost(self, reason: str, local: bool = False) -> None:
         """The transport ended: fail every pending request at once."""
         self._closed_reason = reason
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)  # its threads end with their handler
         for id_ in list(self._pending):
             pending = self._pending.pop(id_, None)
             if pending is not None:
@@ -252,7 +277,7 @@ class RpcChannel:
 
     # -- internals -------------------------------------------------------------------
 
-    def _on_response(self, message: dict[str, Any]) -> None:
+    def _on_response(self, message: dict[str, Any], size: int = 0) -> None:
         id_ = message.get("id")
         pending = self._pending.pop(id_, None) if type(id_) is int else None
         if pending is None:
@@ -261,6 +286,7 @@ class RpcChannel:
             else:
                 logger.debug("server %r answered unknown id %r; dropped", self.server, id_)
             return
+        pending.size = size
         if "error" in message:
             error = message["error"]
             pending.resolve(error=RemoteError(self.server, error["code"], error.get("message", ""), error.get("data")))
@@ -275,23 +301,54 @@ class RpcChannel:
         if method == "ping":
             self._write(jsonrpc.result_response(message["id"], {}))
         elif handler is not None:
-            # A host handler may take its time (ask a user): never on the reader thread.
-            threading.Thread(
-                target=self._answer_with, args=(handler, message), name=f"mcp-handler-{self.server}", daemon=True
-            ).start()
+            # A host handler may take its time (ask a user): never on the reader thread,
+            # and never more than HANDLER_BACKLOG of them for one connection.
+            if not self._submit_handler(handler, message):
+                # One warning a burst (a flood of refusals must not flood the log).
+                if not self._refusing:
+                    self._refusing = True
+                    logger.warning("server %r: more than %d requests for the host at once; refusing the excess", self.server, HANDLER_BACKLOG)
+                logger.debug("server %r: refused %s (id %r): too many at once", self.server, method, message["id"])
+                self._write(jsonrpc.error_response(message["id"], jsonrpc.INTERNAL_ERROR, "the client is busy answering earlier requests"))
         else:
             # Only what a host registered a handler for is declared and answered.
             self._write(jsonrpc.error_response(message["id"], jsonrpc.METHOD_NOT_FOUND, f"Method not found: {method}"))
+
+    def _submit_handler(self, handler: Callable[[dict[str, Any]], dict[str, Any]], message: dict[str, Any]) -> bool:
+        """Queue ``message`` for ``handler`` on the pool; False when the backlog is full."""
+        if not self._backlog.acquire(blocking=False):
+            return False
+        with self._pool_lock:
+            if self._closed_reason is not None:
+                self._backlog.release()
+                return True  # closing: nothing will be answered anyway
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(HANDLER_WORKERS, thread_name_prefix=f"mcp-handler-{self.server}")
+            future = self._pool.submit(self._answer_with, handler, message)
+        future.add_done_callback(self._handler_done)
+        return True
+
+    def _handler_done(self, _future: concurrent.futures.Future) -> None:
+        self._backlog.release()
+        self._refusing = False
 
     def _answer_with(self, handler: Callable[[dict[str, Any]], dict[str, Any]], message: dict[str, Any]) -> None:
         params = message.get("params")
         try:
             result = handler(params if isinstance(params, dict) else {})
+            answer = jsonrpc.result_response(message["id"], result)
+            jsonrpc.encode(answer)  # a handler's result that cannot be sent fails here, not in the link
         except Exception as exc:  # noqa: BLE001 - the host's handler failing is the server's error to see
             logger.warning("server %r: the host's handler for %s failed: %s", self.server, message["method"], exc)
             self._write(jsonrpc.error_response(message["id"], jsonrpc.INTERNAL_ERROR, "the client could not handle the request"))
             return
-        self._write(jsonrpc.result_response(message["id"], result))
+        self._write(answer)
+
+    def _failed(self, exc: Exception) -> None:
+        """Handling a message raised: our bug or a server's text we did not foresee."""
+        logger.error("server %r: handling its message failed (%s: %s)", self.server, type(exc).__name__, _brief(exc))
+        logger.debug("server %r: the failure in full", self.server, exc_info=True)
+        self._violation(f"a message this client could not handle ({type(exc).__name__})")
 
     def _violation(self, reason: str) -> None:
         self._poisoned = True

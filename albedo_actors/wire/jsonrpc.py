@@ -1,15 +1,27 @@
 """JSON-RPC 2.0 messages as plain dicts: building, bounded parsing, classifying.
 
 Pure code: no threads, no I/O. A message that comes from a server is untrusted, so
-:func:`parse_line` bounds what it accepts (size, nesting depth, numbers, UTF-8) and
-raises :class:`WireError` with a short, user-readable reason instead of letting a
-``RecursionError``, ``ValueError`` or ``UnicodeDecodeError`` escape.
+:func:`parse_line` bounds what it accepts and raises :class:`WireError` with a short,
+user-readable reason instead of letting a ``RecursionError``, ``ValueError``,
+``UnicodeDecodeError`` or (later, on another thread) ``UnicodeEncodeError`` escape.
+The rules, each applied to every message of every server:
+
+- at most :data:`MAX_MESSAGE_BYTES` bytes, strict UTF-8, strict JSON;
+- at most :data:`MAX_CONTAINERS` objects and arrays in all (a million ``{}`` in one
+  line is refused before it is parsed: memory follows bytes, not objects);
+- nested at most :data:`MAX_DEPTH` levels;
+- numbers of at most :data:`MAX_NUMBER_DIGITS` characters (integers: CPython's 4300
+  digits), none out of range;
+- text that is text: a ``\\uD800``-style escape of a lone UTF-16 surrogate, in a
+  key or a value, is valid JSON (RFC 8259 section 8.2) but not Unicode, and no
+  Unicode string can hold it; the message is refused (RFC 7493 I-JSON, section 2.1).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 # JSON-RPC 2.0 standard codes.
@@ -28,6 +40,7 @@ MODERN_ERROR_CODES = frozenset({HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABIL
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 128
+MAX_CONTAINERS = 500_000  # objects and arrays in one message (a 1,000-tool list has ~20,000)
 MAX_NUMBER_DIGITS = 64  # characters of a non-integer number
 
 # Kinds returned by classify().
@@ -103,6 +116,11 @@ def parse_line(line: bytes) -> Any:
     """
     if len(line) > MAX_MESSAGE_BYTES:
         raise WireError(f"a message of {len(line)} bytes, over the {MAX_MESSAGE_BYTES >> 20} MiB limit")
+    # Counting brackets is a memchr-speed scan; brackets inside strings count too, so
+    # only a line over the limit pays for the exact count.
+    brackets = line.count(b"{") + line.count(b"[")
+    if brackets > MAX_CONTAINERS and _count_containers(line) > MAX_CONTAINERS:
+        raise WireError(f"a message of more than {MAX_CONTAINERS} JSON objects and arrays")
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -117,21 +135,47 @@ def parse_line(line: bytes) -> Any:
         if "digits" in str(exc):
             raise WireError("a number with too many digits") from None
         raise WireError(f"invalid JSON ({str(exc).split(':')[0]})") from None
-    # Cheap pre-check: only a line with many brackets can be too deep to accept.
-    if line.count(b"[") + line.count(b"{") > MAX_DEPTH:
+    # Cheap pre-checks: only a line with many brackets can be too deep to accept, and
+    # only one with a surrogate escape can hold a lone surrogate.
+    if brackets > MAX_DEPTH:
         _check_depth(value)
+    if _SURROGATE_ESCAPE.search(line) is not None:
+        _check_text(value)
     return value
 
 
+# A \uD800-\uDFFF escape (high or low half). It may be half of a valid pair, or the
+# "\\" of an escaped backslash may stand before it: the exact test is _check_text.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+# A JSON string, for the exact container count. It runs before the line is parsed: in
+# a malformed line it may miss a string, which only makes the count larger.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _count_containers(line: bytes) -> int:
+    """Objects and arrays in ``line``, not counting brackets inside strings."""
+    bare = _STRING.sub(b"", line)
+    return bare.count(b"{") + bare.count(b"[")
+
+
 def _check_depth(value: Any) -> None:
-    """Refuse a value nested deeper than MAX_DEPTH (iteratively, no recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
+    """Refuse a value nested deeper than MAX_DEPTH (level by level, no recursion)."""
+    level, depth = [value], 1
+    while level:
         if depth > MAX_DEPTH:
             raise WireError(f"JSON nested deeper than {MAX_DEPTH} levels")
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+        below: list[Any] = []
+        for node in level:
+            below.extend([c for c in (node.values() if type(node) is dict else node) if type(c) is dict or type(c) is list])
+        level, depth = below, depth + 1
+
+
+def _check_text(value: Any) -> None:
+    """Refuse a value holding a lone surrogate anywhere (a key or a string value)."""
+    try:
+        _ENCODER.encode(value).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise WireError(f"a string holding a lone UTF-16 surrogate (U+{ord(exc.object[exc.start]):04X}), which is not text") from None
 
 
 def valid_id(value: Any) -> bool:
