@@ -1,19 +1,47 @@
 """TokenRefresher: the only code that talks to a token endpoint for a running server.
 
 One actor per daemon. ``refresh(server, seen)`` answers at once with a
-``concurrent.futures.Future`` of the server's new :class:`OAuthRecord`; while a refresh
-of that server is in flight every caller gets the same future (single-flight in this
-process). The refresh itself runs on a worker thread the actor owns, never in its
-mailbox, inside :meth:`Store.holding_credentials`: the row lock makes it single-flight
-across processes sharing the database too. Under the lock the stored record is read
-again first: when it already holds another access token than the one the caller saw
-(another thread or process refreshed, or the user signed in again) and that token is
-not expiring, no request is made. So with rotating refresh tokens a lost race reads
-the winner's tokens instead of spending (and wiping) them.
+``concurrent.futures.Future`` of the server's new :class:`OAuthRecord`. Refreshes are
+keyed by server name *and URL*: while a refresh of that server at that URL is in
+flight every caller gets the same future (single-flight in this process), and a caller
+for another URL (the server was edited meanwhile) never joins it, so one URL's token
+never reaches the client of another. The refresh runs on a worker thread the actor
+owns, never in its mailbox (:func:`refresh_held`).
+
+Across processes sharing the database, no database lock is held over the network (on
+SQLite the write lock is the whole database's: a slow token endpoint would stop every
+writer). Instead each credentials row has a *refresh lease* (``refresh_owner``,
+``refresh_until``; migration 0002):
+
+1. **Claim** (one short transaction, ``Store.holding_credentials``): read the record.
+   If it holds another access token than the one the caller saw and that token is not
+   expiring, someone else already refreshed (or the user signed in again): it is the
+   answer and no request is made. Else, if another process holds an unexpired lease,
+   go to 2. Else take the lease (``refreshing until now + LEASE_S by <random id>``) and
+   remember the tokens read.
+2. **Wait** (a loser): poll the row, without a lock, until the lease is gone, changed
+   hands or ran out, or the tokens changed; then claim again (1). The whole wait is
+   bounded (about :data:`LEASE_S`); running out of it is a transient failure.
+3. **Request** (the holder, no lock held): one token request, which has a total
+   deadline (``AuthHttp``, 10 s) well inside the lease, so a lease is never taken over
+   while its request can still be answered.
+4. **Compare and write** (one short transaction): if the stored tokens are still the
+   ones read in 1, the new tokens are written (onto the record as it is now, keeping
+   any other change made meanwhile) and the lease is cleared. If they changed (a sign-in,
+   a sign-out, an edit, another process after our lease ran out), the stored record is
+   newer than ours and is kept as it is: it is the answer.
+
+So with rotating refresh tokens a lost race reads the winner's tokens instead of
+spending (and wiping) them, and a refresh that finishes late never overwrites a newer
+sign-in. A holder that dies leaves its lease to run out (at most :data:`LEASE_S`). A
+holder that overran its lease (stopped for longer than the lease) and then got a
+refusal writes nothing while another holds the lease.
 
 A refusal (``invalid_grant`` ...) marks the server ``needs_sign_in`` and keeps the
-client registration; a transient failure (5xx, 429, timeout, unreachable) keeps the
-tokens and fails only this refresh.
+client registration; ``invalid_client`` also forgets a registration albedo kept (the
+authorization server no longer knows it), so the next sign-in registers afresh. A
+transient failure (5xx, 429, timeout, unreachable) keeps the tokens and fails only
+this refresh.
 
 :class:`ServerAuth` is the per-server face an :class:`~albedo_actors.httplink.HttpLink`
 uses from its POST worker threads: the ``Authorization`` value for the next request,
@@ -28,13 +56,15 @@ import logging
 import os
 import threading
 import time
+import uuid
 from typing import Any, Callable, Mapping
 
 import pykka
 
 from ..auth import discovery
+from ..auth.addresses import AddressGuard
 from ..auth.discovery import Challenge
-from ..auth.http import AuthHttp
+from ..auth.http import TIMEOUT_S, AuthHttp
 from ..auth.record import OAuthRecord, from_credentials, usable
 from ..auth.tokens import TokenError
 from ..config import ServerConfig
@@ -43,36 +73,48 @@ from ..errors import AlbedoError, AuthError, NeedsSignIn, StoreError
 log = logging.getLogger(__name__)
 
 ASK_TIMEOUT = 5.0
-REFRESH_WAIT_S = 45.0  # token request (10 s) + waiting for another process's row lock (30 s)
+# A refresh lease outlives the token request's whole deadline (10 s) 2.5 times over.
+LEASE_S = 2.5 * TIMEOUT_S
+# How long a caller waits for a refresh: another process's lease, then our own request
+# (each store transaction is short; they wait at most the busy timeout when contended).
+REFRESH_WAIT_S = LEASE_S + TIMEOUT_S + 10.0
 MAX_AUTHORIZATIONS = 3  # interactive sign-ins in a row for one request (step-up loops end)
+POLL_FIRST_S, POLL_MAX_S = 0.02, 0.25  # how often a loser looks at the lease holder's row
 
-__all__ = ["TokenRefresher", "ServerAuth", "MAX_AUTHORIZATIONS", "oauth_for", "sign_in_needed"]
+__all__ = ["TokenRefresher", "ServerAuth", "MAX_AUTHORIZATIONS", "LEASE_S", "oauth_for", "sign_in_needed",
+           "refresh_held", "default_http"]
 
 
 class RefreshDeferred(NeedsSignIn):
     """A refresh that could not be done for now (5xx, timeout): the tokens are kept."""
 
 
+def default_http(server: ServerConfig) -> AuthHttp:
+    """The HTTP client of a refresh: TLS as configured, requests only to addresses the server's kind allows."""
+    return AuthHttp(verify=server.ca_file or True, guard=AddressGuard(server.url or ""))
+
+
 class TokenRefresher(pykka.ThreadingActor):
-    """Single-flight refreshes per server name; see the module docstring."""
+    """Single-flight refreshes per server name and URL; see the module docstring."""
 
     def __init__(self, store: Any, environ: Mapping[str, str] | None = None,
                  http_factory: Callable[[ServerConfig], AuthHttp] | None = None) -> None:
         super().__init__()
         self._store = store
         self._environ = dict(os.environ) if environ is None else dict(environ)
-        self._http_factory = http_factory or (lambda server: AuthHttp(verify=server.ca_file or True))
-        self._inflight: dict[str, concurrent.futures.Future] = {}
+        self._http_factory = http_factory or default_http
+        self._inflight: dict[tuple[str, str | None], concurrent.futures.Future] = {}
         self._threads: set[threading.Thread] = set()
         self.requests = 0  # token requests made (tests and benchmarks read it)
 
     def refresh(self, server: ServerConfig, seen: str | None) -> concurrent.futures.Future:
         """The future of ``server``'s record after a refresh of the token ``seen``."""
-        future = self._inflight.get(server.name)
+        key = (server.name, server.url)
+        future = self._inflight.get(key)
         if future is not None and not future.done():
             return future  # a finished one (its _Finished not handled yet) is not in flight
         future = concurrent.futures.Future()
-        self._inflight[server.name] = future
+        self._inflight[key] = future
         thread = threading.Thread(target=self._work, args=(server, seen, future), name=f"oauth-refresh-{server.name}",
                                   daemon=True)
         self._threads.add(thread)
@@ -82,9 +124,10 @@ class TokenRefresher(pykka.ThreadingActor):
     def token_requests(self) -> int:
         return self.requests
 
-    def _finished(self, name: str, future: concurrent.futures.Future, thread: threading.Thread, requested: bool) -> None:
-        if self._inflight.get(name) is future:
-            del self._inflight[name]
+    def _finished(self, key: tuple[str, str | None], future: concurrent.futures.Future, thread: threading.Thread,
+                  requested: bool) -> None:
+        if self._inflight.get(key) is future:
+            del self._inflight[key]
         self._threads.discard(thread)
         if requested:
             self.requests += 1
@@ -104,48 +147,145 @@ class TokenRefresher(pykka.ThreadingActor):
             future.set_exception(exc if isinstance(exc, Exception) else AuthError(server.name, "the refresh was interrupted"))
         finally:
             try:
-                self.actor_ref.tell(_Finished(server.name, future, threading.current_thread(), requested))
+                self.actor_ref.tell(_Finished((server.name, server.url), future, threading.current_thread(), requested))
             except pykka.ActorDeadError:
                 pass
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, _Finished):
-            self._finished(message.name, message.future, message.thread, message.requested)
+            self._finished(message.key, message.future, message.thread, message.requested)
             return None
         return super().on_receive(message)
 
 
 @dataclasses.dataclass(frozen=True)
 class _Finished:
-    name: str
+    key: tuple[str, str | None]
     future: concurrent.futures.Future
     thread: threading.Thread
     requested: bool
 
 
+_TOKEN_FIELDS = ("state", "reason", "access_token", "refresh_token", "expires_at", "obtained_at", "scope", "account",
+                 "requested_scope")
+
+
+def _same_tokens(a: OAuthRecord, b: OAuthRecord) -> bool:
+    return (a.state, a.access_token, a.refresh_token) == (b.state, b.access_token, b.refresh_token)
+
+
+def _carry_tokens(onto: OAuthRecord, fresh: OAuthRecord) -> OAuthRecord:
+    """``onto`` (the record as stored now) with the tokens and sign-in state of ``fresh``."""
+    return onto.replace(**{name: getattr(fresh, name) for name in _TOKEN_FIELDS})
+
+
 def refresh_held(store: Any, server: ServerConfig, seen: str | None, environ: Mapping[str, str],
                  http_factory: Callable[[ServerConfig], AuthHttp]) -> tuple[OAuthRecord | None, bool]:
-    """Refresh under the row lock; returns (the record now stored, whether a request was made)."""
+    """Refresh under the row's refresh lease (module docstring); returns (the record now stored,
+    whether a token request was made). No database lock is held during the request."""
+    owner = uuid.uuid4().hex
+    claimed = _claim(store, server, seen, owner)
+    if not isinstance(claimed, _Claimed):
+        return claimed, False
+    taken = claimed.record
+    refused: TokenError | None = None
+    try:
+        with http_factory(server) as http:
+            fresh = _request(http, server, taken, environ)
+    except TokenError as exc:
+        if exc.transient:
+            _release(store, server, owner)
+            log.warning("server %r: token refresh failed for now (%s); the tokens are kept", server.name, exc)
+            raise RefreshDeferred(server.name, f"the token could not be refreshed for now: {exc}") from None
+        refused, fresh = exc, None
+    except BaseException:
+        _release(store, server, owner)
+        raise
+    forget_client = None
+    with store.holding_credentials(server.name) as (credentials, put):
+        lease = put.lease
+        put.drop_lease(owner)
+        current = usable(from_credentials(credentials), server.url)
+        if current is None or not _same_tokens(current, taken):
+            return current, True  # changed meanwhile: the stored record is newer than our answer
+        if refused is not None:
+            if lease is not None and lease.owner != owner and lease.until > time.time():
+                return current, True  # ours ran out and another is refreshing: it decides
+            log.warning("server %r: the authorization server refused the refresh (%s); it needs a sign-in",
+                        server.name, refused.error)
+            result = current.signed_out("needs_sign_in", f"the refresh was refused ({refused.error})")
+            if refused.error == "invalid_client" and current.client_kind == "registered":
+                forget_client = (current.issuer, current.client_id)
+                result = dataclasses.replace(result, client_id=None, client_secret=None, client_kind=None,
+                                             reason="the authorization server no longer accepts the client albedo "
+                                                    "registered (invalid_client); the next sign-in registers again")
+        else:
+            result = _carry_tokens(current, fresh)
+        put(dataclasses.replace(credentials, oauth=result.to_json()))
+    if forget_client is not None and forget_client[0] and forget_client[1]:
+        try:
+            store.delete_oauth_client(*forget_client)
+        except (StoreError, AttributeError) as exc:
+            log.warning("server %r: could not forget the refused client registration: %s", server.name, exc)
+    return result, True
+
+
+@dataclasses.dataclass(frozen=True)
+class _Claimed:
+    record: OAuthRecord
+
+
+def _claim(store: Any, server: ServerConfig, seen: str | None, owner: str) -> Any:
+    """Step 1 and 2: ``_Claimed`` (we hold the lease) or the stored record that answers the caller."""
+    give_up = time.monotonic() + LEASE_S + 2.0
+    while True:
+        with store.holding_credentials(server.name) as (credentials, put):
+            record = usable(from_credentials(credentials), server.url)
+            if record is None or record.state != "signed_in" or not record.access_token:
+                return record
+            if record.access_token != seen and not record.expiring():
+                return record  # someone else refreshed (or signed in) meanwhile
+            lease, now = put.lease, time.time()
+            if lease is None or lease.until <= now or lease.owner == owner:
+                put.take_lease(owner, now + LEASE_S)
+                return _Claimed(record)
+        if not _wait_for_holder(store, server, seen, lease, give_up):
+            raise RefreshDeferred(server.name, "another process has been refreshing the token for too long; "
+                                               "the tokens are kept")
+
+
+def _wait_for_holder(store: Any, server: ServerConfig, seen: str | None, lease: Any, give_up: float) -> bool:
+    """Poll (bounded) until ``lease`` is no longer the row's live lease or the tokens changed; False on give-up."""
+    pause = POLL_FIRST_S
+    while True:
+        left = give_up - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(pause, left, max(0.0, lease.until - time.time()) + 0.01))
+        pause = min(pause * 2, POLL_MAX_S)
+        try:
+            credentials, now_lease = store.credentials_and_lease(server.name)
+        except StoreError:
+            continue  # a transient read failure: look again (the give-up still bounds it)
+        record = usable(from_credentials(credentials), server.url)
+        if record is None or record.access_token != seen:
+            return True
+        if now_lease is None or now_lease != lease or now_lease.until <= time.time():
+            return True
+
+
+def _release(store: Any, server: ServerConfig, owner: str) -> None:
+    try:
+        with store.holding_credentials(server.name) as (_credentials, put):
+            put.drop_lease(owner)
+    except StoreError as exc:  # it runs out on its own
+        log.warning("server %r: could not clear the refresh lease: %s", server.name, exc)
+
+
+def _request(http: AuthHttp, server: ServerConfig, record: OAuthRecord, environ: Mapping[str, str]) -> OAuthRecord:
     from ..auth.signin import refresh_record
 
-    with store.holding_credentials(server.name) as (credentials, put):
-        record = usable(from_credentials(credentials), server.url)
-        if record is None or record.state != "signed_in" or not record.access_token:
-            return record, False
-        if record.access_token != seen and not record.expiring():
-            return record, False  # someone else refreshed (or signed in) meanwhile
-        with http_factory(server) as http:
-            try:
-                fresh = refresh_record(http, server, record, environ)
-            except TokenError as exc:
-                if exc.transient:
-                    log.warning("server %r: token refresh failed for now (%s); the tokens are kept", server.name, exc)
-                    raise RefreshDeferred(server.name, f"the token could not be refreshed for now: {exc}") from None
-                log.warning("server %r: the authorization server refused the refresh (%s); it needs a sign-in", server.name,
-                            exc.error)
-                fresh = record.signed_out("needs_sign_in", f"the refresh was refused ({exc.error})")
-        put(dataclasses.replace(credentials, oauth=fresh.to_json()))
-        return fresh, True
+    return refresh_record(http, server, record, environ)
 
 
 class ServerAuth:
@@ -280,6 +420,8 @@ class ServerAuth:
             raise
         except AuthError as exc:
             raise NeedsSignIn(self.server.name, exc.detail) from None
+        if record is not None and record.url != self.server.url:
+            record = None  # never another URL's token (the refresher keys by URL; this is the last check)
         with self._lock:
             self._record, self._loaded = record, time.monotonic()
         return record

@@ -78,7 +78,18 @@ def m0001_initial(db: Database) -> None:
     db.create_tables([Credentials, Catalogues, OAuthClients], safe=False)
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [m0001_initial]
+def m0002_refresh_lease(db: Database) -> None:
+    """The refresh lease of a credentials row: who is refreshing its OAuth tokens, until when.
+
+    A process takes it in a short transaction before a token request and clears it when
+    it writes the result, so the request itself runs with no database lock held (see
+    ``actors/refresher.py``). Both columns are NULL when nobody is refreshing.
+    """
+    db.execute_sql("ALTER TABLE credentials ADD COLUMN refresh_owner TEXT")
+    db.execute_sql("ALTER TABLE credentials ADD COLUMN refresh_until DOUBLE PRECISION")
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [m0001_initial, m0002_refresh_lease]
 
 
 def migrate(db: Database) -> list[int]:

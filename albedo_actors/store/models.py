@@ -31,6 +31,9 @@ class CredentialRow(BaseModel):
     env = TextField(default="{}")  # JSON object of str -> str
     oauth = TextField(null=True)  # JSON object, or NULL
     updated_at = DoubleField()
+    # The refresh lease (migration 0002): which process refreshes the OAuth tokens, until when.
+    refresh_owner = TextField(null=True)
+    refresh_until = DoubleField(null=True)
 
     class Meta:
         table_name = "credentials"

@@ -22,6 +22,7 @@ one-line message that names the operation and never a secret value.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ from . import migrations
 from .models import CatalogueRow, CredentialRow, OAuthClientRow
 from .records import Credentials, SavedCatalogue, thaw
 
-__all__ = ["open_store", "Store", "MAX_CATALOGUE_BYTES", "DB_FILENAME", "BUSY_TIMEOUT_S"]
+__all__ = ["open_store", "Store", "CredentialsWriter", "Lease", "MAX_CATALOGUE_BYTES", "DB_FILENAME", "BUSY_TIMEOUT_S"]
 
 log = logging.getLogger(__name__)
 
@@ -161,14 +162,16 @@ class Store:
             return new
 
     @contextlib.contextmanager
-    def holding_credentials(self, server: str) -> Iterator[tuple[Credentials, Callable[[Credentials], None]]]:
-        """Hold the server's credentials row for a read-decide-write that may take a while.
+    def holding_credentials(self, server: str) -> Iterator[tuple[Credentials, "CredentialsWriter"]]:
+        """Hold the server's credentials row for one short read-decide-write.
 
         Yields ``(current, put)``; ``put(new)`` writes inside the same transaction,
         which commits when the block ends (an exception rolls it back). Another
-        process (or thread) holding it waits up to the busy/lock timeout: this is the
-        row lock that makes token refreshes single-flight across processes. The block
-        may do bounded I/O (one token request), nothing longer.
+        process (or thread) holding it waits up to the busy/lock timeout. On SQLite
+        this is the database's write lock, so the block must do no network or other
+        slow I/O: every other writer of the store waits for it. A token refresh takes
+        the row's refresh lease here (``put.lease``, ``put.take_lease``), makes its
+        request outside, and writes the result in a second block.
 
         Raises:
             StoreError: the database failed or the lock was not had in time.
@@ -180,14 +183,18 @@ class Store:
             query = CredentialRow.select().where(CredentialRow.server == server)
             if self._pg:
                 query = query.for_update()
-            current = _credentials(query.first(self._db))
+            row = query.first(self._db)
+            yield _credentials(row), CredentialsWriter(self, server, _lease(row))
 
-            def put(new: Credentials) -> None:
-                if not isinstance(new, Credentials):
-                    raise TypeError("holding_credentials: put takes Credentials")
-                self._upsert_credentials(server, new)
+    def credentials_and_lease(self, server: str) -> tuple[Credentials, "Lease | None"]:
+        """The server's credentials and its refresh lease, read without taking any lock.
 
-            yield current, put
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op(f"reading the credentials of {server!r}"):
+            row = CredentialRow.select().where(CredentialRow.server == server).first(self._db)
+            return _credentials(row), _lease(row)
 
     def delete_credentials(self, server: str) -> None:
         """Forget the server's credentials (nothing happens when there are none).
@@ -276,6 +283,24 @@ class Store:
             ).first(self._db)
             return None if row is None else _json_object(row.client, "OAuth client", issuer)
 
+    def delete_oauth_client(self, issuer: str, client_id: str) -> int:
+        """Forget the registrations of ``client_id`` at ``issuer`` (any redirect URI); how many.
+
+        Used when the authorization server answers ``invalid_client`` for a registration
+        albedo kept: the next sign-in registers afresh.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op(f"deleting an OAuth client for issuer {issuer!r}"), self._write():
+            rows = OAuthClientRow.select().where(OAuthClientRow.issuer == issuer).execute(self._db)
+            gone = [row.redirect_uri for row in rows
+                    if _client_id_of(row.client) == client_id]
+            for redirect_uri in gone:
+                OAuthClientRow.delete().where((OAuthClientRow.issuer == issuer)
+                                              & (OAuthClientRow.redirect_uri == redirect_uri)).execute(self._db)
+            return len(gone)
+
     # --- lifecycle ------------------------------------------------------------
 
     def close(self) -> None:
@@ -323,6 +348,58 @@ class Store:
             conflict_target=[CredentialRow.server],
             update={getattr(CredentialRow, k): v for k, v in values.items()},
         ).execute(self._db)
+
+
+@dataclasses.dataclass(frozen=True)
+class Lease:
+    """A credentials row's refresh lease: ``owner`` (an opaque id) refreshes until ``until`` (Unix time)."""
+
+    owner: str
+    until: float
+
+
+class CredentialsWriter:
+    """The ``put`` of :meth:`Store.holding_credentials`: writes inside its transaction.
+
+    ``put(new)`` replaces the credentials (the lease is left as it is); ``lease`` is
+    the refresh lease as read under the lock; ``take_lease``/``drop_lease`` change it.
+    """
+
+    def __init__(self, store: Store, server: str, lease: Lease | None) -> None:
+        self._store = store
+        self._server = server
+        self.lease = lease
+
+    def __call__(self, new: Credentials) -> None:
+        if not isinstance(new, Credentials):
+            raise TypeError("holding_credentials: put takes Credentials")
+        self._store._upsert_credentials(self._server, new)
+
+    def take_lease(self, owner: str, until: float) -> None:
+        CredentialRow.update(refresh_owner=owner, refresh_until=float(until)) \
+            .where(CredentialRow.server == self._server).execute(self._store._db)
+        self.lease = Lease(owner, float(until))
+
+    def drop_lease(self, owner: str) -> None:
+        """Clear the lease if ``owner`` holds it (another's, taken over after ours ran out, stays)."""
+        if self.lease is not None and self.lease.owner == owner:
+            CredentialRow.update(refresh_owner=None, refresh_until=None) \
+                .where((CredentialRow.server == self._server) & (CredentialRow.refresh_owner == owner)) \
+                .execute(self._store._db)
+            self.lease = None
+
+
+def _lease(row: CredentialRow | None) -> Lease | None:
+    if row is None or row.refresh_owner is None or row.refresh_until is None:
+        return None
+    return Lease(row.refresh_owner, float(row.refresh_until))
+
+
+def _client_id_of(text: str) -> str | None:
+    try:
+        return _json_object(text, "OAuth client", "?").get("client_id")
+    except StoreError:
+        return None
 
 
 # --- databases ----------------------------------------------------------------
