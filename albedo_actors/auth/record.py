@@ -47,6 +47,10 @@ class OAuthRecord:
     # a client the user registered by hand and gave through the settings (secrets.oauth_client)
     configured_client_id: str | None = None
     configured_client_secret: str | None = field(default=None, repr=False)
+    # A configured client (extensions.json or the settings) belongs to the issuer it was
+    # first used with: its secret is never sent to another (see signin.check_client_issuer).
+    bound_client_id: str | None = None
+    bound_issuer: str | None = None
     obtained_at: float | None = None  # when the access token was issued to us
     updated_at: float = 0.0
 
@@ -102,7 +106,7 @@ class OAuthRecord:
         )
 
     def signed_out(self, state: str, reason: str | None) -> "OAuthRecord":
-        """The record without tokens (the client registration and step-up are kept)."""
+        """The record without tokens (the client registration, its issuer and step-up are kept)."""
         return self.replace(state=state, reason=reason, access_token=None, refresh_token=None, expires_at=None, scope=None,
                             obtained_at=None)
 

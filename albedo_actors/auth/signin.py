@@ -22,8 +22,9 @@ from urllib.parse import urlsplit
 from typing import Any, Callable, Mapping
 
 from ..config import OAuthSettings, ServerConfig
-from ..errors import AuthError, ConfigError
+from ..errors import AuthError, ConfigError, StoreError
 from . import discovery, pkce, registration, tokens
+from .addresses import AddressGuard
 from .browser import check_authorization_url, open_authorization_url
 from .callback import DEFAULT_LIFETIME_S, DEFAULT_PORT, CallbackListener
 from .discovery import AuthDiscoveryError, AuthServerMetadata, Challenge, ResourceMetadata
@@ -43,6 +44,7 @@ __all__ = [
     "probe_challenge",
     "refresh_record",
     "client_credentials_record",
+    "check_client_issuer",
     "store_record",
 ]
 
@@ -186,11 +188,13 @@ def choose_client(http: AuthHttp, store: Any, server: ServerConfig, found: Disco
     settings = server.oauth or OAuthSettings()
     metadata = found.server
     if settings.client_id:
+        check_client_issuer(store, server, settings.client_id, metadata.issuer)
         secret = _secret(settings, environ, server.name)
         return Client("configured", settings.client_id, secret,
                       settings.token_endpoint_auth_method or _method_for_secret(metadata, secret))
     stored = current_record(store, server)
     if stored is not None and stored.configured_client_id:
+        check_client_issuer(store, server, stored.configured_client_id, metadata.issuer)
         secret = stored.configured_client_secret
         return Client("configured", stored.configured_client_id, secret,
                       settings.token_endpoint_auth_method or _method_for_secret(metadata, secret))
@@ -222,6 +226,36 @@ def choose_client(http: AuthHttp, store: Any, server: ServerConfig, found: Disco
             "method": client.token_endpoint_auth_method, "redirect_uri": redirect_uri,
         })
     return Client("registered", client.client_id, client.client_secret, client.token_endpoint_auth_method)
+
+
+def check_client_issuer(store: Any, server: ServerConfig, client_id: str, issuer: str) -> None:
+    """Refuse a configured client at another issuer than the one it was first used with.
+
+    A client registered by hand (``oauth.clientId``, or given to the settings) belongs to
+    one authorization server. The issuer of its first successful sign-in is recorded
+    with the server's OAuth record (``bound_issuer``, trust on first use); when later
+    metadata names another issuer, the sign-in stops here, before the client id or its
+    secret is sent anywhere. ``sign-out`` (or giving the client again with
+    ``--oauth-client-id``) forgets the binding, for an authorization server that really
+    moved. The binding is looked up whatever URL the stored record was made for, so an
+    edited URL does not reset it.
+    """
+    if store is None:
+        return
+    stored = from_credentials(store.get_credentials(server.name))
+    if stored is None or stored.bound_client_id != client_id or not stored.bound_issuer:
+        return
+    if stored.bound_issuer != issuer:
+        raise AuthError(server.name, f"its metadata names the authorization server {issuer[:120]}, but the configured client "
+                                     f"{client_id[:64]} belongs to {stored.bound_issuer[:120]}; nothing was sent to the new one "
+                                     f"(if the server has really moved, run `albedo-mcp sign-out {server.name}` and sign in again)")
+
+
+def _bound(record: OAuthRecord, client: Client, issuer: str) -> OAuthRecord:
+    """``record`` with a configured client bound to ``issuer`` (others leave the binding as it is)."""
+    if client.kind in ("configured", "client_credentials"):
+        return dataclasses.replace(record, bound_client_id=client.client_id, bound_issuer=issuer)
+    return record
 
 
 def _authenticate(form: dict, client: Client, token_endpoint: str, issuer: str | None, settings: OAuthSettings | None,
@@ -275,6 +309,17 @@ def store_record(store: Any, name: str, record: OAuthRecord) -> None:
     if store is None:
         return
     store.update_credentials(name, lambda old: dataclasses.replace(old, oauth=record.to_json()))
+
+
+def forget_registration(store: Any, issuer: str, client_id: str) -> str:
+    """Forget a kept registration the authorization server refused (``invalid_client``); what to tell the user."""
+    if store is None:
+        return "sign in again to register afresh"
+    try:
+        store.delete_oauth_client(issuer, client_id)
+    except StoreError:
+        return "the registration albedo kept could not be forgotten"
+    return "albedo forgot its registration there: sign in again to register afresh"
 
 
 def current_record(store: Any, server: ServerConfig) -> OAuthRecord | None:
@@ -344,7 +389,9 @@ class SignIn:
     def run(self, challenge: Challenge | None = None) -> OAuthRecord:
         name = self.server.name
         own_http = self._http is None
-        http = self._http or AuthHttp(verify=self.server.ca_file or True)
+        # Every request of the sign-in goes only where the server's own kind of address allows
+        # (a public server cannot send albedo to a link-local, private or metadata address).
+        http = self._http or AuthHttp(verify=self.server.ca_file or True, guard=AddressGuard(self.server.url))
         try:
             previous = current_record(self.store, self.server)
             if challenge is None and previous is not None and (previous.resource_metadata or previous.challenge_scope):
@@ -355,7 +402,7 @@ class SignIn:
             found = discover(http, self.server, challenge)
             settings = self.server.oauth or OAuthSettings()
             if settings.grant == "client_credentials":
-                record = client_credentials_record(http, self.server, found, challenge, self.environ, previous)
+                record = client_credentials_record(http, self.server, found, challenge, self.environ, previous, self.store)
             else:
                 record = self._authorize(http, found, challenge, previous)
             store_record(self.store, name, record)
@@ -420,6 +467,8 @@ class SignIn:
         try:
             granted = _token_request(http, name, metadata.token_endpoint, form, headers)
         except TokenError as exc:
+            if exc.error == "invalid_client" and client.kind == "registered":
+                raise AuthError(name, f"{exc}; {forget_registration(self.store, metadata.issuer, client.client_id)}") from None
             raise AuthError(name, str(exc)) from None
         base = previous or OAuthRecord(url=self.server.url)
         record = base.replace(
@@ -429,7 +478,7 @@ class SignIn:
             step_up=None, resource_metadata=challenge.resource_metadata if challenge else None,
             challenge_scope=challenge.scope if challenge else None,
         )
-        return record.with_tokens(granted, requested_scope=scope)
+        return _bound(record, client, metadata.issuer).with_tokens(granted, requested_scope=scope)
 
     def _browser(self, url: str, listener: CallbackListener) -> None:
         try:
@@ -486,9 +535,10 @@ def _scope_for_credentials(server: ServerConfig, found: Discovered, challenge: C
 
 
 def client_credentials_record(http: AuthHttp, server: ServerConfig, found: Discovered, challenge: Challenge | None,
-                              environ: Mapping[str, str], previous: OAuthRecord | None) -> OAuthRecord:
+                              environ: Mapping[str, str], previous: OAuthRecord | None, store: Any = None) -> OAuthRecord:
     """A token for the ``client_credentials`` grant (RFC 6749 4.4), no user involved."""
     metadata = found.server
+    check_client_issuer(store, server, server.oauth.client_id, metadata.issuer)
     scope = _scope_for_credentials(server, found, challenge, previous)
     base = (previous or OAuthRecord(url=server.url)).replace(
         url=server.url, resource=found.resource.resource or None, issuer=metadata.issuer, token_endpoint=metadata.token_endpoint,
@@ -498,6 +548,7 @@ def client_credentials_record(http: AuthHttp, server: ServerConfig, found: Disco
         challenge_scope=challenge.scope if challenge else None,
     )
     granted = _credentials_grant(http, server, base, environ)
+    base = dataclasses.replace(base, bound_client_id=server.oauth.client_id, bound_issuer=metadata.issuer)
     return base.with_tokens(granted, requested_scope=scope)
 
 
@@ -532,6 +583,10 @@ def refresh_record(http: AuthHttp, server: ServerConfig, record: OAuthRecord, en
         TokenError: the authorization server refused (``transient`` False: sign in
             again) or could not answer (``transient`` True: keep the tokens).
     """
+    if (record.client_kind in ("configured", "client_credentials") and record.bound_issuer
+            and record.bound_client_id == record.client_id and record.issuer != record.bound_issuer):
+        raise TokenError("the record's authorization server is not the one its configured client belongs to",
+                         error="issuer_mismatch", transient=False)
     if record.client_kind == "client_credentials" and server.oauth is not None and server.oauth.client_id:
         try:
             granted = _credentials_grant(http, server, record, environ)
