@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .errors import ConfigError, Unavailable
+from .safefiles import FileRefused, make_private_dirs, read_text
 from .transport.stdio import LaunchSpec
 
 DEFAULT_STARTUP_TIMEOUT_MS = 30_000
@@ -143,10 +144,11 @@ def load(home: str) -> McpConfig:
     """
     path = os.path.join(home, "extensions.json")
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = json.loads(read_text(path))  # never through a symbolic link
     except FileNotFoundError:
         return McpConfig(home=home)
+    except FileRefused as exc:
+        raise ConfigError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
     except ValueError as exc:
@@ -390,7 +392,10 @@ def launch_spec(
     cwd = server.cwd
     if cwd is None:
         cwd = os.path.join(home, "servers", server.name)
-        os.makedirs(cwd, mode=0o700, exist_ok=True)
+        try:
+            make_private_dirs(cwd)  # each directory made here is 0700, whatever the umask
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot create its directory {cwd}: {exc.strerror or exc}") from None
     elif not os.path.isdir(cwd):
         raise ConfigError(f'{where}: "cwd" {cwd} is not a directory')
     command = server.command

@@ -44,6 +44,7 @@ from .auth.callback import DEFAULT_LIFETIME_S, DEFAULT_PORT
 from .auth.record import NO_AUTH_VIEW, OAuthRecord, from_credentials, usable
 from .auth.signin import SignIn
 from .errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict
+from .safefiles import FileRefused, make_private_dirs, open_private, read_text
 
 logger = logging.getLogger(__name__)
 
@@ -381,10 +382,11 @@ class Settings:
 
     def _read_text(self) -> str | None:
         try:
-            with open(self.path, encoding="utf-8") as f:
-                return f.read()
+            return read_text(self.path)  # never through a symbolic link
         except FileNotFoundError:
             return None
+        except FileRefused as exc:
+            raise ConfigError(str(exc)) from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read {self.path}: {exc}") from None
 
@@ -412,7 +414,9 @@ class Settings:
 
     def _write_text(self, text: str) -> None:
         """Atomic replace: temp file in the same directory, fsync, rename, fsync the directory."""
-        os.makedirs(self.home, mode=0o700, exist_ok=True)
+        make_private_dirs(self.home)  # only what we create is 0700; an existing home keeps its mode
+        # mkstemp creates with O_EXCL: a link planted at the temporary name is refused,
+        # and the rename replaces a link at extensions.json instead of writing through it.
         fd, temp = tempfile.mkstemp(prefix=".extensions.json.", suffix=".tmp", dir=self.home)  # mode 0600
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -433,8 +437,11 @@ class Settings:
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
-        os.makedirs(self.home, mode=0o700, exist_ok=True)
-        fd = os.open(os.path.join(self.home, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
+        make_private_dirs(self.home)
+        try:
+            fd = open_private(os.path.join(self.home, LOCK_NAME))  # 0600, never through a link
+        except FileRefused as exc:
+            raise ConfigError(f"cannot lock the settings: {exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

@@ -36,6 +36,7 @@ import peewee
 from peewee import PostgresqlDatabase, SqliteDatabase
 
 from ..errors import StoreError
+from ..safefiles import FileRefused, check_not_link, make_private_dirs, open_private
 from . import migrations
 from .models import CatalogueRow, CredentialRow, OAuthClientRow
 from .records import Credentials, SavedCatalogue, thaw
@@ -326,7 +327,10 @@ class Store:
             yield
         except (peewee.PeeweeException, OSError) + _DRIVER_ERRORS as exc:
             self._db.drop_broken_connection()
-            message = f"store {self._where}: {what} failed: {_line(exc)}"
+            if isinstance(exc, FileRefused):  # its message is already one line that says what to do
+                message = f"store {self._where}: {what}: refused: {exc}"
+            else:
+                message = f"store {self._where}: {what} failed: {_line(exc)}"
             log.warning("%s", message)
             raise StoreError(message) from None
 
@@ -467,6 +471,7 @@ class _SqliteDatabase(_Tracked, SqliteDatabase):
         )
 
     def _connect(self):  # type: ignore[no-untyped-def]
+        _restrict(self.database)  # before SQLite opens them by name (FileRefused)
         conn = super()._connect()
         _restrict(self.database)
         return conn
@@ -488,23 +493,31 @@ class _PostgresqlDatabase(_Tracked, PostgresqlDatabase):
 
 def _sqlite(path: str, home: str) -> _SqliteDatabase:
     try:
-        if not os.path.isdir(home):
-            os.makedirs(home, mode=0o700, exist_ok=True)
-        os.chmod(home, 0o700)
-        # Create the file ourselves with 0600; SQLite gives -wal and -shm the mode of
-        # the database file, and _restrict() re-checks them after every connect.
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-        os.close(fd)
+        # Only directories we create are made 0700; an existing one (say /tmp, named
+        # by --database sqlite:///tmp/albedo.db) keeps its mode.
+        make_private_dirs(home)
+        # Create the file ourselves, 0600 whatever the umask, never through a link;
+        # SQLite gives -wal and -shm the mode of the database file, and _restrict()
+        # re-checks all three around every connect.
         _restrict(path)
+        os.close(open_private(path))
+    except FileRefused as exc:
+        raise StoreError(f"store sqlite:{path}: refused: {exc}") from None
     except OSError as exc:
         raise StoreError(f"store sqlite:{path}: cannot create it: {_line(exc)}") from None
     return _SqliteDatabase(path)
 
 
 def _restrict(path: str) -> None:
+    """The database and its -wal/-shm: regular files of ours, not links, 0600.
+
+    SQLite opens them by name and follows links, so a link planted at any of them is
+    refused before SQLite can open it (raises FileRefused).
+    """
     for name in (path, path + "-wal", path + "-shm"):
+        check_not_link(name)
         with contextlib.suppress(FileNotFoundError):
-            if os.stat(name).st_mode & 0o077:
+            if os.stat(name).st_mode & 0o777 != 0o600:
                 os.chmod(name, 0o600)
 
 

@@ -205,12 +205,13 @@ def test_sqlite_files_are_private(tmp_path):
         os.umask(old)
 
 
-def test_existing_home_is_made_private(tmp_path):
+def test_existing_home_keeps_its_mode_and_the_database_is_private(tmp_path):
+    # Only directories albedo creates are 0700 (issue 10): an existing one is not ours to chmod.
     home = tmp_path / "loose"
     home.mkdir(mode=0o755)
     os.chmod(home, 0o755)
     open_store(str(home)).close()
-    assert stat.S_IMODE(os.stat(home).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(home).st_mode) == 0o755
     assert stat.S_IMODE(os.stat(home / "albedo.db").st_mode) == 0o600
 
 
