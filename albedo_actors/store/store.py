@@ -36,6 +36,7 @@ import peewee
 from peewee import PostgresqlDatabase, SqliteDatabase
 
 from ..errors import StoreError
+from ..wire.jsonrpc import MAX_DEPTH  # the wire's nesting bound (store may import wire: it is pure)
 from ..safefiles import FileRefused, check_not_link, make_private_dirs, open_private
 from . import migrations
 from .models import CatalogueRow, CredentialRow, OAuthClientRow
@@ -562,12 +563,36 @@ def _credentials(row: CredentialRow | None) -> Credentials:
     return Credentials(bearer_token=row.bearer_token, header=header, env=env, oauth=oauth)
 
 
+_REMEDY = {"credentials": "; save them again (albedo-mcp edit NAME, or sign-in NAME)"}
+
+
 def _json_object(text: str, what: str, name: str) -> dict:
+    """A stored JSON object, read with bounded nesting: a row nested deeper than the
+    wire's MAX_DEPTH is damaged like any other unreadable row, never a RecursionError
+    (json.loads, and freezing the value afterwards, recurse once per level)."""
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # the C decoder raises RecursionError near ~1000 levels
+        value = None
+    if isinstance(value, dict) and _deeper_than(value, MAX_DEPTH):
         value = None
     if not isinstance(value, dict):
         # Never quote the text: it may be a secret.
-        raise StoreError(f"store: the saved {what} of {name!r} is not a JSON object")
+        raise StoreError(f"store: the saved {what} of {name!r} is damaged (not a JSON object nested at most "
+                         f"{MAX_DEPTH} deep) and cannot be used{_REMEDY.get(what, '')}")
     return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """True if ``value`` nests more than ``limit`` levels of objects and arrays (level by
+    level, no recursion). Everything albedo saves came through the wire's bound, so a
+    deeper row was not written by albedo."""
+    level, depth = [value], 1
+    while level:
+        if depth > limit:
+            return True
+        below: list[Any] = []
+        for node in level:
+            below.extend(c for c in (node.values() if isinstance(node, dict) else node) if isinstance(c, (dict, list)))
+        level, depth = below, depth + 1
+    return False
