@@ -4,6 +4,9 @@
 that port is busy, an ephemeral port; ``redirect_uri`` says which) and serves
 HTTP on its own thread:
 
+* only a request whose ``Host`` is its own (``127.0.0.1:PORT`` or
+  ``localhost:PORT``) is answered at all, others get 421: a web page that
+  rebinds its own name to 127.0.0.1 cannot reach it;
 * only ``GET /callback`` is answered; other paths get 404, other methods 405
   (or 501 for unknown ones), each with a fixed plain body;
 * a callback whose ``state`` is missing or differs from the expected one is
@@ -13,7 +16,11 @@ HTTP on its own thread:
 * every page is fixed text (``text/plain``, ``Cache-Control: no-store``):
   nothing from the request is ever reflected, and nothing is logged;
 * it closes after the first valid callback, after its ``lifetime`` runs out,
-  on ``cancel()`` or on ``close()``.
+  on ``cancel()`` or on ``close()``;
+* connections are served at once, each on its own thread (at most
+  :data:`MAX_CONNECTIONS` at a time; more are closed unanswered), and each has
+  :data:`REQUEST_TIMEOUT_S` in all to send its request: an idle or trickling
+  local connection delays no other, and is cut when its time is up.
 
 ``offer(url)`` takes a callback URL the user pasted and races the listener;
 the first valid one wins.
@@ -31,6 +38,7 @@ import http.server
 import socket
 import threading
 import time
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 DEFAULT_HOST = "127.0.0.1"
@@ -38,10 +46,12 @@ DEFAULT_PORT = 33418
 CALLBACK_PATH = "/callback"
 # How long the listener waits for the browser before closing on its own.
 DEFAULT_LIFETIME_S = 300.0
-# How long one connection may take to send its request.
+# How long one connection may take, in all, to send its request and get its answer.
 REQUEST_TIMEOUT_S = 5.0
-# How long close() waits for the serving thread.
-JOIN_TIMEOUT_S = REQUEST_TIMEOUT_S + 1.0
+# Connections served at once; more are closed without an answer.
+MAX_CONNECTIONS = 16
+# How long close() waits for the serving thread and the connection threads.
+JOIN_TIMEOUT_S = 2.0
 # How often the serving thread checks whether it should stop.
 POLL_S = 0.05
 
@@ -52,6 +62,7 @@ _BODY_BAD_STATE = b"This sign-in response was not expected. It was ignored.\n"
 _BODY_NOT_FOUND = b"Not found.\n"
 _BODY_NOT_ALLOWED = b"Method not allowed.\n"
 _BODY_ERROR = b"Bad request.\n"
+_BODY_MISDIRECTED = b"This listener does not serve that host.\n"
 
 
 def _parse_callback(query: str, expected_state: str) -> dict[str, str] | None:
@@ -88,10 +99,64 @@ class _Server(http.server.HTTPServer):
 
     def __init__(self, address, listener: "CallbackListener"):
         self.listener = listener
+        self._conns_lock = threading.Lock()
+        # connection socket -> [its thread, the monotonic time it must be done by, answering yet]
+        self._conns: dict[Any, list[Any]] = {}
         super().__init__(address, _Handler)
 
     def handle_error(self, request, client_address):  # pragma: no cover - never print request data
         pass
+
+    def process_request(self, request, client_address):
+        """Serve the connection on its own thread, so no connection waits for another."""
+        with self._conns_lock:
+            if len(self._conns) >= MAX_CONNECTIONS:
+                full = True
+            else:
+                full = False
+                thread = threading.Thread(target=self._serve_one, args=(request, client_address),
+                                          name=f"oauth-callback-conn-{self.server_address[1]}", daemon=True)
+                self._conns[request] = [thread, time.monotonic() + REQUEST_TIMEOUT_S, False]
+        if full:
+            self.shutdown_request(request)
+            return
+        thread.start()
+
+    def _serve_one(self, request, client_address) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:  # a client that hung up or was cut off: nothing to report
+            pass
+        finally:
+            self.shutdown_request(request)
+            with self._conns_lock:
+                self._conns.pop(request, None)
+
+    def answering(self, conn) -> None:
+        """``conn`` has sent its request and is being answered (close() lets it finish)."""
+        with self._conns_lock:
+            if conn in self._conns:
+                self._conns[conn][2] = True
+
+    def cut_overdue(self, now: float | None = None, idle: bool = False) -> None:
+        """Shut down connections past their deadline (with ``idle``, also every one not being answered)."""
+        now = time.monotonic() if now is None else now
+        with self._conns_lock:
+            overdue = [conn for conn, (_thread, deadline, answering) in self._conns.items()
+                       if deadline <= now or (idle and not answering)]
+        for conn in overdue:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)  # wakes its thread's read; the thread then closes it
+            except OSError:
+                pass
+
+    def join_connections(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self._conns_lock:
+            threads = [entry[0] for entry in self._conns.values()]
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -102,6 +167,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format, *args):  # noqa: A002 - the code and state must never be logged
         pass
+
+    def parse_request(self):
+        parsed = super().parse_request()
+        if parsed:  # the whole request is in: from here on it is being answered
+            self.server.answering(self.connection)
+        return parsed
 
     def _reply(self, status: int, body: bytes, extra: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -129,7 +200,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.command = "GET"
         self._reply(code, body)
 
+    def _own_host(self) -> bool:
+        """Whether the request names this listener as its ``Host`` (RFC 9110 7.2), and is origin-form."""
+        host = (self.headers.get("Host") or "").strip().lower()
+        port = self.server.server_address[1]
+        own = {f"127.0.0.1:{port}", f"localhost:{port}", f"{self.server.listener._host.lower()}:{port}"}
+        if host not in own or len(self.headers.get_all("Host") or []) != 1:
+            return False
+        return self.path.startswith("/")  # an absolute-form target names some other authority
+
     def do_GET(self):
+        if not self._own_host():
+            self._reply(421, _BODY_MISDIRECTED)
+            return
         try:
             target = urlsplit(self.path)
         except ValueError:
@@ -144,6 +227,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._reply(400, _BODY_BAD_STATE)
 
     def _not_allowed(self):
+        if not self._own_host():
+            self._reply(421, _BODY_MISDIRECTED)
+            return
         self._reply(405, _BODY_NOT_ALLOWED, {"Allow": "GET"})
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
@@ -270,6 +356,10 @@ class CallbackListener:
         if self._thread is not threading.current_thread():
             self._thread.join(JOIN_TIMEOUT_S)
         self._close_socket()
+        # Connections still sending (idle, trickling) are cut; one being answered (the
+        # browser's, whose page is being written) is let finish, within its own deadline.
+        self._server.cut_overdue(idle=True)
+        self._server.join_connections(JOIN_TIMEOUT_S)
 
     def __enter__(self) -> "CallbackListener":
         return self
@@ -303,6 +393,7 @@ class CallbackListener:
                             self._done.set()
                     break
                 server.handle_request()
+                server.cut_overdue()
         finally:
             self._close_socket()
 
