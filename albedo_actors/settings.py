@@ -12,9 +12,11 @@
 A save writes the server's entry into ``extensions.json`` (atomically: a temporary file
 in the same directory, fsync, ``os.replace``, mode 0600) and its credentials into the
 store together. Then, unless the server is switched off (``"enabled": false``), it is
-connected once, within its ``startupTimeoutMs``; when that fails both the previous
-file and the previous credentials are restored and :class:`SettingsConflict` is raised
-with the server's one-line error. Saves of one home are serialised by an advisory lock
+connected once, within its ``startupTimeoutMs``; when that fails the previous file is
+restored, and so are the credential fields the save changed, each only if it is still
+as the save wrote it (connecting may have refreshed and rotated the OAuth tokens: those
+newer tokens are kept, never replaced by the older ones), and :class:`SettingsConflict`
+is raised with the server's one-line error. Saves of one home are serialised by an advisory lock
 (``HOME/.extensions.lock``), so two admin processes do not interleave.
 
 Secret edits follow the reference's form: a blank secret (``""`` or ``None``) keeps the
@@ -283,6 +285,9 @@ class Settings:
 
         def forget(credentials: Any) -> Any:
             record = usable(from_credentials(credentials), server.url) or OAuthRecord(url=server.url or "")
+            # Signing out also forgets which issuer a configured client belongs to, for an
+            # authorization server that has really moved (signin.check_client_issuer).
+            record = dataclasses.replace(record, bound_client_id=None, bound_issuer=None)
             return dataclasses.replace(credentials, oauth=record.signed_out("signed_out", "signed out by the user").to_json())
 
         if server.type == "http":
@@ -299,9 +304,11 @@ class Settings:
         previous_text = self._read_text()
         previous_credentials = self.store.get_credentials(name)
         self._write(document)
+        written = None
         try:
             if credentials is not None:
                 self._put_credentials(name, credentials)
+                written = credentials
         except BaseException:
             self._restore_file(previous_text)
             raise
@@ -319,7 +326,8 @@ class Settings:
         except AlbedoError as exc:
             logger.info("server %r could not connect; restoring its previous settings", name)
             self._restore_file(previous_text)
-            self._put_credentials(name, previous_credentials)
+            if written is not None:
+                self.store.update_credentials(name, lambda current: undo_save(current, written, previous_credentials))
             raise SettingsConflict(name, exc) from None
         logger.info("server %r saved and connected", name)
 
@@ -538,7 +546,8 @@ def _apply_oauth_client(current: Any, secrets: SecretInput, url: Any, name: str)
     moved = record is None and stored is not None and stored.configured_client_id is not None
     if moved:
         record = OAuthRecord(url=url, state="none", configured_client_id=stored.configured_client_id,
-                             configured_client_secret=stored.configured_client_secret)
+                             configured_client_secret=stored.configured_client_secret,
+                             bound_client_id=stored.bound_client_id, bound_issuer=stored.bound_issuer)
     if secrets.oauth_client is None:
         return dataclasses.replace(current, oauth=record.to_json()) if moved else current
     client_id, secret = secrets.oauth_client
@@ -555,8 +564,57 @@ def _apply_oauth_client(current: Any, secrets: SecretInput, url: Any, name: str)
             _check_value(secret, "the OAuth client secret", name)
         else:
             secret = kept
-        record = dataclasses.replace(record, configured_client_id=client_id, configured_client_secret=secret)
+        # A client given (again) is bound afresh to the issuer of its next sign-in.
+        record = dataclasses.replace(record, configured_client_id=client_id, configured_client_secret=secret,
+                                     bound_client_id=None, bound_issuer=None)
     return dataclasses.replace(current, oauth=record.to_json())
+
+
+# The sign-in state of an OAuth record: restored or kept together, never mixed.
+_TOKEN_KEYS = frozenset({"state", "reason", "access_token", "refresh_token", "expires_at", "obtained_at", "scope",
+                         "account", "requested_scope", "updated_at"})
+
+
+def undo_save(current: Any, written: Any, previous: Any) -> Any:
+    """The credentials after undoing a save that wrote ``written`` over ``previous``.
+
+    A field goes back to ``previous`` only if it is still as the save wrote it; one
+    that changed since (connecting refreshed and rotated the tokens, another process
+    wrote) is kept. Within the OAuth record the same holds key by key, and its tokens
+    and sign-in state as one: a rotated refresh token is never replaced by the spent
+    one the save started from.
+    """
+    def field(name: str) -> Any:
+        now, ours, before = getattr(current, name), getattr(written, name), getattr(previous, name)
+        return before if now == ours else now
+
+    oauth = _undo_oauth(thaw_json(current.oauth), thaw_json(written.oauth), thaw_json(previous.oauth))
+    return dataclasses.replace(current, bearer_token=field("bearer_token"), header=field("header"),
+                               env=dict(field("env") or {}), oauth=oauth)
+
+
+def thaw_json(value: Any) -> Any:
+    from .store.records import thaw
+
+    return None if value is None else thaw(value)
+
+
+def _undo_oauth(now: Any, ours: Any, before: Any) -> Any:
+    if now == ours:
+        return before
+    if ours == before or now is None or ours is None or before is None or now.get("url") != ours.get("url"):
+        return now  # the save did not change it, or it was replaced since: what is stored now stays
+    keys = set(now) | set(ours) | set(before)
+    tokens_changed = any(now.get(k) != ours.get(k) for k in _TOKEN_KEYS)
+    merged = {}
+    for key in keys:
+        if key in _TOKEN_KEYS and tokens_changed:
+            value = now.get(key)
+        else:
+            value = before.get(key) if now.get(key) == ours.get(key) else now.get(key)
+        if value is not None:
+            merged[key] = value
+    return merged
 
 
 def _check_value(value: str, what: str, name: str) -> None:
