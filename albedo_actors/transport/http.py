@@ -26,6 +26,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from ..wire.headers import field_value_problem
 from ..wire.jsonrpc import MAX_MESSAGE_BYTES, WireError, parse_line
 from ..wire.sse import SseEvent, SseParser, SseTooLarge
 
@@ -217,11 +218,20 @@ class HttpTransport:
     ) -> Reply:
         """Send one request and return its reply once the status line and headers are in.
 
-        Redirects are refused, never followed.
+        Redirects are refused, never followed. A header value may be ``str`` (sent as
+        Latin-1) or ``bytes`` (sent as they are).
 
         Raises:
-            HttpFailed: no connection, aborted, a redirect, or the connection broke.
+            HttpFailed: no connection, aborted, a redirect, the connection broke, or a
+                header value that cannot go into an HTTP header (nothing is sent then).
         """
+        for name, value in headers.items():
+            # Checked here, not left to http.client: it would raise UnicodeEncodeError
+            # for a non-Latin-1 str and ValueError only for some CR/LF, and send other
+            # controls. The value itself is never quoted: it may be a credential.
+            problem = field_value_problem(value)
+            if problem is not None:
+                raise HttpFailed(f"the {name} header value {problem}, so it cannot be sent", sent=False)
         base = {"Accept-Encoding": "identity", "Connection": "keep-alive"}
         _current.exchange = exchange
         try:
@@ -248,6 +258,8 @@ class HttpTransport:
             raise HttpFailed(f"no answer within {read_timeout:g} s", sent=True) from None
         except requests.exceptions.RequestException as exc:
             raise HttpFailed(f"the request failed ({type(exc).__name__})", sent=exchange.sent) from None
+        except (ValueError, UnicodeError) as exc:  # from http.client while writing the request
+            raise HttpFailed(f"the request could not be written ({type(exc).__name__})", sent=exchange.sent) from None
         finally:
             _current.exchange = None
         headers_in = {name.lower(): value for name, value in response.headers.items()}

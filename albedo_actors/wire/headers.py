@@ -14,6 +14,11 @@ Pure code: no threads, no I/O. Sources: 2026-07-28 basic/transports/streamable-h
   as ``=?base64?<standard base64 with padding of the UTF-8 bytes>?=``
   (the alphabet is not named normatively; the spec's examples use standard
   RFC 4648 base64 with ``=`` padding, ambiguity 13).
+- Values a server gave that we send back are checked before they are used:
+  an ``Mcp-Session-Id`` must be visible ASCII (:func:`session_id`), and an SSE
+  event id goes out as ``Last-Event-ID`` in UTF-8 (:func:`last_event_id`) unless
+  it holds a control character. :func:`field_value_problem` says why any value
+  cannot be an HTTP field value (the transport's last check before sending).
 
 Header names compare case-insensitively (ambiguity 22); the spellings below are
 the spec's. Header values are case-sensitive.
@@ -22,6 +27,7 @@ the spec's. Header values are case-sensitive.
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any
 
 HEADER_PROTOCOL_VERSION = "MCP-Protocol-Version"
@@ -271,3 +277,80 @@ def param_headers(paths: dict[str, tuple[str, ...]], arguments: dict[str, Any] |
         if text is not None:
             headers[PARAM_HEADER_PREFIX + name] = encode_value(text)
     return headers
+
+
+# -- values that go into HTTP fields -----------------------------------------------------------
+
+# RFC 9110 section 5.5: a field value is visible characters and obs-text (0x80-0xFF),
+# with SP / HTAB only between them. CR, LF and NUL are never allowed (they would end
+# or split the message: RFC 9110 section 5.5, RFC 9112 section 2.2), nor is any other
+# control.
+_SPLITTERS = re.compile(rb"[\r\n\x00]")
+_CONTROLS = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+")
+
+
+class InvalidHeaderValue(ValueError):
+    """A value that cannot go into an HTTP header; ``str()`` is a short reason (never the value)."""
+
+
+def field_value_problem(value: str | bytes) -> str | None:
+    """Why ``value`` cannot be sent as an HTTP field value, or ``None`` if it can.
+
+    A ``str`` goes out as Latin-1 (as http.client writes it), so it must have a
+    Latin-1 form; ``bytes`` go out as they are. Either must hold no control
+    character but HTAB (RFC 9110 section 5.5). The reason never quotes the value:
+    it may be a credential.
+    """
+    if isinstance(value, str):
+        try:
+            data = value.encode("latin-1")
+        except UnicodeEncodeError:
+            return "holds a character outside Latin-1"
+    else:
+        data = bytes(value)
+    if _SPLITTERS.search(data):
+        return "holds CR, LF or NUL"
+    if _CONTROLS.search(data):
+        return "holds a control character"
+    return None
+
+
+def session_id(value: str) -> str:
+    """Return ``value`` if it can be sent back as ``Mcp-Session-Id``.
+
+    2025-11-25 basic/transports, "Session Management": the session ID "MUST only
+    contain visible ASCII characters (ranging from 0x21 to 0x7E)".
+
+    Raises:
+        InvalidHeaderValue: empty, or a character outside 0x21-0x7E (a server's
+            protocol violation: the session could not be used).
+    """
+    if not _VISIBLE_ASCII.fullmatch(value):
+        raise InvalidHeaderValue("is empty" if not value else "holds a character that is not visible ASCII (0x21-0x7E)")
+    return value
+
+
+def last_event_id(value: str) -> bytes:
+    """The ``Last-Event-ID`` header value for an SSE "last event ID string".
+
+    WHATWG HTML, server-sent events ("reestablish the connection"): the header is
+    the last event ID string *encoded as UTF-8*, so an id of any script goes back as
+    the bytes the server sent. The SSE parser already drops ids holding NUL, and CR
+    and LF end lines, so they never reach here.
+
+    Raises:
+        InvalidHeaderValue: a lone surrogate, a control character (not allowed in a
+            field value, RFC 9110 section 5.5), or a leading or trailing space or tab
+            (a receiver strips those, so the server would not get its id back).
+    """
+    try:
+        data = value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidHeaderValue("is not valid Unicode") from None
+    problem = field_value_problem(data)
+    if problem is not None:
+        raise InvalidHeaderValue(problem)
+    if data[:1] in (b" ", b"\t") or data[-1:] in (b" ", b"\t"):
+        raise InvalidHeaderValue("starts or ends with a space or tab")
+    return data
