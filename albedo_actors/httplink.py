@@ -18,18 +18,30 @@ session id of an older server, and the listening thread.
   Redelivery"): a stream that ends before its response is resumed with a GET carrying
   ``Last-Event-ID`` after the stream's ``retry`` (250 ms without one, at most 30 s),
   until the response arrives, the request is given up, or five resumptions in a row
-  bring no new event. A stream without event ids cannot resume.
+  bring no new event. A stream without event ids cannot resume. The id goes back in
+  UTF-8 (WHATWG HTML, server-sent events); one that cannot go into a header (a
+  control character) is the server's protocol violation, and so is an
+  ``Mcp-Session-Id`` that is not visible ASCII: one error line, nothing sent with it.
 - Listening: the optional GET stream of an older session, or a held-open
-  ``subscriptions/listen`` for a modern server whose lists can change; reopened after
-  the server's ``retry`` or a wait doubling from 1 s to 60 s per attempt that heard
-  nothing, given up after eight such attempts in a row.
+  ``subscriptions/listen`` for a modern server whose lists can change. A stream that
+  ends is reopened after the server's ``retry`` or our wait, whichever is longer: the
+  wait is 1 s, doubling up to 60 s with each attempt that heard nothing, so there is
+  always at least 1 s between two openings, even with ``retry: 0``. An attempt heard
+  something only if a real notification arrived (not a comment, a ``retry`` field, an
+  event without data, a response, a request, or the subscription's acknowledgement);
+  eight attempts in a row that heard nothing give up. A server that sends one real
+  notification per stream forever is bounded too: at most 60 openings in any ten
+  minutes (LISTEN_WINDOW_OPENINGS per LISTEN_WINDOW), then the next waits for the
+  oldest to leave the window; it is never given up, as it keeps delivering.
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import logging
 import threading
+import time
 from typing import Any
 
 from .auth import discovery as auth_discovery
@@ -49,9 +61,11 @@ DELETE_TIMEOUT = 2.0
 RESUME_DEFAULT_MS = 250
 RESUME_MAX_MS = 30_000
 RESUME_LIMIT = 5
-LISTEN_FIRST_WAIT = 1.0
+LISTEN_FIRST_WAIT = 1.0  # also the least wait between two openings, whatever retry says
 LISTEN_MAX_WAIT = 60.0
 LISTEN_LIMIT = 8
+LISTEN_WINDOW = 600.0  # seconds; at most LISTEN_WINDOW_OPENINGS openings within any such span
+LISTEN_WINDOW_OPENINGS = 60
 MAX_AUTH_ROUNDS = 4  # one refresh and three sign-ins, then the request fails
 
 
@@ -227,7 +241,16 @@ class HttpLink:
             if self._closing.is_set() or not self._channel.is_pending(pending):
                 return
         if method == "initialize" and 200 <= reply.status < 300:
-            self.session_id = reply.headers.get("mcp-session-id") or None
+            session_id = reply.headers.get("mcp-session-id") or None
+            if session_id is not None:
+                try:
+                    mcp_headers.session_id(session_id)
+                except mcp_headers.InvalidHeaderValue as exc:
+                    reply.close()
+                    self._channel.fail(pending, ProtocolViolation(
+                        self._server, f"sent an Mcp-Session-Id that {exc}; it cannot be sent back, so the session cannot be used"))
+                    return
+            self.session_id = session_id
         if 200 <= reply.status < 300 and reply.status != 202:
             if reply.is_sse:
                 self._read_stream(pending, reply, exchange)
@@ -307,7 +330,8 @@ class HttpLink:
                 problem = str(exc)
             if not self._channel.is_pending(pending) or exchange.aborted:
                 return
-            resumable = self.era == "legacy" and self.session_id is not None and last_id is not None
+            # An empty id is the server's reset: no Last-Event-ID, so nothing to resume from.
+            resumable = self.era == "legacy" and self.session_id is not None and bool(last_id)
             if not resumable:
                 why = "and could not be resumed (no event ids)" if self.era == "legacy" else "(2026-07-28 streams do not resume)"
                 self._channel.fail(
@@ -325,7 +349,14 @@ class HttpLink:
             if self._closing.wait(min(delay, RESUME_MAX_MS) / 1000) or exchange.aborted:
                 return
             try:
-                reply = self._transport.send("GET", self._stream_headers(last_id), exchange)
+                headers = self._stream_headers(last_id)
+            except mcp_headers.InvalidHeaderValue as exc:
+                self._channel.fail(pending, ProtocolViolation(
+                    self._server, f"sent an SSE event id that {exc}, so its stream cannot be resumed; "
+                                  f"{pending.method} may or may not have run"))
+                return
+            try:
+                reply = self._transport.send("GET", headers, exchange)
             except HttpFailed as exc:
                 reply = None
                 problem = str(exc)
@@ -414,12 +445,17 @@ class HttpLink:
                 headers.update(mcp_headers.param_headers(paths, params.get("arguments")))
         return headers
 
-    def _stream_headers(self, last_event_id: str | None = None) -> dict[str, str]:
-        headers = self._auth_header({"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers})
+    def _stream_headers(self, last_event_id: str | None = None) -> dict[str, Any]:
+        """Headers of a GET stream; ``Last-Event-ID`` when resuming after that id.
+
+        Raises:
+            InvalidHeaderValue: the id cannot go into a header.
+        """
+        headers: dict[str, Any] = self._auth_header({"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers})
         if self.session_id is not None:
             headers["Mcp-Session-Id"] = self.session_id
-        if last_event_id is not None:
-            headers["Last-Event-ID"] = last_event_id
+        if last_event_id:  # WHATWG: an empty last event ID string sends no header
+            headers["Last-Event-ID"] = mcp_headers.last_event_id(last_event_id)
         return headers
 
     # -- listening ----------------------------------------------------------------------------------
@@ -427,7 +463,9 @@ class HttpLink:
     def _listen_loop(self, filters: dict[str, bool] | None) -> None:
         quiet = 0
         wait = LISTEN_FIRST_WAIT
+        openings: collections.deque[float] = collections.deque()  # when each stream of the window opened
         while not self._closing.is_set():
+            openings.append(time.monotonic())
             heard, retry_ms, refused = self._listen_once(filters)
             if refused or self._closing.is_set():
                 return
@@ -438,9 +476,20 @@ class HttpLink:
                 if quiet >= LISTEN_LIMIT:
                     logger.info("server %r: its listening stream heard nothing %d times; given up", self._server, quiet)
                     return
-            delay = retry_ms / 1000 if retry_ms is not None else wait
+            # The server's retry or our wait, whichever is longer: a retry of 0 (or a
+            # stream that ends at once) never makes a busy loop.
+            delay = max(wait, retry_ms / 1000 if retry_ms is not None else 0.0)
             if not heard:
                 wait = min(wait * 2, LISTEN_MAX_WAIT)
+            now = time.monotonic()
+            while openings and openings[0] <= now - LISTEN_WINDOW:
+                openings.popleft()
+            if len(openings) >= LISTEN_WINDOW_OPENINGS:
+                # Each stream heard a notification, but a server that hangs up after
+                # every one is still held to a rate: wait for the oldest to leave.
+                delay = max(delay, openings[0] + LISTEN_WINDOW - now)
+                logger.debug("server %r: %d listening streams in %g s; the next waits %.1f s",
+                             self._server, len(openings), LISTEN_WINDOW, delay)
             if self._closing.wait(delay):
                 return
 
@@ -481,9 +530,11 @@ class HttpLink:
                 except WireError as exc:
                     logger.warning("server %r sent an invalid message on its listening stream: %s", self._server, exc)
                     continue
-                # The acknowledgement alone is not "hearing something": a server that
-                # acknowledges and hangs up must not be reopened forever.
-                if not (isinstance(message, dict) and message.get("method") == "notifications/subscriptions/acknowledged"):
+                # Only a real notification is "hearing something": not the
+                # acknowledgement, a response or a request (nor, above, a comment, a
+                # retry field or an event without data). A server that sends only those
+                # and hangs up is given up after LISTEN_LIMIT attempts.
+                if _real_notification(message):
                     heard = True
                 self._channel.feed_message(message)
                 if pending is not None and not self._channel.is_pending(pending):
@@ -495,3 +546,13 @@ class HttpLink:
             if pending is not None:
                 self._channel.drop(pending)
         return heard, parser.retry_ms, False
+
+
+def _real_notification(message: Any) -> bool:
+    """A JSON-RPC notification (a method, no id) other than the listen acknowledgement."""
+    return (
+        isinstance(message, dict)
+        and "id" not in message
+        and isinstance(message.get("method"), str)
+        and message["method"] != "notifications/subscriptions/acknowledged"
+    )

@@ -132,6 +132,19 @@ Flags (each is also a keyword of ``FaultHTTPServer``/``configure``)
                               ``notifications/tools/list_changed`` on its GET stream (queued
                               if none is open); modern: after every Nth modern request, on
                               every open listen stream that asked for toolsListChanged
+--listen-sends KIND           every listening stream (modern ``subscriptions/listen``, after
+                              its acknowledgement; legacy GET, instead of its normal stream)
+                              carries exactly one KIND block and then ends: ``notification``
+                              (``notifications/message``), ``comment`` (``: ...``), ``retry``
+                              (``retry: 0`` only), ``empty`` (an event whose data is empty),
+                              ``priming`` (an id and empty data), ``response`` (a response to
+                              an id the client never used); recorded as ``listen_sent``
+--event-id-prefix TEXT        legacy SSE event ids are ``TEXT<stream>-<n>`` (TEXT may be any
+                              text: non-ASCII, controls); ``Last-Event-ID`` is read as UTF-8
+                              (WHATWG: the client sends the id encoded as UTF-8)
+--session-id-value VALUE      ``initialize`` answers ``Mcp-Session-Id: VALUE`` (VALUE's
+                              characters are the header's bytes, Latin-1) instead of a uuid;
+                              the session is known under VALUE
 --record FILE                 (script only) append every request and event as a JSON line
 
 Tools: ``echo``, ``add``, ``time`` (demo); ``hang`` (never answers: the request
@@ -157,6 +170,7 @@ cancelled       {request_id, session}  (legacy notifications/cancelled)
 get_opened      {session, stream};  get_closed_at_once {session}
 resumed         {session, last_event_id, replayed}
 listen_opened   {request_id, notifications};  listen_ended {request_id, graceful}
+listen_sent     {kind, count, era} a --listen-sends stream was written (count from 1)
 list_changed    {target: "get"|"pending"|"listen", session | request_id}
 server_error    {error}
 """
@@ -249,8 +263,15 @@ class FaultOptions:
     no_headers: bool = False
     slow: dict[str, float] = field(default_factory=dict)
     list_changed_every: int | None = None
+    listen_sends: str | None = None
+    event_id_prefix: str = ""
+    session_id_value: str | None = None
 
     def check(self) -> None:
+        if self.listen_sends not in (None, *LISTEN_SENDS):
+            raise ValueError(f"listen_sends must be one of {', '.join(LISTEN_SENDS)}, not {self.listen_sends!r}")
+        if self.session_id_value is not None:
+            self.session_id_value.encode("latin-1")  # the header's bytes
         if self.era not in ("dual", "legacy", "modern"):
             raise ValueError(f"era must be dual, legacy or modern, not {self.era!r}")
         if self.oversized not in (None, "content-length", "chunked"):
@@ -272,6 +293,24 @@ class FaultOptions:
 
 
 OPTION_NAMES = frozenset(f.name for f in fields(FaultOptions))
+
+# --listen-sends: the one SSE block of each listening stream (count: its number).
+LISTEN_SENDS = ("notification", "comment", "retry", "empty", "priming", "response")
+
+
+def listen_block(kind: str, count: int) -> bytes:
+    if kind == "notification":
+        message = {"jsonrpc": "2.0", "method": "notifications/message",
+                   "params": {"level": "info", "logger": "listen", "data": f"listen {count}"}}
+        return f"data: {json.dumps(message)}\n\n".encode()
+    if kind == "response":
+        return f"data: {json.dumps({'jsonrpc': '2.0', 'id': f'never-sent-{count}', 'result': {}})}\n\n".encode()
+    return {
+        "comment": f": keep-alive {count}\n\n",
+        "retry": "retry: 0\n\n",
+        "empty": "data:\n\n",
+        "priming": f"id: listen-{count}\ndata:\n\n",
+    }[kind].encode()
 
 
 # --------------------------------------------------------------------------- records
@@ -375,8 +414,10 @@ class _Stream:
     ids a later connection (GET + Last-Event-ID) can take the stream over.
     """
 
-    def __init__(self, number: int, session: "_Session | None", event_ids: bool, label: str) -> None:
+    def __init__(self, number: int, session: "_Session | None", event_ids: bool, label: str,
+                 id_prefix: str = "") -> None:
         self.number = number
+        self.id_prefix = id_prefix
         self.session = session
         self.event_ids = event_ids
         self.label = label
@@ -393,7 +434,7 @@ class _Stream:
         with self.cond:
             if self.finished:
                 return
-            event_id = f"{self.number}-{next(self._seq)}" if self.event_ids else None
+            event_id = f"{self.id_prefix}{self.number}-{next(self._seq)}" if self.event_ids else None
             block = (f"id: {event_id}\n" if event_id else "") + f"data: {data}\n\n"
             self.events.append((event_id, block.encode("utf-8"), message is not None))
             if message is not None:
@@ -401,6 +442,13 @@ class _Stream:
             if event_id is not None and self.session is not None:
                 self.session.event_index[event_id] = (self, len(self.events) - 1)
             self.cond.notify_all()
+
+    def push_raw(self, block: bytes) -> None:
+        """Append an SSE block as it is (a comment, a bare retry): no message, no id."""
+        with self.cond:
+            if not self.finished:
+                self.events.append((None, block, False))
+                self.cond.notify_all()
 
     def finish(self) -> None:
         with self.cond:
@@ -423,7 +471,7 @@ class _Session:
         self._numbers = itertools.count(1)
 
     def new_stream(self, event_ids: bool, label: str) -> _Stream:
-        stream = _Stream(next(self._numbers), self, event_ids, label)
+        stream = _Stream(next(self._numbers), self, event_ids, label, self.engine.owner.options.event_id_prefix)
         self.streams.append(stream)
         return stream
 
@@ -864,6 +912,7 @@ class FaultHTTPServer(_HTTPServerBase):
         self._listens: dict[_Stream, Any] = {}  # open modern listen streams -> request id
         self._cuts = 0
         self._modern_requests = 0
+        self._listen_sent = 0
 
     # ---- public controls
 
@@ -1203,7 +1252,7 @@ class FaultHTTPServer(_HTTPServerBase):
         if response is None or "result" not in response:
             h.send_json(200 if response else 400, response or self._error(message.get("id"), INVALID_REQUEST, "?"))
             return
-        session = _Session(uuid.uuid4().hex, engine, response["result"]["protocolVersion"])
+        session = _Session(opts.session_id_value or uuid.uuid4().hex, engine, response["result"]["protocolVersion"])
         engine.session = session
         with self._lock:
             self._sessions[session.id] = session
@@ -1283,6 +1332,9 @@ class FaultHTTPServer(_HTTPServerBase):
                                notifications=engine.listeners.get(request_id))
             if opts.listen_ends_at_once:
                 stream.finish()
+            elif opts.listen_sends:
+                stream.push_raw(self._next_listen_block(opts.listen_sends, "modern"))
+                stream.finish()
         if response is not None and stream.messages == 0 and not started:
             is_error = "error" in response
             if era == "modern" and is_error:
@@ -1312,6 +1364,13 @@ class FaultHTTPServer(_HTTPServerBase):
             engine.listeners.pop(request_id, None)
             if opts.listen_ends_at_once and outcome == "finished":
                 self._record_event("listen_ended", request_id=request_id, graceful=False)
+
+    def _next_listen_block(self, kind: str, era: str) -> bytes:
+        with self._lock:
+            self._listen_sent += 1
+            count = self._listen_sent
+        self._record_event("listen_sent", kind=kind, count=count, era=era)
+        return listen_block(kind, count)
 
     def _client_closed(self, h: _Handler, request_id: Any, method: str, era: str) -> None:
         h.close_connection = True
@@ -1438,6 +1497,8 @@ class FaultHTTPServer(_HTTPServerBase):
             return
         last_event_id = h.headers.get("Last-Event-ID")
         if last_event_id is not None:
+            # http.server decodes header bytes as Latin-1; the client sent UTF-8.
+            last_event_id = last_event_id.encode("latin-1").decode("utf-8", "replace")
             with self._lock:
                 found = session.event_index.get(last_event_id)
             if found is None:
@@ -1454,6 +1515,11 @@ class FaultHTTPServer(_HTTPServerBase):
             h.start_sse(None, opts.retry)
             h.end_chunks()
             self._record_event("get_closed_at_once", session=session.id)
+            return
+        if opts.listen_sends:
+            h.start_sse(None, opts.retry)
+            h.write_chunk(self._next_listen_block(opts.listen_sends, "legacy"))
+            h.end_chunks()
             return
         stream = session.new_stream(opts.event_ids, "get")
         if opts.event_ids:
@@ -1520,6 +1586,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-headers", action="store_true")
     parser.add_argument("--slow", type=_slow_flag, action="append", default=[], metavar="TOOL=SECONDS")
     parser.add_argument("--list-changed-every", type=int, metavar="N")
+    parser.add_argument("--listen-sends", choices=LISTEN_SENDS)
+    parser.add_argument("--event-id-prefix", default="", metavar="TEXT")
+    parser.add_argument("--session-id-value", metavar="VALUE")
     parser.add_argument("--record", metavar="FILE")
     return parser.parse_args(argv)
 
