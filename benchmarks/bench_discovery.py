@@ -691,7 +691,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     status = 0
     with tempfile.TemporaryDirectory(prefix="albedo-bench-discovery-") as root:
-        run = Run(os.path.realpath(root))
+        try:
+            run = Run(os.path.realpath(root))
+        except (OSError, subprocess.SubprocessError) as exc:
+            print(f"bench_discovery: cannot extract {BEFORE_REV} with git archive: {exc}", file=sys.stderr)
+            return 1
         before = run.processes()
         try:
             print(
@@ -713,8 +717,12 @@ def main(argv: list[str] | None = None) -> int:
             print()
             print("RATIOS " + " ".join(parts))
             print(f"(run took {time.perf_counter() - started:.1f} s)")
+        except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
+            print(f"bench_discovery: {exc}", file=sys.stderr)  # one line, no traceback
+            status = 1
         finally:
-            status = _common.report_leftovers(before, run.processes)
+            sys.stdout.flush()
+            status = _common.report_leftovers(before, run.processes) or status
     return status
 
 
