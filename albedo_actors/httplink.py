@@ -292,15 +292,18 @@ class HttpLink:
 
     def _read_json(self, pending: Pending, reply: Reply) -> None:
         try:
-            value = reply.json()
+            body = reply.body()
+            value = jsonrpc.parse_line(body)
         except HttpFailed as exc:
             self._channel.fail(pending, UnknownOutcome(self._server, f"{exc}; {pending.method} may or may not have run"))
             return
         except WireError as exc:
             self._channel.fail(pending, ProtocolViolation(self._server, f"answered {pending.method} with {exc}"))
             return
-        for item in value if isinstance(value, list) else [value]:  # 2025-03-26 allowed batches
-            self._channel.feed_message(item)
+        items = value if isinstance(value, list) else [value]  # 2025-03-26 allowed batches
+        for item in items:
+            # Its share of the body's bytes (a discovery's byte budget counts them).
+            self._channel.feed_message(item, len(body) // max(1, len(items)))
         self._channel.fail(pending, ProtocolViolation(self._server, f"answered {pending.method} without its response"))
 
     def _read_stream(self, pending: Pending, reply: Reply, exchange: Exchange) -> None:
@@ -318,7 +321,7 @@ class HttpLink:
                         continue  # a priming event: an id and no message
                     heard = True
                     try:
-                        self._channel.feed_message(decode_message(event.data))
+                        self._channel.feed_message(decode_message(event.data), len(event.data))
                     except WireError as exc:
                         self._channel.fail(pending, ProtocolViolation(self._server, f"sent an SSE event with {exc}"))
                         reply.close()

@@ -213,6 +213,17 @@ def test_pages_of_empty_objects_stop_at_the_discovery_budget_with_bounded_memory
     assert rss < 300, f"peak RSS {rss} MiB"
 
 
+def test_over_http_the_budget_counts_the_bodies_on_the_wire(tmp_path, http_hostile):
+    server = http_hostile("empty-pages")  # 40 pages of 1 MiB of {}
+    handle = ServerHandle.start(ServerConfig(name="h", type="http", url=server.url), str(tmp_path))
+    try:
+        with pytest.raises(ProtocolViolation) as caught:
+            handle.connect()
+        assert f"over the {DISCOVERY_BUDGET >> 20} MiB discovery budget (page 8 of tools/list" in str(caught.value)
+    finally:
+        handle.stop()
+
+
 def test_entries_left_out_by_the_hundred_thousand_cost_one_warning_line(tmp_path):
     write_config(tmp_path, {"flood": hostile_entry("empty-pages", "--pages", "3", "--page-bytes", str(300_000))})
     run, _took, rss = albedo(tmp_path, "tools")
