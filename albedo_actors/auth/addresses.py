@@ -183,12 +183,17 @@ class AddressGuard:
                     self._allowed, self._server_addresses = frozenset(kinds), frozenset(addresses)
         return frozenset(kinds), frozenset(addresses)
 
-    def check(self, host: str, addresses: Iterable[tuple[int, tuple]], deadline: float) -> None:
-        """Raise :class:`AddressRefused` unless every one of ``addresses`` (of ``host``) is allowed."""
+    def check_name(self, host: str) -> None:
+        """Raise :class:`AddressRefused` for a metadata host name (checked before it is even looked up)."""
         name = _host_name(host)
         if name in METADATA_HOSTS and name != self._server_host:
-            raise AddressRefused(f"{name} is a cloud metadata service; albedo does not fetch it for an MCP server "
-                                 f"that is not there itself")
+            raise AddressRefused(f"{name} is a cloud metadata service, and the MCP server is not there; "
+                                 f"albedo does not fetch it")
+
+    def check(self, host: str, addresses: Iterable[tuple[int, tuple]], deadline: float) -> None:
+        """Raise :class:`AddressRefused` unless every one of ``addresses`` (of ``host``) is allowed."""
+        self.check_name(host)
+        name = _host_name(host)
         allowed, own = self._own_kinds(max(0.0, deadline - time.monotonic()))
         for _family, sockaddr in addresses:
             ip = ipaddress.ip_address(sockaddr[0].split("%", 1)[0])

@@ -49,7 +49,7 @@ DEFAULT_LIFETIME_S = 300.0
 # How long one connection may take, in all, to send its request and get its answer.
 REQUEST_TIMEOUT_S = 5.0
 # Connections served at once; more are closed without an answer.
-MAX_CONNECTIONS = 16
+MAX_CONNECTIONS = 64
 # How long close() waits for the serving thread and the connection threads.
 JOIN_TIMEOUT_S = 2.0
 # How often the serving thread checks whether it should stop.

@@ -158,12 +158,14 @@ class AuthHttp:
         scheme, host, port, netloc, target = self._target(url)
         sock: socket.socket | None = None
         try:
-            addresses = resolve(host, port, deadline.left())
-            if self._guard is not None:
-                try:
+            try:
+                if self._guard is not None:
+                    self._guard.check_name(host)
+                addresses = resolve(host, port, deadline.left())
+                if self._guard is not None:
                     self._guard.check(host, addresses, deadline.at)
-                except AddressRefused as exc:
-                    raise AuthHttpError(url, exc.reason, transient=False) from None
+            except AddressRefused as exc:
+                raise AuthHttpError(url, exc.reason, transient=False) from None
             sock = self._connect(addresses, deadline)
             if scheme == "https":
                 sock = self._wrap(sock, host, deadline)
