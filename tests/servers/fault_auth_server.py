@@ -30,7 +30,18 @@ Normal behaviour (every mode off)
 * ``GET /authorize``: auto-approves: 302 to ``redirect_uri?code=...&state=...&iss=<base>``
   (it must name a registered client and carry an S256 ``code_challenge``).
 * ``POST /token``: the ``authorization_code`` grant (code single use, PKCE checked),
-  answering a Bearer ``access_token`` that the MCP endpoint then accepts.
+  answering a Bearer ``access_token`` that the MCP endpoint then accepts, and the
+  ``refresh_token`` grant (rotating: a refresh token works once). A client
+  authenticates as it registered: ``none`` (``client_id`` in the body), or, for a
+  ``clients`` entry with a secret, HTTP Basic or ``client_secret_post``.
+
+Sign-in faults (issue 10; every one a mutable attribute, so a test can switch it
+between two sign-ins): ``trickle`` ({path: seconds}) writes that path's whole answer
+one byte at a time, ``token`` ``"invalid_client"`` refuses every token request as
+RFC 6749 5.2 ``invalid_client``, ``mcp`` ``"broken"`` answers a valid token's
+requests 500, ``authorization_servers`` replaces the PRM's list and ``challenge_prm``
+the challenge's ``resource_metadata``. ``expire()`` forgets every access token issued,
+``wait_hits(path, n)`` waits (bounded) until ``n`` requests reached ``path``.
 """
 
 from __future__ import annotations
@@ -41,15 +52,16 @@ import http.server
 import itertools
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 HUGE = 70 * 1024  # more than the 64 KiB albedo reads of any OAuth answer
 JOIN_TIMEOUT_S = 10.0
 
-MCP_MODES = ("oauth", "always_401", "always_403_scope", "tools_401")
+MCP_MODES = ("oauth", "always_401", "always_403_scope", "tools_401", "broken")
 REGISTER_MODES = ("ok", "huge_length", "huge_chunked", "not_json", "array", "no_client_id")
-TOKEN_MODES = ("ok", "huge_length", "huge_chunked", "not_json", "not_bearer", "newline")
+TOKEN_MODES = ("ok", "huge_length", "huge_chunked", "not_json", "not_bearer", "newline", "invalid_client")
 REDIRECTABLE = ("prm", "as_metadata", "register", "authorize", "token")
 
 
@@ -109,6 +121,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def send(self, status: int, body: bytes = b"", content_type: str = "application/json",
              headers: dict | None = None) -> None:
+        owner: FaultAuthServer = self.server.owner
+        pace = owner.trickle.get(urlsplit(self.path).path)
+        if pace is not None:
+            self._trickle(status, body, content_type, headers or {}, pace, owner)
+            return
         self.send_response(status)
         if body or status not in (202, 204):
             self.send_header("Content-Type", content_type)
@@ -119,6 +136,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if body:
             self.wfile.write(body)
+
+    def _trickle(self, status: int, body: bytes, content_type: str, headers: dict, pace: float,
+                 owner: "FaultAuthServer") -> None:
+        """The whole answer (status line included), one byte every ``pace`` seconds, until the
+        client hangs up or the server stops (so a client's per-read timeout never fires)."""
+        head = [f"HTTP/1.0 {status} Trickle", f"Content-Type: {content_type}", f"Content-Length: {len(body)}",
+                *(f"{k}: {v}" for k, v in headers.items()), "Connection: close", "", ""]
+        raw = "\r\n".join(head).encode("latin-1") + body
+        for i in range(len(raw)):
+            if owner._stopping.wait(pace):
+                return  # the server stops: leave the rest unsent
+            try:
+                self.wfile.write(raw[i:i + 1])
+                self.wfile.flush()
+            except OSError:
+                return  # the client gave up, as it should
+        owner._note_trickled(self.path)
 
     def send_json(self, status: int, document, headers: dict | None = None) -> None:
         self.send(status, json.dumps(document).encode(), headers=headers)
@@ -170,7 +204,9 @@ class FaultAuthServer:
                  authorization_endpoint: str | None = None, register: str = "ok", token: str = "ok",
                  redirects: dict | None = None, challenge_scope: str = "mcp admin",
                  authorize_error: str | None = None, error_description: str | None = None,
-                 no_prm: bool = False) -> None:
+                 no_prm: bool = False, clients: dict | None = None, auth_methods: tuple = ("none",),
+                 trickle: dict | None = None, authorization_servers: list | None = None,
+                 challenge_prm: str | None = None) -> None:
         if mcp not in MCP_MODES or register not in REGISTER_MODES or token not in TOKEN_MODES:
             raise ValueError("unknown mode")
         if any(key not in REDIRECTABLE for key in (redirects or {})):
@@ -189,6 +225,15 @@ class FaultAuthServer:
         self.authorize_error = authorize_error
         self.error_description = error_description
         self.no_prm = no_prm  # a 2025-03-26 server: no resource metadata, none named in the challenge
+        self.preregistered = dict(clients or {})  # client id -> secret (None: public); any redirect URI
+        self.auth_methods = tuple(auth_methods)
+        self.trickle = dict(trickle or {})  # path -> seconds between the bytes of its answers
+        self.authorization_servers = authorization_servers  # None: [base]
+        self.challenge_prm = challenge_prm  # None: <base>/.well-known/oauth-protected-resource/mcp
+        self._stopping = threading.Event()
+        self._arrived = threading.Condition()
+        self._refresh_tokens: dict[str, str] = {}  # refresh token -> client id (each works once)
+        self._trickled: list[str] = []
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
         self._clients: dict[str, list[str]] = {}
@@ -216,6 +261,7 @@ class FaultAuthServer:
         server, self._server = self._server, None
         if server is None:
             return
+        self._stopping.set()
         server.shutdown()
         server.server_close()
         if self._thread is not None:
@@ -255,6 +301,35 @@ class FaultAuthServer:
     def _record(self, request: RecordedRequest) -> None:
         with self._lock:
             self._requests.append(request)
+        with self._arrived:
+            self._arrived.notify_all()
+
+    def wait_hits(self, path: str, n: int = 1, timeout: float = 30.0) -> bool:
+        """Wait until ``n`` requests reached ``path`` (bounded); whether they did."""
+        with self._arrived:
+            return self._arrived.wait_for(lambda: self.hits(path) >= n, timeout)
+
+    def _note_trickled(self, path: str) -> None:
+        with self._lock:
+            self._trickled.append(path)
+
+    def fully_trickled(self) -> list[str]:
+        """The paths whose trickled answer was written to the end (a client that waited it out)."""
+        with self._lock:
+            return list(self._trickled)
+
+    def expire(self) -> None:
+        """Every access token issued so far is refused from now on (the refresh tokens still work)."""
+        with self._lock:
+            self._tokens.clear()
+
+    def refresh_tokens(self) -> set[str]:
+        """The refresh tokens that would work now."""
+        with self._lock:
+            return set(self._refresh_tokens)
+
+    def grants(self, grant_type: str) -> int:
+        return sum(1 for r in self.matching("/token") if r.form().get("grant_type") == grant_type)
 
     # -- routing -----------------------------------------------------------------------------
 
@@ -286,7 +361,8 @@ class FaultAuthServer:
     # -- the MCP endpoint --------------------------------------------------------------------
 
     def _challenge(self, error: str | None = None, scope: str | None = None) -> str:
-        value = "Bearer" if self.no_prm else f'Bearer resource_metadata="{self.base}/.well-known/oauth-protected-resource/mcp"'
+        prm = self.challenge_prm or f"{self.base}/.well-known/oauth-protected-resource/mcp"
+        value = "Bearer" if self.no_prm else f'Bearer resource_metadata="{prm}"'
         params = [f'error="{error}"'] if error else []
         if scope:
             params.append(f'scope="{scope}"')
@@ -316,6 +392,9 @@ class FaultAuthServer:
         except ValueError:
             message = None
         method = message.get("method") if isinstance(message, dict) else None
+        if self.mcp == "broken" and valid:
+            h.send(500, b"broken\n", "text/plain")
+            return
         if self.mcp == "always_401":
             self._unauthorized(h, r, sent)
             return
@@ -368,7 +447,8 @@ class FaultAuthServer:
     def _prm(self, h: _Handler, r: RecordedRequest) -> None:
         if self._redirected(h, r, "prm"):
             return
-        h.send_json(200, {"resource": self.prm_resource or self.url, "authorization_servers": [self.base],
+        servers = self.authorization_servers if self.authorization_servers is not None else [self.base]
+        h.send_json(200, {"resource": self.prm_resource or self.url, "authorization_servers": list(servers),
                           "scopes_supported": ["mcp"], "bearer_methods_supported": ["header"]})
 
     def _as_metadata(self, h: _Handler, r: RecordedRequest) -> None:
@@ -383,7 +463,7 @@ class FaultAuthServer:
             "response_types_supported": ["code"],
             "grant_types_supported": ["authorization_code", "refresh_token"],
             "code_challenge_methods_supported": ["S256"],
-            "token_endpoint_auth_methods_supported": ["none"],
+            "token_endpoint_auth_methods_supported": list(self.auth_methods),
             "scopes_supported": ["mcp", "admin"],
             "authorization_response_iss_parameter_supported": self.iss_supported,
         })
@@ -427,6 +507,8 @@ class FaultAuthServer:
         with self._lock:
             registered = self._clients.get(q.get("client_id", ""))
         redirect_uri = q.get("redirect_uri")
+        if q.get("client_id") in self.preregistered and redirect_uri:
+            registered = [redirect_uri]  # a client registered by hand: any loopback redirect
         if registered is None or redirect_uri not in registered or q.get("code_challenge_method") != "S256" \
                 or not q.get("code_challenge") or q.get("response_type") != "code":
             h.send(400, b"bad authorization request\n", "text/plain")
@@ -447,18 +529,45 @@ class FaultAuthServer:
 
     # -- tokens ------------------------------------------------------------------------------
 
+    def _client_of(self, r: RecordedRequest, form: dict) -> str | None:
+        """The authenticated client of a token request (RFC 6749 2.3.1), or None."""
+        authorization = r.headers.get("authorization", "")
+        if authorization.startswith("Basic "):
+            try:
+                client_id, _, secret = base64.b64decode(authorization[6:]).decode().partition(":")
+            except ValueError:
+                return None
+        else:
+            client_id, secret = form.get("client_id", ""), form.get("client_secret")
+        if client_id in self.preregistered:
+            return client_id if self.preregistered[client_id] == secret else None
+        with self._lock:
+            known = client_id in self._clients
+        return client_id if known and secret is None else None
+
     def _token(self, h: _Handler, r: RecordedRequest) -> None:
         if self._redirected(h, r, "token"):
             return
         form = r.form()
-        with self._lock:
-            grant = self._codes.pop(form.get("code", ""), None)
-        verifier = form.get("code_verifier", "")
-        expected = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-        if (form.get("grant_type") != "authorization_code" or grant is None or grant["challenge"] != expected
-                or grant["redirect_uri"] != form.get("redirect_uri") or grant["client_id"] != form.get("client_id")):
-            h.send_json(400, {"error": "invalid_grant"})
+        client = self._client_of(r, form)
+        if self.token == "invalid_client" or client is None:
+            h.send_json(401, {"error": "invalid_client"}, {"WWW-Authenticate": "Basic"})
             return
+        if form.get("grant_type") == "refresh_token":
+            with self._lock:
+                owner = self._refresh_tokens.pop(form.get("refresh_token", ""), None)
+            if owner != client:
+                h.send_json(400, {"error": "invalid_grant"})
+                return
+        else:
+            with self._lock:
+                grant = self._codes.pop(form.get("code", ""), None)
+            verifier = form.get("code_verifier", "")
+            expected = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+            if (form.get("grant_type") != "authorization_code" or grant is None or grant["challenge"] != expected
+                    or grant["redirect_uri"] != form.get("redirect_uri") or grant["client_id"] != client):
+                h.send_json(400, {"error": "invalid_grant"})
+                return
         access = f"at-{next(self._ids)}"
         answer = {"access_token": access, "token_type": "Bearer", "expires_in": 3600, "scope": "mcp",
                   "refresh_token": f"rt-{next(self._ids)}"}
@@ -466,6 +575,7 @@ class FaultAuthServer:
         if mode == "ok":
             with self._lock:
                 self._tokens.add(access)
+                self._refresh_tokens[answer["refresh_token"]] = client
             h.send_json(200, answer, {"Cache-Control": "no-store"})
         elif mode == "huge_length":
             h.send(200, _padded(answer))
