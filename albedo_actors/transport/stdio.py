@@ -1,10 +1,22 @@
 """A stdio MCP server behind the launcher: pipes, one reader thread, bounded writes.
 
 Owns: the launcher process, the server's stdin pipe (written by callers under a
-lock, with a deadline), and one reader thread that splits the server's stdout into
-lines and hands each to ``on_line``. When the stream ends, for whatever reason,
-``on_closed(reason)`` is called exactly once, from the reader thread, with a one-line
-reason that includes the server's exit status and the tail of its stderr.
+lock, with a deadline), one reader thread that splits the server's stdout into
+lines and hands each to ``on_line``, and one watcher thread that reads the
+launcher's status channel and reaps the launcher. When the stream ends, for whatever
+reason, ``on_closed(reason)`` is called exactly once, from the reader thread, with a
+one-line reason that includes the server's exit status and the tail of its stderr.
+
+Every process started ends:
+
+- the end of the server's output (or any other end of the stream) closes the
+  connection at once, so the launcher runs the shutdown sequence (EOF, TERM_GRACE,
+  SIGTERM, KILL_GRACE, SIGKILL) then, not when the host stops;
+- the watcher reaps the launcher when it exits, so nothing is left as a zombie and
+  redials do not pile up processes;
+- the host knows the server's process group (the server leads it): when the
+  launcher is gone without having reported the server's end (killed by any signal,
+  or crashed), the watcher runs the same sequence on the group itself.
 
 Knows nothing of actors or JSON-RPC: the owner parses lines.
 """
@@ -30,6 +42,12 @@ START_TIMEOUT = 10.0  # the launcher itself (a bare Python) starting
 TERM_GRACE = 2.0
 KILL_GRACE = 2.0
 STATUS_WAIT = 1.0  # for the launcher's exit status after the server's stdout closed
+STATUS_LIMIT = 1 << 20  # status lines are small (the stderr tail is 2 KiB); more is not kept
+POLL = 0.02  # how often the group is checked when no pidfd (or no /proc) tells at once
+GROUP_WAIT = 1.0  # for killed members of the server's group to be gone
+# The launcher's own environment: it needs nothing, and the server's environment goes
+# to it through the spec pipe (see launcher.py), so no secret is in its environ.
+LAUNCHER_ENV: dict[str, str] = {}
 
 
 class TransportClosed(Exception):
@@ -77,7 +95,12 @@ class StdioTransport:
         self._closing = False
         self._local_reason: str | None = None
         self._reader: threading.Thread | None = None
-        self.server_pid: int | None = None
+        self._watcher: threading.Thread | None = None
+        self._status_buffer = b""  # what followed the first status line
+        self._exit_status: dict | None = None  # the launcher's {"exit": ...} line
+        self._status_ready = threading.Event()  # set by that line, or when the launcher is gone
+        self._pidfd: int | None = None
+        self.server_pid: int | None = None  # also the server's process group id
 
     # -- public API --------------------------------------------------------------
 
@@ -92,38 +115,51 @@ class StdioTransport:
             if self._closing:
                 raise LaunchFailed("the connection was closed before it started")
             data_r, data_w = os.pipe()
+            spec_r, spec_w = os.pipe()
             try:
-                launcher_spec = {
-                    "argv": [self._spec.executable, *self._spec.args],
-                    "cwd": self._spec.cwd,
-                    "stdin_fd": data_r,
-                    "term_grace": TERM_GRACE,
-                    "kill_grace": KILL_GRACE,
-                }
                 self._launcher = subprocess.Popen(
-                    [sys.executable, "-I", "-S", LAUNCHER, json.dumps(launcher_spec)],
+                    [sys.executable, "-I", "-S", LAUNCHER, str(spec_r)],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
-                    pass_fds=(data_r,),
-                    env=self._spec.env,
+                    pass_fds=(data_r, spec_r),
+                    env=LAUNCHER_ENV,
                     cwd=self._spec.cwd,
                     bufsize=0,
                 )
             except OSError as exc:
                 os.close(data_w)
+                os.close(spec_w)
                 raise LaunchFailed(f"cannot run the launcher: {exc}") from None
             finally:
                 os.close(data_r)
+                os.close(spec_r)
             self._stdin_fd = data_w
             os.set_blocking(data_w, False)
-            status = self._read_status(START_TIMEOUT)
+            deadline = time.monotonic() + START_TIMEOUT
+            # The environment (secrets included) goes through a pipe: argv is readable
+            # by every user in /proc, and the launcher's own environment is changed by
+            # its interpreter (PEP 538 adds LC_CTYPE), so the server gets exactly this.
+            launcher_spec = {
+                "argv": [self._spec.executable, *self._spec.args],
+                "cwd": self._spec.cwd,
+                "env": dict(self._spec.env),
+                "secrets": list(self._spec.secrets),
+                "stdin_fd": data_r,
+                "term_grace": TERM_GRACE,
+                "kill_grace": KILL_GRACE,
+            }
+            sent = _write_all(spec_w, json.dumps(launcher_spec).encode(), deadline)
+            status = self._read_status(deadline) if sent else {}
             if "pid" not in status:
                 self._close_locked("it did not start")
                 self._kill()
-                self._release()
+                self._release(self._launcher.stdout, self._launcher.stderr)
                 raise LaunchFailed(status.get("error") or "the launcher did not start")
             self.server_pid = status["pid"]
+            self._pidfd = _open_pidfd(self.server_pid)
+        self._watcher = threading.Thread(target=self._watch_launcher, name=f"mcp-stdio-watch-{self._name}", daemon=True)
+        self._watcher.start()
         self._reader = threading.Thread(target=self._read_loop, name=f"mcp-stdio-{self._name}", daemon=True)
         self._reader.start()
 
@@ -173,7 +209,14 @@ class StdioTransport:
         deadline = time.monotonic() + timeout
         launcher = self._launcher
         clean = True
-        if launcher is not None:
+        if self._watcher is not None:
+            # The watcher reaps the launcher (and ends the group if the launcher could not).
+            self._watcher.join(max(0.0, deadline - time.monotonic()))
+            if self._watcher.is_alive():
+                clean = False
+                self._abandon()
+                self._watcher.join(KILL_GRACE)
+        elif launcher is not None:
             try:
                 launcher.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -190,7 +233,8 @@ class StdioTransport:
 
     # -- internals ---------------------------------------------------------------
 
-    def _close_locked(self, reason: str) -> None:
+    def _close_locked(self, reason: str | None) -> None:
+        """Close the server's stdin and the control pipe; ``reason`` None: the server's doing."""
         with self._state_lock:
             if self._closing:
                 return
@@ -221,19 +265,21 @@ class StdioTransport:
             self._launcher.kill()
             self._launcher.wait()
 
-    def _release(self) -> None:
-        """Close our ends of the launcher's output pipes."""
-        for stream in (self._launcher.stdout, self._launcher.stderr):
+    @staticmethod
+    def _release(*streams) -> None:
+        """Close our ends of launcher pipes (each by the one thread that reads it)."""
+        for stream in streams:
             try:
                 stream.close()
             except OSError:
                 pass
 
-    def _read_status(self, timeout: float) -> dict:
-        """Read one JSON status line from the launcher's stderr, within ``timeout``."""
-        stream = self._launcher.stderr
-        fd = stream.fileno()
-        deadline = time.monotonic() + timeout
+    def _read_status(self, deadline: float) -> dict:
+        """Read the first JSON status line from the launcher's stderr, by ``deadline``.
+
+        What follows it is kept for the watcher.
+        """
+        fd = self._launcher.stderr.fileno()
         buffer = b""
         while b"\n" not in buffer:
             remaining = deadline - time.monotonic()
@@ -243,11 +289,88 @@ class StdioTransport:
             if not chunk:
                 return {}
             buffer += chunk
+        line, self._status_buffer = buffer.split(b"\n", 1)
+        return _status_of(line)
+
+    def _watch_launcher(self) -> None:
+        """Read the status channel to its end, reap the launcher, end an orphaned group."""
+        launcher = self._launcher
+        fd = launcher.stderr.fileno()
+        buffer, self._status_buffer = self._status_buffer, b""
         try:
-            status = json.loads(buffer.split(b"\n", 1)[0])
-        except ValueError:
-            return {}
-        return status if isinstance(status, dict) else {}
+            while True:
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    self._on_status(_status_of(line))
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    break  # the launcher has exited (or was killed): nobody else holds this pipe
+                buffer = (buffer + chunk)[-STATUS_LIMIT:]
+            try:
+                launcher.wait(KILL_GRACE)
+            except subprocess.TimeoutExpired:  # it closed its stderr and lives on: not ours to trust
+                launcher.kill()
+                launcher.wait()
+            if self._exit_status is None or launcher.returncode != 0:
+                self._end_group(launcher.returncode)
+            if self.server_pid is not None:
+                # SIGKILLed helpers take a moment to die: closed is closed when they are gone.
+                _wait_group_gone(self.server_pid, GROUP_WAIT)
+        finally:
+            self._status_ready.set()
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+            self._release(launcher.stderr)
+
+    def _on_status(self, status: dict) -> None:
+        if "exit" in status:
+            self._exit_status = status
+            self._status_ready.set()
+        elif "closing" in status:
+            # The launcher was asked to end (SIGTERM, SIGHUP): the EOF is ours to give.
+            self.close(f"its launcher got {str(status['closing'])[:20]}")
+
+    def _end_group(self, launcher_status: int | None) -> None:
+        """The launcher is gone without having seen the server end: end its group here.
+
+        The same sequence the launcher runs: EOF (the server's stdin closes now), then
+        SIGTERM to the group after TERM_GRACE, then SIGKILL after KILL_GRACE, and
+        SIGKILL for helpers left in the group once its leader is gone.
+        """
+        if launcher_status is not None and launcher_status < 0:
+            how = f"was killed by signal {-launcher_status}"
+        else:
+            how = f"exited with status {launcher_status}"
+        self.close(f"its launcher {how}; the server was ended")
+        pid = self.server_pid
+        if pid is None:
+            return
+        if not self._leader_ends_within(TERM_GRACE):
+            _signal_group(pid, signal.SIGTERM)
+            if not self._leader_ends_within(KILL_GRACE):
+                _signal_group(pid, signal.SIGKILL)
+        _signal_group(pid, signal.SIGKILL)
+
+    def _leader_ends_within(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the server (leader of its group) to end; True if it did."""
+        if self._pidfd is not None:
+            # Readable once the process has ended (a zombie counts): no pid reuse can fool it.
+            return bool(select.select([self._pidfd], [], [], timeout)[0])
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                os.kill(self.server_pid, 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                pass
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL)
 
     def _read_loop(self) -> None:
         fd = self._launcher.stdout.fileno()
@@ -264,19 +387,26 @@ class StdioTransport:
             problem = f"sent {exc}"
         except OSError as exc:
             problem = f"could not be read ({exc.strerror})"
+        local = self._local_reason is not None and problem is None
         if problem is not None:
             self.close(problem)
+        else:
+            # The server's output ended, but the process may live on: end it now (EOF,
+            # then SIGTERM, then SIGKILL), not when the host stops.
+            with self._write_lock:
+                self._close_locked(None)
         try:
-            self._on_closed(self._ending_reason(problem), self._local_reason is not None and problem is None)
+            self._on_closed(self._ending_reason(problem), local)
         finally:
-            self._release()
+            self._release(self._launcher.stdout)
 
     def _ending_reason(self, problem: str | None) -> str:
         if problem is not None:
             return problem
         if self._local_reason is not None:
             return self._local_reason
-        status = self._read_status(STATUS_WAIT)
+        self._status_ready.wait(STATUS_WAIT)
+        status = self._exit_status or {}
         code = status.get("exit")
         if code is None:
             reason = "closed its output"
@@ -295,3 +425,77 @@ class StdioTransport:
             if len(secret) >= 4:
                 text = text.replace(secret, "***")
         return "".join(ch if ch.isprintable() or ch in "\n\t" else "?" for ch in text)
+
+
+def _status_of(line: bytes) -> dict:
+    try:
+        status = json.loads(line)
+    except ValueError:
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
+def _write_all(fd: int, data: bytes, deadline: float) -> bool:
+    """Write ``data`` to the pipe ``fd`` by ``deadline`` and close it; False if not all went."""
+    try:
+        os.set_blocking(fd, False)
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not select.select([], [fd], [], remaining)[1]:
+                    return False
+        return True
+    except OSError:  # the launcher is gone
+        return False
+    finally:
+        os.close(fd)
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A pidfd for the server (Linux 5.3+), so waiting for it cannot be fooled by pid reuse."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass  # none of it is left (or a member we may not signal)
+
+
+def _wait_group_gone(pgid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` until no live (non-zombie) process is in group ``pgid``.
+
+    Linux /proc only (elsewhere it returns at once): the members are not our children,
+    so there is nothing to wait on but their state.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return True
+        alive = False
+        for name in names:
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            # Fields after the command: state, ppid, pgrp (proc(5)).
+            if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+                alive = True
+                break
+        if not alive:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL)
