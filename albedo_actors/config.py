@@ -404,11 +404,18 @@ def launch_spec(
         if not (os.path.isfile(executable) and os.access(executable, os.X_OK)):
             raise Unavailable(server.name, f"cannot start: {executable} is not an executable file")
     else:
-        found = shutil.which(command, path=env["PATH"])
+        found = shutil.which(command, path=_searchable(env["PATH"]))
         if found is None:
             raise Unavailable(server.name, f"cannot start: command {command!r} was not found on PATH; give its full path in extensions.json")
         executable = os.path.abspath(found)
     return LaunchSpec(executable=executable, args=server.args, cwd=cwd, env=env, secrets=tuple(secrets))
+
+
+def _searchable(path: str) -> str:
+    """PATH without its empty and relative entries, which name the host's working
+    directory (POSIX: an empty entry is the current directory), not a place a
+    configured command should come from. The server still gets PATH as it is."""
+    return os.pathsep.join(entry for entry in path.split(os.pathsep) if os.path.isabs(entry))
 
 
 def http_headers(server: ServerConfig, environ: Mapping[str, str] = os.environ, credentials: Any = None) -> dict[str, str]:

@@ -207,6 +207,38 @@ def test_the_child_environment_is_exactly_home_path_tmpdir_named_and_stored(tmp_
         assert secret not in launcher_argv and secret not in launcher_env
 
 
+def test_a_command_is_never_found_through_an_empty_or_relative_path_entry(tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    (work / "relbin").mkdir(parents=True)
+    marker = tmp_path / "ran"
+    trap = f"#!/bin/sh\ntouch {marker}\n"
+    for where in (work / "mcp-thing", work / "relbin" / "mcp-thing"):
+        where.write_text(trap)
+        os.chmod(where, 0o755)
+    good = tmp_path / "bin"
+    good.mkdir()
+    monkeypatch.chdir(work)
+    path = f":relbin:.:{good}:/usr/bin:/bin"
+    monkeypatch.setenv("PATH", path)
+    handle = ServerHandle.start(ServerConfig(name="thing", type="stdio", command="mcp-thing"), str(tmp_path / "home"))
+    try:
+        with pytest.raises(Unavailable) as caught:
+            handle.connect()
+    finally:
+        handle.stop()
+    assert str(caught.value) == ("server 'thing': cannot start: command 'mcp-thing' was not found on PATH; "
+                                 "give its full path in extensions.json")
+    assert not marker.exists()
+    # On an absolute entry it is found, and the server gets PATH exactly as the host has it.
+    (good / "mcp-thing").write_text(f"#!/bin/sh\nexec {sys.executable} {PROCESS_SERVER}\n")
+    os.chmod(good / "mcp-thing", 0o755)
+    handle = ServerHandle.start(ServerConfig(name="thing", type="stdio", command="mcp-thing"), str(tmp_path / "home"))
+    try:
+        env = json.loads(text_of(handle.call_tool("exec_env")))
+    finally:
+        handle.stop()
+    assert env["PATH"] == path
+    assert not marker.exists()
 
 
 # -- the stderr tail ------------------------------------------------------------------------------------
