@@ -35,7 +35,9 @@ So with rotating refresh tokens a lost race reads the winner's tokens instead of
 spending (and wiping) them, and a refresh that finishes late never overwrites a newer
 sign-in. A holder that dies leaves its lease to run out (at most :data:`LEASE_S`). A
 holder that overran its lease (stopped for longer than the lease) and then got a
-refusal writes nothing while another holds the lease.
+refusal writes nothing while another holds the lease. Lease times are wall-clock
+Unix times, so hosts sharing one PostgreSQL store should keep their clocks within a
+few seconds of each other (a skew shortens or lengthens a lease by that much).
 
 A refusal (``invalid_grant`` ...) marks the server ``needs_sign_in`` and keeps the
 client registration; ``invalid_client`` also forgets a registration albedo kept (the

@@ -11,10 +11,12 @@ Protocol, one JSON object per line on stdout, answers one line each on stdin:
 - opens the store, reads the stored access token (the token this process "saw"),
   prints ``{"event": "ready", "seen": FP}`` and waits for ``go``;
 - prints ``{"event": "calling"}`` and refreshes with that seen token; prints
-  ``{"event": "locking"}`` each time the refresh asks the store for the credentials
-  row lock (``Store.holding_credentials``), just before it does;
+  ``{"event": "locking"}`` each time the refresh asks the store for a short
+  transaction on the credentials row (``Store.holding_credentials``: taking the
+  refresh lease, writing the result), just before it does;
 - if a token request is about to be made (the HTTP client is asked for, inside the
-  row lock) prints ``{"event": "holding"}`` and waits for ``proceed`` first;
+  refresh lease, outside any transaction) prints ``{"event": "holding"}`` and waits
+  for ``proceed`` first;
 - prints ``{"event": "result", ...}`` (the returned and the stored record as
   fingerprints, and how many token requests this process made) and exits 0.
 
@@ -60,7 +62,7 @@ def expect(word: str) -> None:
 
 
 class AnnouncingStore:
-    """The store, announcing each ``holding_credentials`` before the row lock is asked for."""
+    """The store, announcing each ``holding_credentials`` before its transaction is asked for."""
 
     def __init__(self, store) -> None:
         self._store = store

@@ -4,7 +4,8 @@ Threads of one process share one TokenRefresher: however many of them find the t
 expired (a 401 after ``server.expire()``, or a token within a minute of its expiry)
 at once, the authorization server sees one refresh_token request and every thread
 ends with the same new token. Processes sharing one database (SQLite and PostgreSQL)
-are serialised by the credentials row lock: one refreshes, the other reads the
+are serialised by the credentials row's refresh lease (taken and written in short
+transactions, never held over the network): one refreshes, the other reads the
 winner's tokens; with rotating refresh tokens a process that saw the old token never
 spends (and so never wipes) the winner's.
 
@@ -417,8 +418,8 @@ class Workers:
     def race(self, workers):
         """``go`` to all at once, until every worker has reported its result.
 
-        A worker holding the row lock may make its token request only once every worker
-        has asked for the lock (or finished without): so the others read the record
+        A worker holding the refresh lease may make its token request only once every worker
+        has asked for the row (or finished without): so the others read the record
         while (or after) the request is made, never before it started.
         """
         locking, holding = set(), []
