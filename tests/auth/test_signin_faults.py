@@ -458,6 +458,22 @@ def test_a_configured_clients_secret_never_goes_to_another_issuer(fault, store, 
     assert now.access_token == first.access_token and now.bound_issuer == good.issuer  # the sign-in is kept
 
 
+def test_a_refresh_never_sends_a_configured_clients_secret_to_another_issuers_token_endpoint(fault, store):
+    clients = {HAND_ID: HAND_SECRET}
+    good = fault(clients=clients, auth_methods=("client_secret_basic",))
+    other = fault(clients=clients, auth_methods=("client_secret_basic",))
+    config = config_of(good)
+    store.put_credentials(NAME, Credentials(oauth=OAuthRecord(
+        url=good.url, state="none", configured_client_id=HAND_ID, configured_client_secret=HAND_SECRET).to_json()))
+    signed = sign_in(config, store)
+    # A record whose token endpoint is not its bound issuer's (tampered, or written by an older albedo).
+    moved = dataclasses.replace(signed, issuer=other.issuer, token_endpoint=other.base + "/token")
+    store.put_credentials(NAME, Credentials(oauth=moved.to_json()))
+    record, requested = refresh_held(store, config, signed.access_token, {}, lambda s: AuthHttp())
+    assert record.state == "needs_sign_in" and "issuer_mismatch" in record.reason
+    assert other.requests == [] and good.grants("refresh_token") == 0
+
+
 def test_signing_out_lets_a_configured_client_follow_a_moved_authorization_server(fault, home, store):
     clients = {HAND_ID: HAND_SECRET}
     good = fault(clients=clients, auth_methods=("client_secret_basic",))
