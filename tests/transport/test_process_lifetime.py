@@ -25,7 +25,7 @@ from albedo_actors.config import ServerConfig
 from albedo_actors.errors import ServerError, Unavailable, UnknownOutcome
 from albedo_actors.store import Credentials
 from albedo_actors.transport import launcher as launcher_module
-from helpers import FAULT_SERVER, HERE, Owner, text_of
+from helpers import HERE, Owner, text_of
 
 PROCESS_SERVER = os.path.join(HERE, "servers", "fault_process_server.py")
 POLL = 0.02
