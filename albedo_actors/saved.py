@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from .catalogue import Catalogue
 from .config import ServerConfig
+from .errors import StoreError
 
 FINGERPRINT_VERSION = 1
 MAX_CATALOGUE_BYTES = 8 * 1024 * 1024  # the store refuses larger (store.MAX_CATALOGUE_BYTES)
@@ -95,7 +96,10 @@ def save_if_changed(store: Any, server: str, key: str, catalogue: Catalogue) -> 
     Raises:
         StoreError, ValueError: as :func:`load_current`, or the catalogue is refused.
     """
-    current = load_current(store, server, key)
+    try:
+        current = load_current(store, server, key)
+    except (StoreError, ValueError):
+        current = None  # a damaged saved row is replaced, not kept forever
     if current is not None and current.same_listing(catalogue):
         return False
     store.save_catalogue(server, key, catalogue.era, to_json(catalogue))

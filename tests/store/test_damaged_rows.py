@@ -103,13 +103,19 @@ def test_tools_with_a_saved_catalogue_nested_too_deep_warns_once_and_dials(tmp_p
     with sqlite3.connect(home / "albedo.db") as db:
         assert db.execute("UPDATE catalogues SET catalogue = ?", (nested(100_000),)).rowcount == 1
     db.close()
-    # The damaged row is not used: the server is dialled and listed as before.
-    second = tools()
-    assert (second.returncode, second.stdout, second.stderr) == (0, first.stdout, "")
-    # What it logs (shown with --verbose) is the store's one line, not a traceback.
+    # The damaged row is not used: the server is dialled and listed as before, and what
+    # it logs (shown with --verbose) is the store's one line, not a traceback.
     verbose = tools("--verbose")
     assert verbose.returncode == 0, verbose.stderr
-    assert advertised_name("f", "echo") in verbose.stdout
+    assert verbose.stdout == first.stdout
     assert "Traceback" not in verbose.stderr and "RecursionError" not in verbose.stderr
     warnings = [line for line in verbose.stderr.splitlines() if " WARNING " in line and "saved catalogue cannot be used" in line]
     assert len(warnings) == 1 and warnings[0].endswith(f"server 'f': its saved catalogue cannot be used ({damaged('catalogue', 'f')})")
+    # The dial's catalogue replaced the damaged row: the next run reads it again.
+    with sqlite3.connect(home / "albedo.db") as db:
+        (saved,) = db.execute("SELECT catalogue FROM catalogues").fetchone()
+    db.close()
+    assert "echo" in {tool["name"] for tool in json.loads(saved)["tools"]}
+    again = tools("--verbose")
+    assert again.stdout == first.stdout
+    assert "saved catalogue cannot be used" not in again.stderr
