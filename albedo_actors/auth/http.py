@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
+from ..wire.jsonrpc import WireError, parse_line
 from .addresses import AddressGuard, AddressRefused, resolve
 
 MAX_BODY = 64 * 1024
@@ -66,15 +67,12 @@ class AuthReply:
     www_authenticate: str | None = None
 
     def json(self) -> Any:
-        """The body as JSON, or None when it is not JSON."""
+        """The body as JSON, or None when it is not JSON (bounded as MCP messages are:
+        strict UTF-8 and JSON, bounded nesting, no lone surrogates)."""
         try:
-            return json.loads(self.body.decode("utf-8"), parse_constant=_reject)
-        except (UnicodeDecodeError, ValueError, RecursionError):
+            return parse_line(self.body)
+        except WireError:
             return None
-
-
-def _reject(name: str) -> Any:
-    raise ValueError(name)
 
 
 def _short(url: str, limit: int = 160) -> str:

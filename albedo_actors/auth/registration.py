@@ -10,9 +10,10 @@ as JSON and hands the raw answer to :func:`parse_registration`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..wire.jsonrpc import WireError, parse_line
 
 __all__ = [
     "AUTH_METHODS",
@@ -92,9 +93,6 @@ def _is_json_type(content_type: str | None) -> bool:
         media.startswith("application/") and media.endswith("+json"))
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {name}")
-
 
 def _load_object(body: bytes, what: str, error: type[ValueError]) -> dict:
     """Decode a bounded UTF-8 JSON object (RFC 8259), or raise ``error``."""
@@ -103,9 +101,8 @@ def _load_object(body: bytes, what: str, error: type[ValueError]) -> dict:
     if len(body) > MAX_BODY:
         raise error(f"{what} is larger than {MAX_BODY} bytes")
     try:
-        data = json.loads(bytes(body).decode("utf-8"),
-                          parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        data = parse_line(bytes(body))
+    except WireError:
         raise error(f"{what} is not JSON") from None
     if not isinstance(data, dict):
         raise error(f"{what} is not a JSON object")

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote_plus
+
+from ..wire.jsonrpc import parse_line
 
 __all__ = [
     "MAX_BODY",
@@ -156,17 +157,13 @@ def client_auth(client_id: str, client_secret: str | None,
     return {"Authorization": f"Basic {encoded}"}, {}
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {name}")
-
 
 def _load(body: bytes) -> Any:
     if not isinstance(body, (bytes, bytearray, memoryview)):
         raise TypeError("token response body must be bytes")
     if len(body) > MAX_BODY:
         raise OverflowError
-    return json.loads(bytes(body).decode("utf-8"),
-                      parse_constant=_reject_constant)
+    return parse_line(bytes(body))
 
 
 def _clean_text(value: Any) -> str | None:

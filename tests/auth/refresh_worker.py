@@ -98,7 +98,7 @@ def main() -> None:
         elif mode == "refresher":
             ref = TokenRefresher.start(AnnouncingStore(store), {}, http_factory)
             try:
-                future = ref.proxy().refresh(config, seen).get(timeout=5)
+                future = ref.proxy().refresh(config, seen).get(timeout=WAIT_S)
                 record, requested = future.result(timeout=WAIT_S), None
             finally:
                 ref.stop(timeout=WAIT_S)

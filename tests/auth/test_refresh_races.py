@@ -396,7 +396,10 @@ class Workers:
         """Feed each worker's events to ``on_event(worker, event)`` until ``done()``; bounded."""
         deadline = time.monotonic() + WAIT_S
         open_ = {w.proc.stdout.fileno(): w for w in workers}
+        finished = set()  # reported their result: their end of output is due
         while not done():
+            if not open_:
+                pytest.fail("every worker ended before the exchange was done: " + " | ".join(w.stderr() for w in workers))
             ready = select.select(list(open_), [], [], max(0.0, deadline - time.monotonic()))[0]
             if not ready:
                 pytest.fail("the workers went quiet: " + " | ".join(w.stderr() for w in workers))
@@ -404,9 +407,14 @@ class Workers:
                 worker = open_[fd]
                 events = worker.lines()
                 if events is None:
+                    if worker in finished:
+                        del open_[fd]  # it ended after its result, maybe before another's
+                        continue
                     pytest.fail(f"a worker exited early (status {worker.proc.wait(WAIT_S)}): {worker.stderr()}")
                 for event in events:
                     assert event["event"] in ("ready", "calling", "locking", "holding", "result"), event
+                    if event["event"] == "result":
+                        finished.add(worker)
                     on_event(worker, event)
 
     def ready(self, workers):
