@@ -288,3 +288,13 @@ def test_the_account_comes_from_an_id_token_and_is_display_only():
     for junk in ("not-a-jwt", 42, "x" * 20000):
         body = json.dumps({"access_token": "AT", "token_type": "Bearer", "id_token": junk}).encode()
         assert parse_token_response(body, 200, 0.0).account is None
+
+
+@pytest.mark.parametrize("field", ["access_token", "refresh_token", "token_type"])
+def test_a_token_answer_holding_a_lone_surrogate_is_refused_as_not_json(field):
+    # A token goes into an Authorization header and the store: it must be text.
+    fields = {"access_token": "a", "refresh_token": "r", "token_type": "Bearer", "expires_in": 60}
+    body = json.dumps(fields).replace(f'"{fields[field]}"', '"x\\ud800"', 1).encode()
+    with pytest.raises(TokenError) as caught:
+        parse_token_response(body, 200, 0.0)
+    assert not caught.value.transient
