@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import OAuthServer
+from servers.fault_auth_server import FaultAuthServer
 
 
 @pytest.fixture
@@ -14,6 +15,22 @@ def oauth_server():
 
     def start(*flags: str) -> OAuthServer:
         server = OAuthServer(*flags)
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def fault():
+    """``fault(**modes)`` starts a FaultAuthServer; all are stopped afterwards."""
+    started: list = []
+
+    def start(**modes) -> FaultAuthServer:
+        server = FaultAuthServer(**modes)
         server.start()
         started.append(server)
         return server

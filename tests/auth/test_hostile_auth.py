@@ -43,22 +43,6 @@ NO_BROWSER = {"ALBEDO_NO_BROWSER": "1"}
 
 
 @pytest.fixture
-def fault():
-    """``fault(**modes)`` starts a FaultAuthServer; all are stopped afterwards."""
-    started: list = []
-
-    def start(**modes) -> FaultAuthServer:
-        server = FaultAuthServer(**modes)
-        server.start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
-
-
-@pytest.fixture
 def canary():
     server = CanaryServer()
     server.start()

@@ -58,21 +58,6 @@ NO_BROWSER = {"ALBEDO_NO_BROWSER": "1"}
 
 
 @pytest.fixture
-def fault():
-    started: list[FaultAuthServer] = []
-
-    def start(**modes) -> FaultAuthServer:
-        server = FaultAuthServer(**modes)
-        server.start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
-
-
-@pytest.fixture
 def home(tmp_path):
     return str(tmp_path / "home")
 
