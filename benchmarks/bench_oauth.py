@@ -522,7 +522,7 @@ def report(run: Run, opts: argparse.Namespace, elapsed: float) -> None:
     print("   sdk: on a 401 the OAuthClientProvider re-runs discovery and a new authorization (code grant), it does")
     print("     not refresh; its lock is held across every request, so the concurrent callers go one at a time.")
     print("   sdk-known: as sdk, with the provider's token_expiry_time also set in the past: it refreshes before")
-    print("     sending (no 401 round trip) and keeps the tokens in memory (ours writes them to SQLite under a row lock).")
+    print("     sending (no 401 round trip) and keeps the tokens in memory (ours takes a refresh lease, then compare-and-writes them to SQLite).")
     if run.ours_refresher_requests:
         print(f"   ours TokenRefresher.token_requests() per burst of {CONCURRENT}: "
               f"{sorted(set(run.ours_refresher_requests))}")
