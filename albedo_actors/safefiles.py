@@ -74,7 +74,7 @@ def open_private(path: str, flags: int = os.O_RDWR | os.O_CREAT) -> int:
     """
     try:
         fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC | getattr(os, "O_NONBLOCK", 0), FILE_MODE)
-    except OSError as exc:
+    except OSError:
         if os.path.islink(path):
             raise _refused(path) from None
         raise

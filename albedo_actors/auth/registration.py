@@ -11,7 +11,6 @@ as JSON and hands the raw answer to :func:`parse_registration`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..wire.jsonrpc import WireError, parse_line
 

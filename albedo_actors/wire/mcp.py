@@ -49,7 +49,7 @@ class Verdict(enum.Enum):
 
 # The server requests a host may handle, by the name a host registers a handler under.
 HANDLED_METHODS = {"elicitation": "elicitation/create", "sampling": "sampling/createMessage", "roots": "roots/list"}
-_CAPABILITIES = {"elicitation": {"form": {}}, "sampling": {}, "roots": {}}
+_CAPABILITIES: dict[str, dict[str, Any]] = {"elicitation": {"form": {}}, "sampling": {}, "roots": {}}
 
 
 def client_capabilities(handlers: dict[str, Any] | None) -> dict[str, Any]:

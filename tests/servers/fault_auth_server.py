@@ -52,7 +52,6 @@ import http.server
 import itertools
 import json
 import threading
-import time
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlencode, urlsplit
 

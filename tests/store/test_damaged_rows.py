@@ -16,7 +16,6 @@ import sys
 import pytest
 
 from albedo_actors.errors import StoreError
-from albedo_actors.naming import advertised_name
 from albedo_actors.store import Credentials
 from albedo_actors.store.models import CatalogueRow, CredentialRow, OAuthClientRow
 from albedo_actors.wire.jsonrpc import MAX_DEPTH
