@@ -5,13 +5,21 @@ whether the extension is on for this session, whether a turn is running, and the
 probe schedule of the servers that were left out.
 
 **Asks** the RuntimePreparer (for a composition: it answers with a future at once) and
-the ServerRegistry (to retire clients after a swap), both with timeouts. **Tells**
-nobody; the host reads :meth:`composition` and :meth:`take_changes`.
+the ServerRegistry (for a left-out server's client), both with timeouts. **Tells** the
+preparer :class:`Subscribe`/:class:`Unsubscribe` and the registry :class:`Release`
+(nothing to wait for); the host reads :meth:`composition` and :meth:`take_changes`.
 
 - A replacement is always prepared first; the previous clients are retired only after
   the swap, and a failed preparation keeps the previous composition.
+- A preparation releases exactly the clients the registry held for it (``held``): a
+  stale or failed one at once, a shown one when it is replaced. Nothing else is ever
+  released, so no client another composition (or session) holds is stopped.
+- A swap lands only between turns: a preparation ready during a turn waits for its end.
 - A changed catalogue (told by the preparer) or a server that came back refreshes the
-  session after the end of the current turn, never in the middle of one.
+  session after the end of the next turn, never in the middle of one: found mid-turn,
+  after that turn; found while idle, after the turn that follows (the reference: "A
+  server found up waits for the end of a turn and then asks the session to refresh,
+  so it appears after the turn that follows its return, not mid-turn").
 - Servers that come back: no timer. On session activity (a submit or the end of a turn)
   the left-out servers are probed, first ``retryMs`` after the session prepared, then at
   doubling intervals capped at twenty times ``retryMs``.
@@ -33,7 +41,8 @@ import pykka
 from ..config import McpConfig, ServerConfig
 from ..errors import AlbedoError
 from .client import ServerHandle, connect_all
-from .preparer import CatalogueSaved, Composition
+from .preparer import CatalogueSaved, Composition, Subscribe, Unsubscribe
+from .registry import Release
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +92,7 @@ class SessionComposer(pykka.ThreadingActor):
         self._generation = 0
         self._waiting: dict[int, concurrent.futures.Future] = {}
         self._in_turn = False
+        self._parked: _Prepared | None = None  # ready during a turn: swapped at its end
         self._refresh_due = False
         self._changed = False  # a "capabilities changed" turn is owed to the model
         self._probe_at: float | None = None
@@ -95,7 +105,7 @@ class SessionComposer(pykka.ThreadingActor):
 
     def open(self) -> concurrent.futures.Future:
         """Prepare the composition; a future that resolves once it is in use."""
-        self._preparer.proxy().subscribe(self.actor_ref)
+        self._preparer.tell(Subscribe(self.actor_ref))
         return self._prepare()
 
     def reload(self) -> concurrent.futures.Future:
@@ -127,13 +137,18 @@ class SessionComposer(pykka.ThreadingActor):
         self._probe_if_due()
 
     def turn_ended(self) -> concurrent.futures.Future | None:
-        """The turn ended: a refresh that waited for it runs now (its future, else None)."""
+        """The turn ended: a swap or a refresh that waited for it runs now (its future, else None)."""
         self._in_turn = False
+        parked, self._parked = self._parked, None
+        landed = None
+        if parked is not None:
+            landed = self._waiting.get(parked.generation)
+            self._on_prepared(parked)
         self._probe_if_due()
         if self._refresh_due:
             self._refresh_due = False
             return self._prepare()
-        return None
+        return landed
 
     def probes_settled(self) -> concurrent.futures.Future:
         """A future that resolves once no probe of a left-out server is running."""
@@ -150,6 +165,10 @@ class SessionComposer(pykka.ThreadingActor):
         if server in self._composition.catalogues and server not in self._composition.left_out:
             logger.info("server %r needs a sign-in; the session refreshes after this turn", server)
             self._refresh_after_turn()
+
+    def swap_waiting(self) -> bool:
+        """True while a prepared composition waits for the current turn to end."""
+        return self._parked is not None
 
     def take_changes(self) -> bool:
         """True once after a refresh changed what the model sees (append a user turn)."""
@@ -182,7 +201,7 @@ class SessionComposer(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         try:
-            self._preparer.proxy().unsubscribe(self.actor_ref)
+            self._preparer.tell(Unsubscribe(self.actor_ref))
         except pykka.ActorDeadError:
             pass
         for thread in self._threads:
@@ -190,7 +209,10 @@ class SessionComposer(pykka.ThreadingActor):
         for _key, handle in self._overlay_handles.values():
             handle.stop_async()
         self._overlay_handles = {}
-        self._release(tuple(self._composition.handles.values()))
+        if self._parked is not None:
+            self._release(self._parked.composition.held)
+            self._parked = None
+        self._release(self._composition.held)
         self._composition = Composition()
         for future in self._waiting.values():
             if not future.done():
@@ -253,12 +275,19 @@ class SessionComposer(pykka.ThreadingActor):
                 done.set_exception(message.error)
             return
         if message.generation != self._generation:
-            # A newer preparation was asked for; this one is stale. Let go of what only
-            # it started (never held: the registry stops them).
-            shown = {id(h) for h in self._composition.handles.values()}
-            self._release(tuple(h for h in message.composition.handles.values() if id(h) not in shown))
+            # A newer preparation was asked for; this one is stale. Let go of what the
+            # registry held for it, and only that: the shown composition and the newer
+            # preparation hold their own counts on any client they share with it.
+            self._release(message.composition.held)
             if done is not None:
                 done.set_result(self._composition)
+            return
+        if self._in_turn:
+            # Ready during a turn: it waits for the turn's end (turn_ended swaps it in).
+            self._waiting[message.generation] = done if done is not None else concurrent.futures.Future()
+            older, self._parked = self._parked, message
+            if older is not None:
+                self._on_prepared(older)  # stale now: released
             return
         previous, self._composition = self._composition, message.composition
         if (previous.catalogues or previous.overlays) and not _same(previous, message.composition):
@@ -272,19 +301,16 @@ class SessionComposer(pykka.ThreadingActor):
         for handle in previous.overlay_handles.values():
             if id(handle) not in kept and all(entry[1] is not handle for entry in self._overlay_handles.values()):
                 handle.stop_async()
-        # Hold the new clients, then let go of the previous ones: connections close
-        # only after the swap, and only when no other session holds them.
-        self._registry.proxy().acquire(tuple(message.composition.handles.values()))
-        self._release(tuple(previous.handles.values()) + message.composition.retired)
+        # The new clients are held since apply(); let go of the previous ones: connections
+        # close only after the swap, and only when nobody else holds them.
+        self._release(previous.held)
         self._schedule_probes(reset=True)
         if done is not None:
             done.set_result(message.composition)
 
     def _refresh_after_turn(self) -> None:
-        if self._in_turn:
-            self._refresh_due = True
-        else:
-            self._prepare()
+        # Mid-turn or idle alike: the refresh runs when the (next) turn ends.
+        self._refresh_due = True
 
     def _schedule_probes(self, reset: bool) -> None:
         if not self._composition.left_out:
@@ -338,7 +364,7 @@ def _probe(composer: pykka.ActorRef, name: str, handle: Any) -> None:
 
 def _release_now(registry: pykka.ActorRef, handles: tuple) -> None:
     try:
-        registry.proxy().release(handles)
+        registry.tell(Release(tuple(handles)))
     except pykka.ActorDeadError:
         for handle in handles:
             handle.stop_async()
@@ -377,4 +403,4 @@ def _finish(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int,
         composer.tell(_Prepared(generation, composition, error))
     except pykka.ActorDeadError:
         if composition is not None:  # nobody will use it
-            _release_now(registry, tuple(composition.handles.values()))
+            _release_now(registry, composition.held)

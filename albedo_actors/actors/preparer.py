@@ -37,7 +37,8 @@ from .refresher import sign_in_needed
 from ..errors import AlbedoError, ConfigError, NeedsSignIn, ServerError, StoreError
 from ..saved import MAX_CATALOGUE_BYTES, fingerprint, load_current, save_if_changed, size_of
 from ..wire.text import printable
-from .client import CatalogueChanged, ServerHandle, connect_all
+from .client import CatalogueChanged, ServerHandle, ServerLost, connect_all
+from .registry import Release, SetOwner
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,9 @@ class Composition:
     overlays: Mapping[str, Catalogue] = field(default_factory=dict)
     overlay_handles: Mapping[str, ServerHandle] = field(default_factory=dict)
     overlays_left_out: Mapping[str, str] = field(default_factory=dict)
+    # Every registry client this preparation holds (left-out servers' too: probes dial
+    # them); whoever receives the composition releases exactly these, once.
+    held: tuple[ServerHandle, ...] = ()
 
     def context_lines(self) -> tuple[str, ...]:
         """One line per left-out or signed-out server, then one per server that sent
@@ -97,6 +101,18 @@ class CatalogueSaved:
 
     server: str
     catalogue: Catalogue
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    """Told by a session composer: tell it :class:`CatalogueSaved` from now on."""
+
+    ref: pykka.ActorRef
+
+
+@dataclass(frozen=True)
+class Unsubscribe:
+    ref: pykka.ActorRef
 
 
 @dataclass(frozen=True)
@@ -197,6 +213,14 @@ class RuntimePreparer(pykka.ThreadingActor):
                 for subscriber in list(self._subscribers):
                     _tell(subscriber, CatalogueSaved(message.server, message.catalogue))
             return None
+        if isinstance(message, (Subscribe, Unsubscribe)):
+            (self.subscribe if isinstance(message, Subscribe) else self.unsubscribe)(message.ref)
+            return None
+        if isinstance(message, ServerLost):
+            # The client logged it and re-dials on its next call; the composition keeps
+            # the client and its catalogue, so there is nothing to change here.
+            logger.debug("server %r: connection lost (%s)", message.server, message.reason)
+            return None
         if isinstance(message, _BackgroundDone):
             self._threads = [t for t in self._threads if t.is_alive()]
             if message.catalogue is not None:
@@ -216,7 +240,7 @@ class RuntimePreparer(pykka.ThreadingActor):
     # -- lifecycle ---------------------------------------------------------------------------
 
     def on_start(self) -> None:
-        self._registry.set_owner(self.actor_ref)
+        self._registry.actor_ref.tell(SetOwner(self.actor_ref))
 
     def on_stop(self) -> None:
         for thread in self._threads:
@@ -238,11 +262,15 @@ class RuntimePreparer(pykka.ThreadingActor):
         """
         try:
             self._prepare_foreground(applied, unsaved, keys, ready, result, signin)
+            if result.done() and not result.cancelled() and result.exception() is None:
+                return
         except Exception as exc:  # noqa: BLE001 - a bug must fail one preparation, not hang its session
             logger.error("preparing servers %s failed: %s: %s", ", ".join(sorted(unsaved)) or "(none)", type(exc).__name__, exc)
             if not result.done():
                 result.set_exception(exc if isinstance(exc, AlbedoError) else
                                      AlbedoError(f"preparing the MCP servers failed ({type(exc).__name__}); the previous servers stay in use"))
+        # A failed preparation lets go of what apply() held for it, and nothing else.
+        _tell(self._registry.actor_ref, Release(tuple(applied.handles.values())))
 
     def _prepare_foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue],
                             result: Any, signin: dict[str, str] | None) -> None:
@@ -278,7 +306,8 @@ class RuntimePreparer(pykka.ThreadingActor):
                 result.set_exception(ConfigError(too_large[0]))
             return
         handles = {name: handle for name, handle in applied.handles.items() if name in catalogues}
-        composition = Composition(handles, catalogues, left_out, tuple(warnings), applied.retired)
+        composition = Composition(handles, catalogues, left_out, tuple(warnings), applied.retired,
+                                  held=tuple(applied.handles.values()))
         if not result.cancelled():
             result.set_result(composition)
 

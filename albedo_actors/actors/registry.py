@@ -7,15 +7,19 @@ it was started with, and the restart budget of each name.
 **Asks** nobody; it starts and stops ServerClient actors, never waiting on one inside a
 message handler (stops are asynchronous; only ``on_stop`` waits, bounded).
 
-**Tells** nobody. Its callers (the runtime preparer, later issues) ask it with timeouts.
+**Tells** nobody. Its callers (the runtime preparer, later issues) ask it with timeouts,
+or tell it :class:`Release` (nothing to wait for).
 
 - :meth:`apply` makes the map match a configuration: new servers get a client, a server
   whose fingerprint changed gets a *new* client beside the old one, removed servers are
-  retired. Nothing is stopped there: compositions :meth:`acquire` the clients they
-  swap in and :meth:`release` the ones they swap out, and a client is stopped when no
-  composition holds it any more. So a session swaps to new clients first and the old
-  ones close only after the swap (the reference's "prepares a replacement first"),
-  and one session switching MCP off never closes another session's connections.
+  retired. Every client it returns is *held* for its caller at once (one count each),
+  so a preparation still in flight holds what it will swap in: another session letting
+  go of a client meanwhile never stops it. The caller releases exactly what it was
+  given (a stale or failed preparation at once, a composition once replaced), and a
+  client is stopped when nobody holds it any more. So a session swaps to new clients
+  first and the old ones close only after the swap (the reference's "prepares a
+  replacement first"), and one session switching MCP off never closes another
+  session's connections. A retired client nobody holds is stopped at once.
 - :meth:`handle` returns the live client of a name, restarting a dead actor only within
   a small budget (RESTARTS within RESTART_WINDOW seconds).
 """
@@ -47,6 +51,20 @@ class Applied:
     retired: tuple[ServerHandle, ...]
 
 
+@dataclass(frozen=True)
+class Release:
+    """Told by a composition's owner: it no longer holds these clients (see :meth:`ServerRegistry.release`)."""
+
+    handles: tuple[ServerHandle, ...]
+
+
+@dataclass(frozen=True)
+class SetOwner:
+    """Told by the preparer: clients started from now on tell ``owner`` their events."""
+
+    owner: pykka.ActorRef
+
+
 class ServerRegistry(pykka.ThreadingActor):
     """One per daemon; see the module docstring."""
 
@@ -75,7 +93,9 @@ class ServerRegistry(pykka.ThreadingActor):
     # -- public API ---------------------------------------------------------------------
 
     def apply(self, servers: tuple[ServerConfig, ...], credentials: Mapping[str, Any] | None = None) -> Applied:
-        """Make the map match ``servers`` (with their stored ``credentials`` by name)."""
+        """Make the map match ``servers`` (with their stored ``credentials`` by name).
+
+        Every returned client is held once for the caller, who must release it."""
         credentials = credentials or {}
         wanted = {server.name: server for server in servers}
         retired = []
@@ -91,7 +111,12 @@ class ServerRegistry(pykka.ThreadingActor):
             if entry is not None:
                 retired.append(entry[3])
             self._entries[name] = (key, server, creds, self._start(server, creds))
-        return Applied({name: entry[3] for name, entry in self._entries.items()}, tuple(retired))
+        handles = {name: entry[3] for name, entry in self._entries.items()}
+        self.acquire(tuple(handles.values()))
+        for handle in retired:
+            if self._holders.get(id(handle), 0) == 0:  # nobody holds it, nobody will: no entry has it
+                self._stopping.append(handle.stop_async())
+        return Applied(handles, tuple(retired))
 
     def acquire(self, handles: tuple[ServerHandle, ...]) -> None:
         """A composition now holds these clients."""
@@ -100,9 +125,16 @@ class ServerRegistry(pykka.ThreadingActor):
 
     def release(self, handles: tuple[ServerHandle, ...]) -> None:
         """A composition no longer holds these clients; those nobody holds are stopped
-        (asynchronously: their servers end) and forgotten."""
+        (asynchronously: their servers end) and forgotten.
+
+        A client nobody holds is left alone: releasing what one never held would stop a
+        client that someone else is about to hold."""
         for handle in {id(h): h for h in handles}.values():
-            left = self._holders.get(id(handle), 0) - 1
+            held = self._holders.get(id(handle), 0)
+            if held == 0:
+                logger.debug("server %r: released a client nobody held; ignored", handle.config.name)
+                continue
+            left = held - 1
             if left > 0:
                 self._holders[id(handle)] = left
                 continue
@@ -139,6 +171,21 @@ class ServerRegistry(pykka.ThreadingActor):
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)
+
+    def held(self, handle: ServerHandle) -> int:
+        """How many compositions (or preparations in flight) hold ``handle``."""
+        return self._holders.get(id(handle), 0)
+
+    # -- messages ------------------------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, Release):
+            self.release(message.handles)
+            return None
+        if isinstance(message, SetOwner):
+            self.set_owner(message.owner)
+            return None
+        return super().on_receive(message)
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -62,11 +62,39 @@ def test_a_dead_client_is_restarted_only_within_the_budget(registry):
 
 
 def test_a_client_held_by_another_composition_survives_one_release(registry):
-    handle = registry.apply((fault_config("a"),)).get(timeout=10).handles["a"]
-    registry.acquire((handle,)).get(timeout=10)  # session 1
+    handle = registry.apply((fault_config("a"),)).get(timeout=10).handles["a"]  # held for session 1
     registry.acquire((handle,)).get(timeout=10)  # session 2
     registry.release((handle,)).get(timeout=10)  # session 1 switches MCP off
     assert handle.alive and text_of(handle.call_tool("echo", {"text": "kept"})) == "kept"
     registry.release((handle,)).get(timeout=10)  # session 2 too
     assert handle.wait_closed(30)
     assert registry.apply((fault_config("a"),)).get(timeout=10).handles["a"] is not handle  # a fresh client
+
+
+def test_apply_holds_what_it_returns_and_releasing_an_unheld_client_stops_nothing(registry):
+    handle = registry.apply((fault_config("a"),)).get(timeout=10).handles["a"]
+    assert registry.held(handle).get(timeout=10) == 1  # the caller's preparation holds it
+    registry.release((handle,)).get(timeout=10)
+    assert handle.wait_closed(30)  # nobody holds it now: stopped
+    fresh = registry.apply((fault_config("a"),)).get(timeout=10).handles["a"]
+    registry.release((fresh,)).get(timeout=10)  # its one holder lets go ...
+    again = registry.apply((fault_config("a"),)).get(timeout=10).handles["a"]
+    registry.release((again,)).get(timeout=10)
+    registry.release((again,)).get(timeout=10)  # ... a second release of it is a no-op, not a negative count
+    third = registry.apply((fault_config("a"),)).get(timeout=10).handles["a"]
+    registry.release((third, third)).get(timeout=10)  # one composition, one count, however listed
+    assert third.wait_closed(30)
+    kept = registry.apply((fault_config("a"),)).get(timeout=10).handles["a"]
+    registry.release((again,)).get(timeout=10)  # a client it never held: ignored
+    assert kept.alive and text_of(kept.call_tool("echo", {"text": "kept"})) == "kept"
+    registry.release((kept,)).get(timeout=10)
+
+
+def test_a_retired_client_runs_while_held_and_stops_with_its_last_release(registry):
+    held = registry.apply((fault_config("a"),)).get(timeout=10).handles["a"]
+    held.connect()
+    changed = registry.apply((fault_config("a", "--era", "legacy"),)).get(timeout=10)
+    assert changed.retired == (held,) and held.alive  # a composition still holds it
+    registry.release((held,)).get(timeout=10)
+    assert held.wait_closed(30)
+    registry.release(tuple(changed.handles.values())).get(timeout=10)
