@@ -2,17 +2,23 @@
 
 ::
 
-    with Runtime(home, store, config=config) as runtime:
+    with Runtime(home, store, config=config) as runtime:   # the configured default for "mcp"
         composition = runtime.composition()   # handles, catalogues, left_out, warnings
         mcp = runtime.mcp()                   # the Python binding over it
         runtime.wait_background(10)           # let background dials save what they found
 
 It starts a :class:`~albedo_actors.actors.registry.ServerRegistry`, a
 :class:`~albedo_actors.actors.preparer.RuntimePreparer` (with the store, if any: saved
-catalogues and credentials) and one :class:`~albedo_actors.actors.composer.SessionComposer`
-with the extension switched on (the command line is an admin tool: it works whatever
-the extension default says), opens the composer, and stops all three in reverse order
-on the way out, whatever happened.
+catalogues and credentials) and one :class:`~albedo_actors.actors.composer.SessionComposer`,
+opens the composer, and stops all three in reverse order on the way out, whatever happened.
+
+The session follows the configured default of the ``mcp`` extension (the top-level
+``enabled`` object of ``extensions.json``: off unless it says ``{"mcp": true}``) and of
+``editor-mcp`` (on unless set), unless it chooses for itself alone: ``enabled=True`` or
+``False`` (``overlays_enabled=`` for editor overlays), or later
+``runtime.composer.set_enabled(choice)``. Off means no server is dialled and the binding
+says MCP is off. The command line chooses ``enabled=True``: it is an admin tool and
+works whatever the default says.
 """
 
 from __future__ import annotations
@@ -46,12 +52,18 @@ class Runtime:
         *,
         config: McpConfig | Callable[[], McpConfig] | None = None,
         background: bool = True,
+        enabled: bool | None = None,
+        overlays_enabled: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         # ``config``: the configuration (or a source read at every preparation); default:
         # HOME/extensions.json. ``background=False``: servers advertised from a saved
         # catalogue are not dialled in the background (their first use dials them).
+        # ``enabled`` / ``overlays_enabled``: this session's own choice for the "mcp" /
+        # "editor-mcp" extension; None follows the configured default.
         self.home = home
+        self._enabled = enabled
+        self._overlays_enabled = overlays_enabled
         self._store = store
         if config is None:
             self._source: Callable[[], McpConfig] = lambda: load(home)
@@ -91,7 +103,9 @@ class Runtime:
             auth = oauth_for(self._store, self._refresher)
         self._registry = ServerRegistry.start(self.home, auth=auth)
         self._preparer = RuntimePreparer.start(self._registry, self._store, background=self._background)
-        self._composer = SessionComposer.start(self._preparer, self._registry, self._source, enabled=True, clock=self._clock)
+        self._composer = SessionComposer.start(
+            self._preparer, self._registry, self._source, enabled=self._enabled, overlays_enabled=self._overlays_enabled, clock=self._clock
+        )
         opened = self.composer.open().get(timeout=ASK_TIMEOUT)
         try:
             return opened.result(timeout=OPEN_TIMEOUT)

@@ -186,7 +186,7 @@ def test_verbose_logs_are_escaped_too(home):
 
 def test_the_mcp_context_lines_given_to_the_model_are_escaped_one_line_each(home):
     config = load(str(home))
-    with Runtime(str(home), None, config=config, background=False) as runtime:
+    with Runtime(str(home), None, config=config, background=False, enabled=True) as runtime:
         composition = runtime.composition()
         lines = composition.context_lines()
     assert set(composition.left_out) == {"r", "s"}

@@ -242,7 +242,7 @@ class SessionComposer(pykka.ThreadingActor):
                 return done
         else:
             pending = concurrent.futures.Future()
-            pending.set_result(Composition())
+            pending.set_result(Composition(mcp_off=True))  # the binding says MCP is off
         overlays = self._start_overlays(config)
         thread = threading.Thread(
             target=_finish, args=(self.actor_ref, self._registry, generation, pending, overlays), name="mcp-compose", daemon=True

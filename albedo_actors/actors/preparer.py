@@ -62,6 +62,7 @@ class Composition:
     # Every registry client this preparation holds (left-out servers' too: probes dial
     # them); whoever receives the composition releases exactly these, once.
     held: tuple[ServerHandle, ...] = ()
+    mcp_off: bool = False  # the "mcp" extension is off for this session: no server is dialled
 
     def context_lines(self) -> tuple[str, ...]:
         """One line per left-out or signed-out server, then one per server that sent

@@ -87,7 +87,7 @@ def _first_start(config: McpConfig, store: object, say: Callable[..., None]) -> 
     say()
     say("1. First start: nothing is saved yet, so every server is dialled (all at once).")
     started = time.monotonic()
-    with Runtime(config.home, store, config=config) as runtime:
+    with Runtime(config.home, store, config=config, enabled=True) as runtime:  # the demo session chooses MCP on
         composition = runtime.composition()
         say(f"   Dialled {len(composition.catalogues)} servers in {time.monotonic() - started:.2f} s; their catalogues are saved.\n")
         for name, reason in composition.left_out.items():
@@ -120,7 +120,7 @@ def _first_start(config: McpConfig, store: object, say: Callable[..., None]) -> 
 def _second_start(config: McpConfig, store: object, say: Callable[..., None]) -> bool:
     say("2. Second start (a fresh runtime on the same store): advertised from the saved catalogues.")
     started = time.monotonic()
-    with Runtime(config.home, store, config=config) as runtime:
+    with Runtime(config.home, store, config=config, enabled=True) as runtime:  # the demo session chooses MCP on
         composition = runtime.composition()
         elapsed = time.monotonic() - started
         names = ", ".join(sorted(composition.catalogues))
@@ -147,7 +147,7 @@ def _comes_back(home: str, config: McpConfig, store: object, say: Callable[..., 
     open(down, "w").close()
     with_late = McpConfig(home=home, servers=(*config.servers, late), retry_ms=config.retry_ms)
     clock = _TurnClock()  # the demo's time: the next turn comes retryMs later
-    with Runtime(home, store, config=with_late, clock=clock) as runtime:
+    with Runtime(home, store, config=with_late, clock=clock, enabled=True) as runtime:
         first = runtime.composition()
         for name, reason in first.left_out.items():
             say(f"   left out at the start: server {name!r}: {reason}")

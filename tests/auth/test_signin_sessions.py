@@ -118,7 +118,7 @@ def left_out_for_sign_in(composition, name: str) -> None:
 def test_a_server_not_signed_in_is_left_out_and_the_others_work(home, store, oauth_server):
     server = oauth_server()
     write_config(home, {"good": good_entry(), "g": {"type": "http", "url": server.url}})
-    with Runtime(str(home), store, config=load(str(home)), clock=Clock()) as runtime:
+    with Runtime(str(home), store, enabled=True, config=load(str(home)), clock=Clock()) as runtime:
         composition = runtime.composition()
         assert set(composition.catalogues) == {"good"}
         left_out_for_sign_in(composition, "g")
@@ -143,7 +143,7 @@ def test_a_server_not_signed_in_is_left_out_and_the_others_work(home, store, oau
 def _sign_in_mid_session_then_probe(home, store, server, shifted: ShiftedTime | None) -> None:
     write_config(home, {"good": good_entry(), "g": {"type": "http", "url": server.url}})
     clock = Clock()
-    with Runtime(str(home), store, config=load(str(home)), clock=clock) as runtime:
+    with Runtime(str(home), store, enabled=True, config=load(str(home)), clock=clock) as runtime:
         composer = runtime.composer
         first = runtime.composition()
         left_out_for_sign_in(first, "g")
@@ -198,13 +198,13 @@ def test_a_server_needing_a_sign_in_is_left_out_without_a_dial_even_with_a_saved
     server = oauth_server()
     write_config(home, {"good": good_entry(), "g": {"type": "http", "url": server.url}})
     sign_in(home, store, "g")
-    with Runtime(str(home), store, config=load(str(home))) as runtime:  # dials g: saves its catalogue
+    with Runtime(str(home), store, enabled=True, config=load(str(home))) as runtime:  # dials g: saves its catalogue
         assert set(runtime.composition().catalogues) == {"good", "g"}
     assert store.load_catalogue("g") is not None
     # The tokens die at the authorization server: the next dial's refresh is refused.
     server.expire()
     server.revoke_refresh()
-    with Runtime(str(home), store, config=load(str(home))) as runtime:
+    with Runtime(str(home), store, enabled=True, config=load(str(home))) as runtime:
         assert "g" in runtime.composition().catalogues  # advertised from the saved catalogue
         assert runtime.wait_background(SETTLE)
     assert server.stats()["token_requests"]["refresh_token"] >= 1
@@ -214,7 +214,7 @@ def test_a_server_needing_a_sign_in_is_left_out_without_a_dial_even_with_a_saved
     assert view.catalogue_saved and view.state == "needs sign-in"
 
     before = mcp_requests(server)
-    with Runtime(str(home), store, config=load(str(home))) as runtime:
+    with Runtime(str(home), store, enabled=True, config=load(str(home))) as runtime:
         composition = runtime.composition()
         assert set(composition.catalogues) == {"good"}
         left_out_for_sign_in(composition, "g")
@@ -227,7 +227,7 @@ def test_a_server_whose_sign_in_ends_mid_session_is_left_out_after_the_turn(home
     server = oauth_server()
     write_config(home, {"good": good_entry(), "g": {"type": "http", "url": server.url}})
     sign_in(home, store, "g")
-    with Runtime(str(home), store, config=load(str(home))) as runtime:
+    with Runtime(str(home), store, enabled=True, config=load(str(home))) as runtime:
         composer, mcp = runtime.composer, runtime.mcp()
         assert set(runtime.composition().catalogues) == {"good", "g"}
         assert text_of(mcp.call("g/echo", text="before").as_dict()) == "before"
