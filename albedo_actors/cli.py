@@ -2,9 +2,10 @@
 
 ::
 
-    albedo-mcp [--home DIR] [--database URL] tools [--json]
-    albedo-mcp [--home DIR] [--database URL] call NAME [--args JSON] [--json]
+    albedo-mcp [--home DIR] [--database URL | --no-store] tools [--json]
+    albedo-mcp [--home DIR] [--database URL | --no-store] call NAME [--args JSON] [--json]
     albedo-mcp demo
+    albedo-mcp extension [--json] | extension mcp|editor-mcp on|off
 
     albedo-mcp servers [--json]
     albedo-mcp add TARGET [--transport http|stdio] [--name NAME] [--disabled]
@@ -53,9 +54,18 @@ overrides and lone surrogates as ``repr()`` does (``\\x1b``, ``\\x9b``, ``\\u202
 ``--json`` output is exact JSON of what the server sent, with those code points as
 JSON escapes (:func:`albedo_actors.wire.text.json_text`).
 
-``tools`` and ``call`` run on :class:`albedo_actors.runtime.Runtime`. With a store (see
-``_store_if_any``) a server whose saved catalogue matches its configuration is listed
-from it without being started; ``call`` starts only the servers its name can mean.
+``tools`` and ``call`` run on :class:`albedo_actors.runtime.Runtime` over the store a
+host uses (``--database``, else ``$ALBEDO_DATABASE_URL``, else HOME/albedo.db, created
+0600 in a 0700 home when missing; ``--no-store`` opens none): a server whose saved
+catalogue matches its configuration is listed from it without being started, so a
+second ``tools`` is as quick whatever the servers do; ``call`` starts only the servers
+its name can mean. Both choose the ``mcp`` extension on for their own session: they are
+admin tools and work whatever the configured default says.
+
+``extension`` lists each extension's default for every session (the top-level
+``enabled`` object of extensions.json: ``mcp`` off and ``editor-mcp`` on unless set);
+``extension mcp on`` (or ``off``; ``editor-mcp`` likewise) changes it through
+:mod:`albedo_actors.settings`. A session's own choice still overrides it.
 """
 
 from __future__ import annotations
@@ -118,17 +128,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--home", help="configuration directory (default: $ALBEDO_HOME, else ~/.albedo)")
     parser.add_argument("--database", metavar="URL", help="store URL (default: $ALBEDO_DATABASE_URL, else SQLite at HOME/albedo.db)")
+    parser.add_argument("--no-store", action="store_true", help="tools/call: open no store (no saved catalogues or credentials; every server is dialled)")
     parser.add_argument("--verbose", "-v", action="store_true", help="log what happens to stderr")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     tools = commands.add_parser("tools", help="list the operations every enabled server advertises")
     tools.add_argument("--json", action="store_true", help="print a JSON array")
     _place_options(tools)
+    _no_store_option(tools)
     call = commands.add_parser("call", help="call one tool (or read_resource / get_prompt) by advertised name or SERVER/TOOL")
     call.add_argument("name", metavar="NAME", help="an advertised name (mcp_SERVER_TOOL_HASH, as 'tools' prints it) or SERVER/TOOL")
     call.add_argument("--args", default=None, metavar="JSON", help="the arguments, a JSON object")
     call.add_argument("--json", action="store_true", help="print the CallToolResult as JSON")
     _place_options(call)
+    _no_store_option(call)
     commands.add_parser("demo", help="show what albedo_actors does, on the bundled demo server")
     _admin_parsers(commands)
     return parser
@@ -145,6 +158,11 @@ def _place_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--home", default=argparse.SUPPRESS, help="configuration directory")
     sub.add_argument("--database", default=argparse.SUPPRESS, metavar="URL", help="store URL (default: $ALBEDO_DATABASE_URL, else HOME/albedo.db)")
     sub.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help="log what happens to stderr")
+
+
+def _no_store_option(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--no-store", action="store_true", default=argparse.SUPPRESS,
+                     help="open no store: no saved catalogues or credentials, every server is dialled")
 
 
 def _admin_parsers(commands: Any) -> None:
@@ -192,6 +210,10 @@ def _admin_parsers(commands: Any) -> None:
     sign_in.add_argument("--port", type=int, default=33418, metavar="P",
                          help="loopback callback port (default 33418; a busy port falls back to an ephemeral one)")
     admin("sign-out", "forget a server's OAuth tokens").add_argument("name", metavar="NAME")
+    extension = admin("extension", "list the extensions' defaults for every session, or turn one on or off")
+    extension.add_argument("extension", nargs="?", metavar="EXTENSION", help="mcp or editor-mcp")
+    extension.add_argument("state", nargs="?", choices=("on", "off"), help="on or off for every session that does not choose")
+    extension.add_argument("--json", action="store_true", help="print a JSON object (extension -> on)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -220,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(out=sys.stdout)
         if args.command in _ADMIN:
             return _admin(args)
-        _error(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in or sign-out (see {PROG} --help)")
+        _error(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in, sign-out or extension (see {PROG} --help)")
         return EXIT_USAGE
     except _Usage as exc:
         _error(str(exc))
@@ -259,7 +281,7 @@ def _tools(args: argparse.Namespace) -> int:
     config = load(resolve_home(args.home))
     # With a store, a server with a saved catalogue is listed from it without being
     # started (its first call dials it); the others are dialled, all at once.
-    with _store_if_any(args, config.home) as store, _runtime(config, store) as runtime:
+    with _store_for(args, config.home) as store, _runtime(config, store) as runtime:
         composition = runtime.composition()
         for warning in composition.warnings:
             _warn(warning)
@@ -275,8 +297,11 @@ def _tools(args: argparse.Namespace) -> int:
 
 
 def _runtime(config: McpConfig, store: Any) -> Runtime:
-    """The runtime over ``config``'s servers; saved catalogues are not re-dialled in the background."""
-    return Runtime(config.home, store, config=config, background=False)
+    """The runtime over ``config``'s servers; saved catalogues are not re-dialled in the background.
+
+    The command line's session chooses the extension on (an admin tool works whatever
+    the configured default says)."""
+    return Runtime(config.home, store, config=config, background=False, enabled=True)
 
 
 def _call(args: argparse.Namespace) -> int:
@@ -299,7 +324,7 @@ def _call(args: argparse.Namespace) -> int:
         operation = None
     # Only the servers the name can mean are prepared (and so started).
     chosen_config = dataclasses.replace(config, servers=tuple(candidates))
-    with _store_if_any(args, config.home) as store, _runtime(chosen_config, store) as runtime:
+    with _store_for(args, config.home) as store, _runtime(chosen_config, store) as runtime:
         session = runtime.composition()
         if not session.catalogues:
             name, reason = next(iter(session.left_out.items()))
@@ -372,20 +397,23 @@ def _perform(session: Composition, entry: Advertised, arguments: dict[str, Any] 
 
 # -- admin commands ---------------------------------------------------------------------------
 
-_ADMIN = ("servers", "add", "edit", "remove", "enable", "disable", "sign-in", "sign-out")
+_ADMIN = ("servers", "add", "edit", "remove", "enable", "disable", "sign-in", "sign-out", "extension")
 
 
 @contextlib.contextmanager
-def _store_if_any(args: argparse.Namespace, home: str) -> Iterator[Any]:
-    """The store (credentials, saved catalogues) for tools/call, when there is one.
+def _store_for(args: argparse.Namespace, home: str) -> Iterator[Any]:
+    """The store (credentials, saved catalogues) for tools/call: the one a host uses.
 
-    Without ``--database``, ``$ALBEDO_DATABASE_URL`` or an existing HOME/albedo.db
-    nothing is opened (listing tools creates no database).
+    ``--database``, else ``$ALBEDO_DATABASE_URL``, else HOME/albedo.db, created (0600,
+    in a 0700 home; see :mod:`albedo_actors.safefiles`) when missing, so that the first
+    ``tools`` saves the catalogues every later run lists from. ``--no-store``: none.
     """
-    url = args.database or os.environ.get("ALBEDO_DATABASE_URL")
-    if not url and not os.path.exists(os.path.join(home, "albedo.db")):
+    if getattr(args, "no_store", False):
+        if args.database:
+            raise _Usage("give --database or --no-store, not both")
         yield None
         return
+    url = args.database or os.environ.get("ALBEDO_DATABASE_URL")
     from .store import open_store
 
     store = open_store(home, url=url)
@@ -474,6 +502,8 @@ def _admin(args: argparse.Namespace) -> int:
     from .store import open_store
 
     home = resolve_home(args.home)
+    if args.command == "extension":
+        return _extension(Settings(home, None), args)
     secrets = _read_secrets(args) if args.command in ("add", "edit") else None
     store = open_store(home, url=args.database)
     try:
@@ -526,6 +556,24 @@ def _admin(args: argparse.Namespace) -> int:
         return EXIT_OK
     finally:
         store.close()
+
+
+def _extension(settings: Any, args: argparse.Namespace) -> int:
+    """``extension``: list the defaults, or turn one on or off for every session."""
+    if args.extension is None:
+        defaults = settings.extensions()
+    elif args.state is None:
+        raise _Usage(f"say on or off: {PROG} extension {args.extension} on|off")
+    else:
+        defaults = settings.set_extension(args.extension, args.state == "on")
+        _out(f"{args.extension} is {args.state} for every session that does not choose for itself")
+        return EXIT_OK
+    if args.json:
+        _print_json(defaults)
+    else:
+        for name, on in sorted(defaults.items()):
+            _out(f"{name}\t{'on' if on else 'off'}")
+    return EXIT_OK
 
 
 def _split(line: str, what: str) -> list[str]:

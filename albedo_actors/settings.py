@@ -8,6 +8,8 @@
                  SecretInput(env={"DOCS_TOKEN": "..."}))
     settings.edit("docs", ServerChanges(args=("--root", "/data")), SecretInput(env={"DOCS_TOKEN": "-"}))
     settings.disable("docs"); settings.enable("docs"); settings.remove("docs")
+    settings.extensions()                     # {"mcp": False, "editor-mcp": True}
+    settings.set_extension("mcp", True)       # on for every session that does not choose
 
 A save writes the server's entry into ``extensions.json`` (atomically: a temporary file
 in the same directory, fsync, ``os.replace``, mode 0600) and its credentials into the
@@ -16,7 +18,9 @@ connected once, within its ``startupTimeoutMs``; when that fails the previous fi
 restored, and so are the credential fields the save changed, each only if it is still
 as the save wrote it (connecting may have refreshed and rotated the OAuth tokens: those
 newer tokens are kept, never replaced by the older ones), and :class:`SettingsConflict`
-is raised with the server's one-line error. Saves of one home are serialised by an advisory lock
+is raised with the server's one-line error. The catalogue that connecting discovered
+is saved like a session's discovery (under the server's fingerprint, see
+:mod:`albedo_actors.saved`), so the next session and ``servers`` start from it. Saves of one home are serialised by an advisory lock
 (``HOME/.extensions.lock``), so two admin processes do not interleave.
 
 Secret edits follow the reference's form: a blank secret (``""`` or ``None``) keeps the
@@ -41,12 +45,13 @@ from typing import Any, Callable, Iterator, Mapping
 
 from .actors.client import ServerHandle
 from .actors.refresher import TokenRefresher, oauth_for
-from .config import _ENV_NAME, _HEADER_NAME, _NAME, ServerConfig, parse
+from .config import _ENV_NAME, _HEADER_NAME, _NAME, EXTENSION_DEFAULTS, ServerConfig, parse
 from .auth.callback import DEFAULT_LIFETIME_S, DEFAULT_PORT
 from .auth.record import NO_AUTH_VIEW, OAuthRecord, from_credentials, usable
 from .auth.signin import SignIn
-from .errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict
+from .errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
 from .safefiles import FileRefused, make_private_dirs, open_private, read_text
+from .saved import fingerprint, save_if_changed
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +167,32 @@ class Settings:
     def names(self) -> list[str]:
         return list(self._servers(self._read_document()))
 
+    def extensions(self) -> dict[str, bool]:
+        """Each extension's default for every session: the top-level ``enabled`` object
+        over the built-in defaults (``mcp`` off, ``editor-mcp`` on)."""
+        return dict(parse(self._read_document(), self.home, source=self.path).extensions)
+
     # -- writing ------------------------------------------------------------------------------
+
+    def set_extension(self, extension: str, on: bool) -> dict[str, bool]:
+        """Turn ``extension`` (``mcp`` or ``editor-mcp``) on or off for every session that
+        does not choose for itself, in the top-level ``enabled`` object; the new defaults.
+
+        Raises:
+            ConfigError: an unknown extension, or the file is invalid.
+        """
+        if extension not in EXTENSION_DEFAULTS:
+            raise ConfigError(f"no extension named {extension!r}; the extensions are {', '.join(sorted(EXTENSION_DEFAULTS))}")
+        with self._lock():
+            document = self._read_document()
+            enabled = document.setdefault("enabled", {})
+            if not isinstance(enabled, dict):
+                raise ConfigError(f'{self.path}: "enabled" must map extension names to true or false, e.g. {{"mcp": true}}')
+            enabled[extension] = bool(on)
+            parse(document, self.home, source=self.path)  # raises before anything is written
+            self._write(document)
+        logger.info("extension %r switched %s for every session", extension, "on" if on else "off")
+        return self.extensions()
 
     def add(self, spec: ServerSpec, secrets: SecretInput | None = None) -> ServerView:
         """Add a server and its credentials; connect it unless it is disabled.
@@ -317,7 +347,7 @@ class Settings:
             return
         stored = credentials if credentials is not None else previous_credentials
         try:
-            self._try(server, stored)
+            catalogue = self._try(server, stored)
         except NeedsSignIn as exc:
             # The reference: saving a server that answers 401 keeps it, needing a sign-in.
             logger.info("server %r saved; it needs a sign-in (%s)", name, exc.why)
@@ -329,15 +359,26 @@ class Settings:
             if written is not None:
                 self.store.update_credentials(name, lambda current: undo_save(current, written, previous_credentials))
             raise SettingsConflict(name, exc) from None
+        self._save_catalogue(server, catalogue)
         logger.info("server %r saved and connected", name)
 
-    def _try(self, server: ServerConfig, credentials: Any) -> None:
+    def _save_catalogue(self, server: ServerConfig, catalogue: Any) -> None:
+        """Keep what connecting discovered, keyed as a session's preparer keys it (the
+        credentials as stored now, the host's environment), so no session dials again."""
+        try:
+            key = fingerprint(server, self.store.get_credentials(server.name), os.environ)
+            save_if_changed(self.store, server.name, key, catalogue)
+        except (StoreError, ValueError) as exc:
+            # The server is saved and works; only the head start is lost.
+            logger.warning("server %r: its catalogue was not saved (%s)", server.name, exc)
+
+    def _try(self, server: ServerConfig, credentials: Any) -> Any:
         refresher = TokenRefresher.start(self.store) if server.type == "http" else None
         try:
             auth = oauth_for(self.store, refresher)(server) if refresher is not None else None
             handle = ServerHandle.start(server, self.home, credentials=credentials, auth=auth)
             try:
-                handle.connect(timeout=server.startup_timeout + 1.0)
+                return handle.connect(timeout=server.startup_timeout + 1.0)
             finally:
                 handle.stop()
         finally:

@@ -69,9 +69,9 @@ def test_add_stdio_with_an_env_secret_from_stdin_then_list_and_call(tmp_path):
             "name": "files",
             "transport": "stdio",
             "enabled": True,
-            "state": "not discovered yet",
+            "state": "catalogue saved",
             "target": fault_line(),
-            "catalogueSaved": False,
+            "catalogueSaved": True,
             "credentials": ["env API_KEY"],
             "auth": {"state": "none", "account": None, "expires_at": None, "scope": None, "step_up": None, "reason": None, "client": None},
         }
