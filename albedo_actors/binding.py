@@ -6,15 +6,28 @@
     mcp.tools()                              # advertised operations
     mcp.describe("mcp_docs_search_1a2b3c")   # one operation and its parameter schema
     r = mcp.call("docs/search", query="pykka")
+    r = mcp.call("docs/search", {"query": "pykka"})   # or as one mapping, ``arguments=``
     if r.isError: ...                        # a tool-reported error does not raise
     mcp.docs.search(query="pykka")           # minted from the composition at start
 
     amcp = AsyncMcp(composer)
+    await amcp.tools(); await amcp.describe("docs/search")
+    await amcp.docs.search(query="pykka")
     results = await asyncio.gather(amcp.call("a/x"), amcp.call("b/y"), return_exceptions=True)
 
+The reference's "From Python": ``call(name, arguments=None, **kwargs)``. ``name`` is
+positional-only, so an operation whose own argument is called ``name`` (a prompt's
+``get_prompt``) still takes it as a keyword; ``arguments`` is the tool's arguments as one
+mapping, never a tool argument itself (a tool argument called ``arguments`` goes inside
+that mapping). Keyword arguments are merged into it; one given both ways is an error.
+
 A transport loss raises :class:`~albedo_actors.errors.UnknownOutcome`; a server that is
-unreachable raises :class:`~albedo_actors.errors.Unavailable`. MCP responses are
-untrusted data: results are plain records of what the server sent.
+unreachable raises :class:`~albedo_actors.errors.Unavailable`; a server the session left
+out for a sign-in raises :class:`~albedo_actors.errors.NeedsSignIn` ("needs the user to
+sign in ... did not run"). Only errors of albedo_actors/errors.py's tree reach a caller:
+the session's actor timing out or having stopped (``pykka.Timeout``,
+``ActorDeadError``) is an :class:`~albedo_actors.errors.AlbedoError` naming what to do.
+MCP responses are untrusted data: results are plain records of what the server sent.
 """
 
 from __future__ import annotations
@@ -26,8 +39,8 @@ from typing import Any, Mapping
 import pykka
 
 from .actors.preparer import Composition
-from .errors import ConfigError, NeedsSignIn, Unavailable
-from .naming import Advertised, advertise
+from .errors import AlbedoError, ConfigError, NeedsSignIn, Unavailable
+from .naming import GET_PROMPT, READ_RESOURCE, Advertised, advertise, server_prefix
 
 ASK_TIMEOUT = 10.0
 
@@ -65,11 +78,12 @@ class Mcp:
     """Synchronous binding over one session's composition (read when each call starts)."""
 
     def __init__(self, composer: pykka.ActorRef, warn: Any = None) -> None:
-        self._composer = composer.proxy()
+        try:
+            self._composer = composer.proxy()
+        except pykka.ActorDeadError:
+            raise AlbedoError(CLOSED) from None
         self._warn = warn or (lambda message: None)
-        for server in self._composition().handles:
-            if server.isidentifier() and not hasattr(type(self), server):
-                object.__setattr__(self, server, _ServerNamespace(self, server))
+        self._minted: tuple[str, ...] = _mint(self, self._composition(), _ServerNamespace)
 
     def tools(self) -> list[dict[str, Any]]:
         """The advertised operations: name, server, kind, description, inputSchema."""
@@ -83,56 +97,75 @@ class Mcp:
         """
         return _describe(self._find(name))
 
-    def call(self, name: str, arguments: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Record:
+    def call(self, name: str, /, arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> Record:
         """Call an operation by advertised name or ``server/tool``; return its result record.
 
+        ``arguments``: the operation's arguments as one mapping; ``kwargs`` are merged in.
+
         Raises:
-            ConfigError: no such operation. Unavailable, TimedOut, UnknownOutcome,
-            RemoteError, ProtocolViolation: as the server connection reports.
+            ConfigError: no such operation, or arguments that cannot be sent.
+            NeedsSignIn: the session left the server out until the user signs in.
+            Unavailable, TimedOut, UnknownOutcome, RemoteError, ProtocolViolation: as the
+            server connection reports.
         """
-        item = self._find(name)
-        args = {**(arguments or {}), **kwargs}
-        handle = self._composition().handles.get(item.server)
+        composition = self._composition()
+        item = self._find(name, composition)
+        args = _arguments(name, arguments, kwargs)
+        handle = composition.handles.get(item.server)
         if handle is None:
             raise Unavailable(item.server, "is not part of this session any more")
         try:
-            if item.kind == "read_resource":
+            if item.kind == READ_RESOURCE:
+                if not isinstance(args.get("uri"), str):
+                    raise ConfigError(f"{name!r} needs a 'uri' argument (a string); mcp.describe({name!r}) shows its schema")
                 return Record(handle.read_resource(args["uri"]))
-            if item.kind == "get_prompt":
+            if item.kind == GET_PROMPT:
+                if not isinstance(args.get("name"), str):
+                    raise ConfigError(f"{name!r} needs a 'name' argument (a string); mcp.describe({name!r}) shows its schema")
                 return Record(handle.get_prompt(args["name"], args.get("arguments")))
             return Record(handle.call_tool(item.operation, args))
         except NeedsSignIn as exc:
             if not exc.step_up:
                 # The session leaves it out after this turn (it joins again once signed in).
-                self._composer.server_needs_sign_in(item.server)
+                try:
+                    self._composer.server_needs_sign_in(item.server)
+                except pykka.ActorDeadError:
+                    pass  # the session closed meanwhile: nothing to leave it out of
             raise
 
     # -- internals ---------------------------------------------------------------------------
 
     def _composition(self) -> Composition:
-        return self._composer.composition().get(timeout=ASK_TIMEOUT)
+        return ask(self._composer.composition)
 
-    def _advertised(self) -> list[Advertised]:
-        composition = self._composition()
+    def _advertised(self, composition: Composition | None = None) -> list[Advertised]:
+        composition = composition or self._composition()
         configs = {name: handle.config for name, handle in composition.handles.items()}
         return advertise(composition.catalogues, configs, self._warn)
 
-    def _find(self, name: str) -> Advertised:
-        items = self._advertised()
+    def _find(self, name: str, composition: Composition | None = None) -> Advertised:
+        if not isinstance(name, str):
+            raise ConfigError(f"an MCP operation is named by a string, not {type(name).__name__}; mcp.tools() lists them")
+        composition = composition or self._composition()
+        items = self._advertised(composition)
         if "/" in name:
             server, _, operation = name.partition("/")
             found = [i for i in items if i.server == server and i.operation == operation]
         else:
             found = [i for i in items if i.name == name]
         if not found:
+            if getattr(composition, "mcp_off", False):
+                raise ConfigError(OFF)
+            _left_out(name, composition)
             raise ConfigError(f"no MCP operation {name!r} in this session; mcp.tools() lists them")
         return found[0]
 
 
 class _ServerNamespace:
-    """``mcp.<server>.<tool>(**arguments)``."""
+    """``mcp.<server>.<tool>(**arguments)``; on :class:`AsyncMcp` the same call is a
+    coroutine (``await amcp.<server>.<tool>(**arguments)``)."""
 
-    def __init__(self, mcp: Mcp, server: str) -> None:
+    def __init__(self, mcp: Any, server: str) -> None:
         self._mcp = mcp
         self._server = server
 
@@ -148,15 +181,82 @@ class AsyncMcp:
 
     def __init__(self, composer: pykka.ActorRef, warn: Any = None) -> None:
         self._sync = Mcp(composer, warn)
+        self._minted: tuple[str, ...] = _mint(self, self._sync._composition(), _ServerNamespace)
 
     async def tools(self) -> list[dict[str, Any]]:
+        """The advertised operations (see :meth:`Mcp.tools`)."""
         return await asyncio.to_thread(self._sync.tools)
 
     async def describe(self, name: str) -> dict[str, Any]:
+        """One operation and its parameter schema (see :meth:`Mcp.describe`)."""
         return await asyncio.to_thread(self._sync.describe, name)
 
-    async def call(self, name: str, arguments: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Record:
+    async def call(self, name: str, /, arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> Record:
+        """Call an operation; its result record (see :meth:`Mcp.call`)."""
         return await asyncio.to_thread(self._sync.call, name, arguments, **kwargs)
+
+
+CLOSED = "the MCP session has closed; start a new session to use MCP again"
+OFF = ("MCP is off for this session, so no MCP server was dialled; turn the mcp extension on "
+       "(`albedo-mcp extension mcp on` for every session, or this session's own choice)")
+
+
+def ask(method: Any, *args: Any, timeout: float | None = None) -> Any:
+    """Call an actor's proxy ``method`` and wait (bounded) for its answer.
+
+    pykka's own exceptions never reach a caller of the binding (errors.py's rule):
+    an actor that has stopped, or one that does not answer within the bound, is an
+    :class:`AlbedoError` that says what to do.
+    """
+    limit = ASK_TIMEOUT if timeout is None else timeout
+    try:
+        return method(*args).get(timeout=limit)
+    except pykka.ActorDeadError:
+        raise AlbedoError(CLOSED) from None
+    except pykka.Timeout:
+        raise AlbedoError(f"the MCP session did not answer within {limit:g} s; try again after the current operation") from None
+
+
+def _mint(target: Any, composition: Composition, namespace: type) -> tuple[str, ...]:
+    """Set ``target.<server>`` for every server of ``composition`` (the reference: methods
+    minted at kernel boot). Left-out servers too: their calls say why they cannot run."""
+    minted = []
+    for server in sorted({*composition.handles, *composition.left_out}):
+        if server.isidentifier() and not server.startswith("_") and not hasattr(type(target), server):
+            object.__setattr__(target, server, namespace(target, server))
+            minted.append(server)
+    return tuple(minted)
+
+
+def _arguments(name: str, arguments: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    if arguments is None:
+        return dict(kwargs)
+    if not isinstance(arguments, Mapping):
+        raise ConfigError(f"the arguments of {name!r} must be a mapping, not {type(arguments).__name__}; pass a dict or keywords")
+    twice = sorted(set(arguments) & set(kwargs))
+    if twice:
+        raise ConfigError(f"argument {twice[0]!r} of {name!r} was given twice (in arguments and as a keyword); give it once")
+    return {**arguments, **kwargs}
+
+
+def _left_out(name: str, composition: Composition) -> None:
+    """Raise the reason when ``name`` belongs to a server the session left out."""
+    if "/" in name:
+        server, _, operation = name.partition("/")
+        servers = [server] if server in composition.left_out else []
+    else:
+        # An advertised name of a left-out server: its catalogue is not in the session,
+        # so the name is matched by the server's prefix (naming.py's rule 3).
+        operation = None
+        servers = sorted((s for s in composition.left_out if name.startswith(server_prefix(s))), key=len, reverse=True)
+    if not servers:
+        return
+    server = servers[0]
+    reason = composition.left_out[server]
+    method = {READ_RESOURCE: "resources/read", GET_PROMPT: "prompts/get", None: f"{name!r}"}.get(operation, "tools/call")
+    if reason.startswith("needs the user to sign in"):
+        raise NeedsSignIn(server, method=method)
+    raise Unavailable(server, f"is left out of this session ({reason}); {method} did not run")
 
 
 def _describe(item: Advertised) -> dict[str, Any]:

@@ -48,7 +48,8 @@ def test_a_tool_error_is_a_result_and_resources_and_prompts_are_operations(compo
     result = mcp.call("f/add", a="two", b=1)
     assert result.isError is True
     assert mcp.call("f/read_resource", uri="demo://readme").contents[0]["uri"] == "demo://readme"
-    assert mcp.call("f/get_prompt", name="greet", arguments={"name": "Ada"}).messages
+    # arguments= is the operation's arguments as one mapping (here: the prompt's name and its arguments)
+    assert mcp.call("f/get_prompt", arguments={"name": "greet", "arguments": {"name": "Ada"}}).messages
 
 
 def test_asyncio_gather_keeps_the_results_that_succeeded(composer):

@@ -22,7 +22,7 @@ import requests
 from albedo_actors.actors import refresher as refresher_module
 from albedo_actors.auth.signin import follow_redirect_agent
 from albedo_actors.config import load
-from albedo_actors.errors import ConfigError, NeedsSignIn
+from albedo_actors.errors import NeedsSignIn
 from albedo_actors.runtime import Runtime
 from albedo_actors.settings import ServerSpec, Settings
 from albedo_actors.store import open_store
@@ -125,8 +125,8 @@ def test_a_server_not_signed_in_is_left_out_and_the_others_work(home, store, oau
         mcp = runtime.mcp()
         assert text_of(mcp.call("good/echo", text="still here").as_dict()) == "still here"
         assert all(tool["server"] == "good" for tool in mcp.tools())  # g advertises nothing
-        with pytest.raises(ConfigError):
-            mcp.call("g/echo", text="x")
+        with pytest.raises(NeedsSignIn, match="needs the user to sign in; tools/call did not run"):
+            mcp.call("g/echo", text="x")  # left out for a sign-in: says so (issue 11)
         handle = runtime._registry.proxy().handle("g").get(timeout=ASK)  # its client, as a probe gets it
         assert handle is not None
         with pytest.raises(NeedsSignIn) as raised:
