@@ -197,19 +197,32 @@ def open_stdio(
     *,
     track: Callable[[StdioTransport], None] = lambda transport: None,
     handlers: Handlers | None = None,
+    era: str | None = None,
 ) -> Connection:
     """Launch a stdio server and negotiate its era within ``timeout`` seconds.
 
     ``track`` is told every transport as soon as it exists, so that an owner that is
     stopping can close a connection that is still being opened.
 
+    ``era`` is the era a saved catalogue of this configuration recorded ("legacy" or
+    "modern"; None: unknown). 2026-07-28 basic/transports/stdio lets a client cache the
+    era and persist it across restarts of the same configuration, re-probing when the
+    assumption stops working. So a saved legacy server gets ``initialize`` at once, with
+    no ``server/discover`` and no probe grace; a saved modern one gets ``server/discover``
+    and no ``initialize`` unless the probe stays unanswered for half the startup time.
+    Either way, an answer of the other era falls back to the other opening on the same
+    connection (see :func:`_negotiate`).
+
     Raises:
         Unavailable: it could not be started, did not answer in time, or refused to open.
         Incompatible: it speaks no protocol revision we speak.
     """
     deadline = time.monotonic() + timeout
+    first = "initialize" if era == "legacy" else "discover"
+    grace = timeout / 2 if era == "modern" else PROBE_GRACE
     try:
-        return _open_once(server, spec, on_notification, on_closed, deadline, probe=True, track=track, handlers=handlers)
+        return _open_once(server, spec, on_notification, on_closed, deadline, probe=True, track=track, handlers=handlers,
+                          first=first, grace=grace)
     except _ProbeLost as exc:
         logger.info("server %r exited on the server/discover probe (%s); relaunching it with initialize", server, exc)
     try:
@@ -228,6 +241,8 @@ def _open_once(
     probe: bool,
     track: Callable[[StdioTransport], None],
     handlers: Handlers | None,
+    first: str = "discover",
+    grace: float = PROBE_GRACE,
 ) -> Connection:
     opening = threading.Event()  # set once negotiated: from then on closures go to the owner
     lost: list[str] = []
@@ -247,7 +262,7 @@ def _open_once(
     except LaunchFailed as exc:
         raise Unavailable(server, f"cannot start: {exc}") from None
     try:
-        era, version, opened = _negotiate(channel, server, deadline, probe)
+        era, version, opened = _negotiate(channel, server, deadline, probe, first, grace)
     except _ProbeLost:
         transport.close()
         transport.wait_closed()
@@ -263,30 +278,60 @@ def _open_once(
     return connection
 
 
-def _negotiate(channel: RpcChannel, server: str, deadline: float, probe: bool) -> tuple[str, str, dict[str, Any]]:
-    """Return (era, version, DiscoverResult or InitializeResult)."""
+def _negotiate(channel: RpcChannel, server: str, deadline: float, probe: bool, first: str = "discover",
+               grace: float = PROBE_GRACE) -> tuple[str, str, dict[str, Any]]:
+    """Return (era, version, DiscoverResult or InitializeResult).
+
+    ``probe`` False: ``initialize`` only (the process exited on an earlier probe).
+    Otherwise both openings may be tried on this connection, ``first`` first; the other
+    follows once ``grace`` seconds pass without an answer, or at once when the first is
+    refused in a way that does not prove the era. Whichever is answered as its era
+    expects decides (2026-07-28 basic/transports/stdio: the fallback must not depend on
+    one error code).
+    """
     waker = threading.Event()
-    probe_p = channel.start("server/discover", mcp.modern_params(None, capabilities=channel.capabilities), waker) if probe else None
-    init_p = None if probe else channel.start("initialize", mcp.initialize_params(channel.capabilities), waker)
-    grace_end = time.monotonic() + PROBE_GRACE
+    probe_p = init_p = None
+    probe_judged = False  # server/discover was answered and did not prove a modern server
+    init_refused: str | None = None  # why initialize was refused, once it was
+
+    def start_probe() -> Pending:
+        return channel.start("server/discover", mcp.modern_params(None, capabilities=channel.capabilities), waker)
+
+    def start_init() -> Pending:
+        return channel.start("initialize", mcp.initialize_params(channel.capabilities), waker)
+
+    if probe and first == "discover":
+        probe_p = start_probe()
+    else:
+        init_p = start_init()
+    grace_end = time.monotonic() + grace
     try:
         while True:
             waker.clear()
             if probe_p is not None and probe_p.done:
                 verdict, opened = _judge_probe(probe_p, server, init_p is None)
-                probe_p = None
+                probe_p, probe_judged = None, True
                 if verdict is Verdict.MODERN:
                     return "modern", mcp.MODERN_VERSION, _discover_result(channel, server, opened, deadline)
+                if init_refused is not None:
+                    raise Unavailable(server, f"refused initialize: {init_refused}")
                 if init_p is None:
-                    init_p = channel.start("initialize", mcp.initialize_params(channel.capabilities), waker)
+                    init_p = start_init()
             if init_p is not None and init_p.done:
                 try:
                     result = init_p.outcome()
                 except RemoteError as exc:
                     if mcp.judge_error(_error_dict(exc)) is Verdict.MODERN:
-                        # It had locked itself modern before initialize arrived.
+                        # It had locked itself modern before initialize arrived, or is
+                        # modern although a saved catalogue said legacy.
                         return "modern", mcp.MODERN_VERSION, _discover_result(channel, server, None, deadline)
-                    raise Unavailable(server, f"refused initialize: {exc.detail}") from None
+                    init_p, init_refused = None, exc.detail
+                    if probe and probe_p is None and not probe_judged:
+                        probe_p = start_probe()  # the saved era was wrong: probe after all
+                        continue
+                    if probe_p is None:
+                        raise Unavailable(server, f"refused initialize: {exc.detail}") from None
+                    continue  # the probe is still open; its answer decides
                 except UnknownOutcome:
                     raise _ProbeLost() from None
                 version = _accept_initialize(server, result)
@@ -296,12 +341,18 @@ def _negotiate(channel: RpcChannel, server: str, deadline: float, probe: bool) -
             if now >= deadline:
                 waited = "server/discover or initialize" if probe else "initialize"
                 raise Unavailable(server, f"did not answer {waited} in time (startupTimeoutMs)")
-            if init_p is None and now >= grace_end:
+            follow = probe and now >= grace_end
+            if follow and first == "discover" and init_p is None and init_refused is None:
                 # 2026-07-28 basic/transports/stdio: no answer in reasonable time means an
                 # older server; the probe stays open and the first fitting answer decides.
-                init_p = channel.start("initialize", mcp.initialize_params(channel.capabilities), waker)
+                init_p = start_init()
                 continue
-            wake_at = deadline if init_p is not None else min(deadline, grace_end)
+            if follow and first == "initialize" and probe_p is None and not probe_judged and init_p is not None:
+                # Saved as legacy but silent on initialize: perhaps modern now.
+                probe_p = start_probe()
+                continue
+            both = (probe_p is not None or probe_judged or not probe) and (init_p is not None or init_refused is not None)
+            wake_at = deadline if both or now >= grace_end else min(deadline, grace_end)
             waker.wait(max(0.0, wake_at - now))
     finally:
         for pending in (probe_p, init_p):
@@ -371,8 +422,15 @@ def open_http(
     handlers: Handlers | None = None,
     credentials: Any = None,
     auth: Any = None,
+    era: str | None = None,
 ) -> Connection:
     """Connect to a streamable HTTP server and find out its era within ``timeout`` seconds.
+
+    ``era``: the era a saved catalogue of this configuration recorded. A saved legacy
+    server gets ``initialize`` at once, without the ``server/discover`` POST first; when
+    it refuses that, the normal negotiation follows (the era is cached per origin and
+    re-probed when the assumption stops working, 2026-07-28 basic/versioning). A saved
+    modern server opens as any other: ``server/discover`` is the modern opening.
 
     Raises:
         ConfigError: a credential it names is not set.
@@ -393,7 +451,7 @@ def open_http(
     channel.attach(link)
     track(link)
     try:
-        era, version, opened = _negotiate_http(channel, link, server, deadline)
+        era, version, opened = _negotiate_http(channel, link, server, deadline, era)
     except BaseException:
         link.close("could not open")
         link.wait_closed()
@@ -408,8 +466,13 @@ def _remaining(deadline: float) -> float:
     return max(0.0, deadline - time.monotonic())
 
 
-def _negotiate_http(channel: RpcChannel, link: HttpLink, server: str, deadline: float) -> tuple[str, str, dict[str, Any]]:
+def _negotiate_http(channel: RpcChannel, link: HttpLink, server: str, deadline: float,
+                    saved_era: str | None = None) -> tuple[str, str, dict[str, Any]]:
     """2026-07-28 basic/transports/streamable-http "Backward Compatibility"."""
+    if saved_era == "legacy":
+        opened = _initialize_saved_legacy(channel, link, server, deadline)
+        if opened is not None:
+            return opened
     verdict, opened = Verdict.HANDSHAKE, None
     for attempt in range(2):
         try:
@@ -458,6 +521,36 @@ def _negotiate_http(channel: RpcChannel, link: HttpLink, server: str, deadline: 
     # Over HTTP the server must accept notifications/initialized before any request.
     link.notify_accepted("notifications/initialized")
     return "legacy", version, result
+
+
+def _initialize_saved_legacy(channel: RpcChannel, link: HttpLink, server: str,
+                             deadline: float) -> tuple[str, str, dict[str, Any]] | None:
+    """``initialize`` straight away for a server saved as legacy; None: it refused, probe it.
+
+    Raises:
+        HttpRefused: 401 or 403 (its message names the refused credentials).
+        Unavailable: it did not answer.
+    """
+    link.set_era("legacy", mcp.LEGACY_VERSION)
+    try:
+        result = channel.request("initialize", mcp.initialize_params(channel.capabilities), _remaining(deadline))
+        version = _accept_initialize(server, result)
+    except HttpRefused as exc:
+        if exc.status in (401, 403):
+            raise
+        reason = f"HTTP {exc.status}"
+    except (RemoteError, HttpServerFailed, Incompatible, ProtocolViolation) as exc:
+        reason = getattr(exc, "detail", str(exc))
+    except (TimedOut, UnknownOutcome) as exc:
+        raise Unavailable(server, f"did not answer initialize: {exc.detail}") from None
+    else:
+        link.set_era("legacy", version)
+        link.notify_accepted("notifications/initialized")
+        return "legacy", version, result
+    logger.info("server %r: saved as legacy but refused initialize (%s); finding out its era again", server, reason)
+    link.set_era(None, mcp.MODERN_VERSION)  # back to probing: modern headers, no session
+    link.session_id = None
+    return None
 
 
 # -- discovery ----------------------------------------------------------------------------

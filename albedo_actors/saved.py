@@ -91,7 +91,7 @@ def load_current(store: Any, server: str, key: str) -> Catalogue | None:
 
 
 def save_if_changed(store: Any, server: str, key: str, catalogue: Catalogue) -> bool:
-    """Save ``catalogue`` under ``key`` unless the same listing is saved there; True if saved.
+    """Save ``catalogue`` under ``key`` unless the same listing, era and version are saved there; True if saved.
 
     Raises:
         StoreError, ValueError: as :func:`load_current`, or the catalogue is refused.
@@ -100,8 +100,9 @@ def save_if_changed(store: Any, server: str, key: str, catalogue: Catalogue) -> 
         current = load_current(store, server, key)
     except (StoreError, ValueError):
         current = None  # a damaged saved row is replaced, not kept forever
-    if current is not None and current.same_listing(catalogue):
-        return False
+    if (current is not None and current.same_listing(catalogue) and current.era == catalogue.era
+            and current.protocol_version == catalogue.protocol_version):
+        return False  # also re-saved when only the era changed: the next restart opens in it
     store.save_catalogue(server, key, catalogue.era, to_json(catalogue))
     return True
 

@@ -82,6 +82,13 @@ class _Closed:
 
 
 @dataclass(frozen=True)
+class _SavedEra:
+    """From the preparer: the era a saved catalogue of this configuration recorded."""
+
+    era: str
+
+
+@dataclass(frozen=True)
 class _Discovered:
     attempt: int
     catalogue: Catalogue | None
@@ -125,6 +132,7 @@ class ServerClient(pykka.ThreadingActor):
         self._listen: Pending | None = None
         self._stopping = False
         self._old: list[Connection] = []
+        self._saved_era: str | None = None  # told by the preparer from a saved catalogue
 
     # -- public API (proxy calls) ------------------------------------------------------------
 
@@ -168,6 +176,8 @@ class ServerClient(pykka.ThreadingActor):
             self._on_dialled(message)
         elif isinstance(message, _Discovered):
             self._on_discovered(message)
+        elif isinstance(message, _SavedEra):
+            self._saved_era = message.era
         else:
             return super().on_receive(message)
         return None
@@ -268,6 +278,10 @@ class ServerClient(pykka.ThreadingActor):
         self._dial = concurrent.futures.Future()
         ref = self.actor_ref
         config = self.config
+        # The era to open with: what this client last found, else what a saved catalogue
+        # says (2026-07-28 basic/versioning: the era MAY be cached and persisted across
+        # restarts of the same configuration; the opening re-probes if it is wrong).
+        era = self._catalogue.era if self._catalogue is not None else self._saved_era
 
         def on_notification(method: str, params: dict[str, Any]) -> None:
             # On the reader thread: only what changes state goes to the mailbox, so a
@@ -284,7 +298,7 @@ class ServerClient(pykka.ThreadingActor):
             connection = catalogue = error = None
             try:
                 for _attempt in range(2):
-                    connection = self._open(config, on_notification, on_closed)
+                    connection = self._open(config, on_notification, on_closed, era)
                     try:
                         catalogue = discover(connection, config.startup_timeout)
                         break
@@ -312,7 +326,7 @@ class ServerClient(pykka.ThreadingActor):
         self._dialer = threading.Thread(target=dial, name=f"mcp-dial-{config.name}", daemon=True)
         self._dialer.start()
 
-    def _open(self, config: ServerConfig, on_notification: Any, on_closed: Any) -> Connection:
+    def _open(self, config: ServerConfig, on_notification: Any, on_closed: Any, era: str | None = None) -> Connection:
         if config.type == "http":
             return open_http(
                 config,
@@ -323,10 +337,12 @@ class ServerClient(pykka.ThreadingActor):
                 handlers=self._handlers,
                 credentials=self._credentials,
                 auth=self._auth,
+                era=era,
             )
         spec = self._spec_factory(config)
         return open_stdio(
-            config.name, spec, on_notification, on_closed, config.startup_timeout, track=self._opening.add, handlers=self._handlers
+            config.name, spec, on_notification, on_closed, config.startup_timeout, track=self._opening.add, handlers=self._handlers,
+            era=era,
         )
 
     def _start_discovery(self) -> None:
@@ -443,6 +459,12 @@ class ServerHandle:
 
     def catalogue(self) -> Catalogue | None:
         return self._ask(self._proxy.catalogue())
+
+    def use_saved_era(self, era: str) -> None:
+        """Open with ``era`` (from a saved catalogue) until this client finds one itself.
+
+        A tell: it is in the mailbox before any dial asked for after it."""
+        _tell(self._ref, _SavedEra(era))
 
     def status(self) -> dict[str, Any]:
         return self._ask(self._proxy.status())

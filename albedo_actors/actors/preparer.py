@@ -194,6 +194,9 @@ class RuntimePreparer(pykka.ThreadingActor):
         signin = {s.name: why for s in servers if (why := sign_in_needed(s, credentials[s.name]))}
         saved = {s.name: self._saved(s.name, keys[s.name]) for s in servers if s.name not in signin}
         unsaved = [name for name, catalogue in saved.items() if catalogue is None]
+        for name, catalogue in saved.items():
+            if catalogue is not None:  # its dials open in the saved era: no probe (issue 11)
+                applied.handles[name].use_saved_era(catalogue.era)
         # The session's future first: with every catalogue saved it resolves at once,
         # before any of the background dials below competes for the interpreter.
         self._start(self._foreground, applied, unsaved, keys, {n: c for n, c in saved.items() if c is not None}, result,
