@@ -9,7 +9,8 @@ call). No actor state lives here.
   first; after one second without an answer ``initialize`` follows on the same
   connection while the probe stays open, and whichever is answered first as its era
   expects decides. Beyond the reference: an old server that *exits* on the probe is
-  relaunched once and opened with ``initialize`` directly.
+  relaunched once and opened with ``initialize`` directly. A known era (from a saved
+  catalogue) opens in that era first; :func:`open_http` likewise.
 - :class:`Connection` sends era-correct requests: modern ones carry ``_meta``, and a
   state-only ``input_required`` result is retried with its ``requestState``.
 - :func:`discover` reads the catalogue, following ``nextCursor`` for at most 100 pages,
