@@ -33,7 +33,7 @@ from .actors.composer import SessionComposer
 from .actors.preparer import Composition, RuntimePreparer
 from .actors.refresher import TokenRefresher, oauth_for
 from .actors.registry import ServerRegistry
-from .binding import Mcp
+from .binding import CLOSED, Mcp, ask
 from .config import McpConfig, load
 from .errors import AlbedoError
 
@@ -104,9 +104,9 @@ class Runtime:
         self._registry = ServerRegistry.start(self.home, auth=auth)
         self._preparer = RuntimePreparer.start(self._registry, self._store, background=self._background)
         self._composer = SessionComposer.start(
-            self._preparer, self._registry, self._source, enabled=self._enabled, overlays_enabled=self._overlays_enabled, clock=self._clock
+            self._preparer, self._registry, self._source, enabled=True, overlays_enabled=self._overlays_enabled, clock=self._clock
         )
-        opened = self.composer.open().get(timeout=ASK_TIMEOUT)
+        opened = ask(self.composer.open)  # pykka's Timeout/ActorDeadError become our errors (binding.ask)
         try:
             return opened.result(timeout=OPEN_TIMEOUT)
         except concurrent.futures.TimeoutError:
@@ -127,11 +127,14 @@ class Runtime:
         """The session composer's proxy (turn_started, turn_ended, probes_settled, ...)."""
         if self._composer is None:
             raise AlbedoError("the runtime is not running")
-        return self._composer.proxy()
+        try:
+            return self._composer.proxy()
+        except pykka.ActorDeadError:
+            raise AlbedoError(CLOSED) from None
 
     def composition(self) -> Composition:
         """What the session sees now."""
-        return self.composer.composition().get(timeout=ASK_TIMEOUT)
+        return ask(self.composer.composition)
 
     def mcp(self, warn: Any = None) -> Mcp:
         """The synchronous Python binding over this runtime's session."""
@@ -143,7 +146,7 @@ class Runtime:
         """Wait (at most ``timeout`` s) for the preparer's background dials; True if they settled."""
         if self._preparer is None:
             return True
-        settled = self._preparer.proxy().background_settled().get(timeout=ASK_TIMEOUT)
+        settled = ask(lambda: self._preparer.proxy().background_settled())
         try:
             settled.result(timeout=timeout)
             return True

@@ -280,3 +280,34 @@ def test_saved_instructions_reach_the_context_of_the_next_session_without_a_dial
         assert len(record.read_text().splitlines()) == dialled  # the second session never dialled s
     finally:
         store.close()
+
+
+def test_runtime_asks_give_our_errors_when_its_actors_stall_or_stop(tmp_path, monkeypatch):
+    monkeypatch.delenv("ALBEDO_DATABASE_URL", raising=False)
+    block, gate = threading.Event(), threading.Event()
+    config = McpConfig(home=str(tmp_path), servers=(binding_config("f"),), extensions={"mcp": True})
+
+    def source():
+        if block.is_set():
+            gate.wait(30)  # the composer's own thread is busy reading the configuration
+        return config
+
+    with Runtime(str(tmp_path), None, config=source) as runtime:
+        monkeypatch.setattr(binding, "ASK_TIMEOUT", 0.5)
+        block.set()
+        reloading = runtime.composer.reload()
+        try:
+            with pytest.raises(AlbedoError) as raised:
+                runtime.composition()
+            assert type(raised.value) is AlbedoError and "did not answer within 0.5 s" in str(raised.value)
+        finally:
+            gate.set()
+        reloading.get(timeout=ASK).result(timeout=SETTLE)
+        monkeypatch.setattr(binding, "ASK_TIMEOUT", ASK)
+        assert "f" in runtime.composition().catalogues
+        runtime._composer.stop(timeout=30)
+        runtime._preparer.stop(timeout=30)
+        for call in (runtime.composition, lambda: runtime.composer, lambda: runtime.wait_background(1)):
+            with pytest.raises(AlbedoError) as raised:
+                call()
+            assert str(raised.value) == "the MCP session has closed; start a new session to use MCP again"
