@@ -104,7 +104,7 @@ class Runtime:
         self._registry = ServerRegistry.start(self.home, auth=auth)
         self._preparer = RuntimePreparer.start(self._registry, self._store, background=self._background)
         self._composer = SessionComposer.start(
-            self._preparer, self._registry, self._source, enabled=True, overlays_enabled=self._overlays_enabled, clock=self._clock
+            self._preparer, self._registry, self._source, enabled=self._enabled, overlays_enabled=self._overlays_enabled, clock=self._clock
         )
         opened = ask(self.composer.open)  # pykka's Timeout/ActorDeadError become our errors (binding.ask)
         try:
