@@ -245,7 +245,8 @@ class SessionComposer(pykka.ThreadingActor):
             pending.set_result(Composition(mcp_off=True))  # the binding says MCP is off
         overlays = self._start_overlays(config)
         thread = threading.Thread(
-            target=_finish, args=(self.actor_ref, self._registry, generation, pending, overlays), name="mcp-compose", daemon=True
+            target=_finish, args=(self.actor_ref, self._registry, generation, pending, overlays, self._overlays_shown),
+            name="mcp-compose", daemon=True
         )
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
@@ -254,7 +255,10 @@ class SessionComposer(pykka.ThreadingActor):
     def _start_overlays(self, config: McpConfig) -> dict[str, ServerHandle]:
         """The overlay clients this preparation uses, reusing those whose setup is unchanged."""
         on = config.extension_enabled("editor-mcp") if self._overlay_choice is None else self._overlay_choice
-        wanted = {server.name: server for server in self._overlay_configs} if on else {}
+        # The reference ("Editor servers over ACP"): with editor-mcp off, overlays are
+        # still validated and discovered; only their tools are hidden from the model.
+        wanted = {server.name: server for server in self._overlay_configs}
+        self._overlays_shown = on
         self._overlays_wanted = set(wanted)
         chosen = {}
         for name, server in wanted.items():
@@ -374,10 +378,11 @@ def _same(a: Composition, b: Composition) -> bool:
     def same(x: Mapping[str, Any], y: Mapping[str, Any]) -> bool:
         return set(x) == set(y) and all(x[name].same_listing(y[name]) for name in x)
 
-    return same(a.catalogues, b.catalogues) and same(a.overlays, b.overlays)
+    return same(a.catalogues, b.catalogues) and same(a.overlays, b.overlays) and a.overlays_shown == b.overlays_shown
 
 
-def _finish(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int, pending: Any, overlays: dict) -> None:
+def _finish(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int, pending: Any, overlays: dict,
+            shown: bool = True) -> None:
     """On a helper thread: dial the overlays, wait for the preparer, report the whole."""
     catalogues, left_out = {}, {}
     for name, outcome in connect_all(overlays).items():
@@ -398,6 +403,7 @@ def _finish(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int,
             overlays=catalogues,
             overlay_handles={name: overlays[name] for name in catalogues},
             overlays_left_out=left_out,
+            overlays_shown=shown,
         )
     try:
         composer.tell(_Prepared(generation, composition, error))

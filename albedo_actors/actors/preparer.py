@@ -59,6 +59,9 @@ class Composition:
     overlays: Mapping[str, Catalogue] = field(default_factory=dict)
     overlay_handles: Mapping[str, ServerHandle] = field(default_factory=dict)
     overlays_left_out: Mapping[str, str] = field(default_factory=dict)
+    # editor-mcp on for this session: overlays are advertised. Off, they are still
+    # started and discovered (validated), but nothing of them reaches the model.
+    overlays_shown: bool = True
     # Every registry client this preparation holds (left-out servers' too: probes dial
     # them); whoever receives the composition releases exactly these, once.
     held: tuple[ServerHandle, ...] = ()
@@ -77,8 +80,8 @@ class Composition:
         from ..naming import MAX_DESCRIPTION
 
         lines = [f"MCP server {name!r} is not available: {reason}" for name, reason in sorted(self.left_out.items())]
-        lines += [f"editor MCP server {name!r} is not available: {reason}" for name, reason in sorted(self.overlays_left_out.items())]
-        for label, catalogues in (("MCP server", self.catalogues), ("editor MCP server", self.overlays)):
+        lines += [f"editor MCP server {name!r} is not available: {reason}" for name, reason in sorted((self.overlays_left_out if self.overlays_shown else {}).items())]
+        for label, catalogues in (("MCP server", self.catalogues), ("editor MCP server", self.overlays if self.overlays_shown else {})):
             for name, catalogue in sorted(catalogues.items()):
                 if isinstance(catalogue.instructions, str) and catalogue.instructions.strip():
                     words = printable(catalogue.instructions.strip(), one_line=True, limit=MAX_DESCRIPTION)
@@ -91,6 +94,8 @@ class Composition:
         from ..naming import advertise
 
         operations = advertise(self.catalogues, {n: h.config for n, h in self.handles.items()}, warn)
+        if not self.overlays_shown:
+            return operations
         overlays = {f"editor-{name}": catalogue for name, catalogue in self.overlays.items()}
         configs = {f"editor-{name}": handle.config for name, handle in self.overlay_handles.items()}
         return operations + advertise(overlays, configs, warn)

@@ -168,7 +168,9 @@ def test_editor_overlays_join_the_session_in_memory_only_and_follow_the_editor_d
         # "editor-mcp": false turns overlays off by default; the session's choice wins.
         configs.append(McpConfig(home=home, servers=(fault_config("f"),), extensions={"mcp": True, "editor-mcp": False}))
         off = wait(proxy.reload())
-        assert off.overlays == {} and with_overlay.overlay_handles["editor"].wait_closed(30)
+        # Off: still discovered, but hidden from the model (issue 11; tests/actors/test_overlays.py).
+        assert set(off.overlays) == {"editor"} and not off.overlays_shown
+        assert {op.server for op in off.model_operations()} == {"f"}
         on_again = wait(proxy.set_overlays_enabled(True))
         assert set(on_again.overlays) == {"editor"}
     finally:
