@@ -38,6 +38,7 @@ from typing import Any, Mapping
 
 import pykka
 
+from .actors.composer import SignInNeeded
 from .actors.preparer import Composition
 from .errors import AlbedoError, ConfigError, NeedsSignIn, Unavailable
 from .naming import GET_PROMPT, READ_RESOURCE, Advertised, advertise, server_prefix
@@ -128,7 +129,7 @@ class Mcp:
             if not exc.step_up:
                 # The session leaves it out after this turn (it joins again once signed in).
                 try:
-                    self._composer.server_needs_sign_in(item.server)
+                    self._composer.actor_ref.tell(SignInNeeded(item.server))  # a tell: nothing to wait for
                 except pykka.ActorDeadError:
                     pass  # the session closed meanwhile: nothing to leave it out of
             raise

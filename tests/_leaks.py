@@ -1,9 +1,12 @@
 """Leak checks for the test suite, wired in by conftest.py.
 
-A test must not leave behind running pykka actors, threads, or processes.
+A test must not leave behind running pykka actors, threads, or processes,
+and no actor may be told a message it does not handle (pykka logs "Unexpected
+message received by ..." for each: an event sent to the wrong receiver).
 ``snapshot()`` records what exists before a test; ``check(before)`` waits a
 bounded time for anything new to finish, then returns a description of each
-leftover (and stops, or SIGKILLs, it so later tests start clean).
+leftover (and stops, or SIGKILLs, it so later tests start clean) and of each
+unexpected message logged since.
 
 Processes: the pytest process is made a child subreaper
 (``prctl(PR_SET_CHILD_SUBREAPER)``), so a grandchild whose parent exits is
@@ -14,6 +17,7 @@ Descendants are found by walking the ppid links in /proc/*/stat.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import signal
 import sys
@@ -212,6 +216,40 @@ def check_actors(before: set[str]) -> list[str]:
     return problems
 
 
+# --- messages nobody handles ------------------------------------------------
+
+
+class UnexpectedMessages(logging.Handler):
+    """Records pykka's "Unexpected message received by <actor>: <message>" warnings
+    (pykka's default ``on_receive`` logs one for a message its actor does not handle)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad record is not ours to judge
+            return
+        if text.startswith("Unexpected message"):
+            self.seen.append(text if len(text) <= 300 else text[:300] + "...")
+
+
+_unexpected = UnexpectedMessages()
+
+
+def watch_messages() -> None:
+    """Listen on the "pykka" logger (once); records propagate to it from its children."""
+    logger = logging.getLogger("pykka")
+    if _unexpected not in logger.handlers:
+        logger.addHandler(_unexpected)
+
+
+def check_messages(before: int) -> list[str]:
+    return [f"pykka logged: {text}" for text in _unexpected.seen[before:]]
+
+
 # --- together --------------------------------------------------------------
 
 
@@ -220,6 +258,7 @@ class Snapshot:
     actors: set[str] = field(default_factory=set)
     threads: set[threading.Thread] = field(default_factory=set)
     processes: set[tuple[int, int]] = field(default_factory=set)
+    messages: int = 0  # unexpected messages logged before
 
 
 def snapshot() -> Snapshot:
@@ -227,14 +266,17 @@ def snapshot() -> Snapshot:
         actors={ref.actor_urn for ref in _actor_refs()},
         threads=set(threading.enumerate()),
         processes={proc.key for proc in descendants().values()},
+        messages=len(_unexpected.seen),
     )
 
 
 def check(before: Snapshot) -> list[str]:
     """Describe (and clean up) what was started since ``before`` and is
-    still running. Actors go first: stopping them ends their threads."""
+    still running. Actors go first: stopping them ends their threads (and
+    lets them handle what they were told before, so unexpected messages come last)."""
     return (
         check_actors(before.actors)
         + check_threads(before.threads)
         + check_processes(before.processes)
+        + check_messages(before.messages)
     )

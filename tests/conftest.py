@@ -1,4 +1,6 @@
-"""Suite-wide fixtures: no test may leave actors, threads or processes behind.
+"""Suite-wide fixtures: no test may leave actors, threads or processes behind,
+nor make pykka log "Unexpected message" (an event told to an actor that does not
+handle it).
 
 The checks themselves are in _leaks.py. A leak makes the test fail (reported
 by pytest as an error at teardown) and is cleaned up so later tests start
@@ -28,6 +30,7 @@ _SESSION_BASELINE = pytest.StashKey()
 def pytest_sessionstart(session):
     # Orphaned grandchildren re-parent to pytest, so they can be found.
     _leaks.become_subreaper()
+    _leaks.watch_messages()
     session.stash[_SESSION_BASELINE] = _leaks.snapshot()
 
 

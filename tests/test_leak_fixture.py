@@ -118,6 +118,39 @@ def test_leaked_actor_fails_and_is_stopped(inner):
     result.stdout.fnmatch_lines(["*pykka actor still running: Idle (urn:uuid:*"])
 
 
+def test_a_message_nobody_handles_fails_the_test(inner):
+    result = run(
+        inner,
+        """
+        import pykka
+
+        class Deaf(pykka.ThreadingActor):
+            def on_receive(self, message):
+                if message == "known":
+                    return "handled"
+                return super().on_receive(message)  # pykka logs "Unexpected message"
+
+        def test_tells_a_message_nobody_handles():
+            ref = Deaf.start()
+            try:
+                ref.tell("stray event")
+                assert ref.ask("known", timeout=10) == "handled"  # the stray one came first
+            finally:
+                ref.stop(timeout=10)
+
+        def test_handled_messages_pass():
+            ref = Deaf.start()
+            try:
+                ref.tell("known")
+                assert ref.ask("known", timeout=10) == "handled"
+            finally:
+                ref.stop(timeout=10)
+        """,
+    )
+    result.assert_outcomes(errors=1, passed=2)  # the first test itself passed
+    result.stdout.fnmatch_lines(["*pykka logged: Unexpected message received by Deaf (urn:uuid:*): stray event*"])
+
+
 def test_pytest_is_a_child_subreaper():
     value = ctypes.c_int(0)
     libc = ctypes.CDLL(None, use_errno=True)

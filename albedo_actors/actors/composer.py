@@ -59,6 +59,14 @@ class _Prepared:
 
 
 @dataclass(frozen=True)
+class SignInNeeded:
+    """Told by the binding: a call found ``server`` needing a sign-in (see
+    :meth:`SessionComposer.server_needs_sign_in`); nothing to wait for."""
+
+    server: str
+
+
+@dataclass(frozen=True)
 class _Probed:
     server: str
     up: bool
@@ -180,6 +188,8 @@ class SessionComposer(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, _Prepared):
             self._on_prepared(message)
+        elif isinstance(message, SignInNeeded):
+            self.server_needs_sign_in(message.server)
         elif isinstance(message, CatalogueSaved):
             shown = self._composition.catalogues.get(message.server)
             if shown is not None and not shown.same_listing(message.catalogue):

@@ -231,3 +231,18 @@ def test_probe_intervals_double_and_are_capped_at_twenty_times_retry_ms(tmp_path
         assert activity_probes(), f"no probe {interval} s after the last"
     composer.turn_ended().get(timeout=10)
     assert composer.composition().get(timeout=10) is first  # still down: nothing changed
+
+
+def test_a_lost_connection_is_an_event_its_receiver_handles(tmp_path, daemon):
+    import _leaks
+
+    before = len(_leaks._unexpected.seen)
+    config = McpConfig(home=daemon.home, servers=(fault_config("f"),))
+    composer = daemon.session(lambda: config)
+    handle = wait(composer.open()).handles["f"]
+    with pytest.raises(Exception):
+        handle.call_tool("die")  # the server exits: the client tells its owner ServerLost
+    assert works(handle, "redialled")  # the next call dials it again
+    daemon.stop(composer)
+    daemon.preparer.stop(timeout=30)  # the preparer handles all it was told before it stops
+    assert _leaks._unexpected.seen[before:] == []
