@@ -27,6 +27,8 @@ from albedo_actors.actors.registry import ServerRegistry
 from albedo_actors.config import McpConfig, ServerConfig
 from albedo_actors.store import open_store
 from helpers import FAULT_SERVER, read_record, text_of
+
+INIT_FAULT_SERVER = FAULT_SERVER.replace("fault_server.py", "init_fault_server.py")
 from servers.fault_http_server import FaultHTTPServer
 
 # A longer probe grace than the real 1 s, so that "no grace was waited" is a generous
@@ -194,6 +196,20 @@ def test_a_server_saved_as_legacy_that_is_now_modern_only_opens_through_the_fall
     assert methods(record)[:2] == ["initialize", "server/discover"]
     assert composition.handles["f"].status()["era"] == "modern"
     wait_saved_era(store, "modern")
+
+
+@pytest.mark.parametrize("initialize", ["error", "silent"])
+def test_a_stdio_server_saved_as_legacy_that_refuses_or_ignores_initialize_is_probed(tmp_path, clients, initialize):
+    # Now modern, and -32601 or silence on initialize proves no era: the probe follows
+    # (at once on the refusal, after the grace on silence) and decides.
+    record = tmp_path / "record"
+    handle = clients.start(ServerConfig(
+        name="f", type="stdio", command=sys.executable, startup_timeout_ms=20_000,
+        args=(INIT_FAULT_SERVER, "--initialize", initialize, "--era", "modern", "--record", str(record))))
+    handle.use_saved_era("legacy")
+    assert handle.connect().era == "modern"
+    assert methods(record)[:2] == ["initialize", "server/discover"]
+    assert "hi" in text_of(handle.call_tool("echo", {"text": "hi"}))
 
 
 # -- HTTP ------------------------------------------------------------------------------------------
