@@ -93,7 +93,7 @@ def test_a_session_chooses_for_itself_alone(home, store):
     with Runtime(str(home), store, enabled=False) as off, Runtime(str(home), store) as on:
         assert off.composition().mcp_off and off.mcp().tools() == []
         assert not on.composition().mcp_off and on.mcp().tools()
-        # A session's choice can change during the session: switching off dials nothing more.
+        # A session's choice can change during the session, each for itself alone.
         off.composer.set_enabled(True).get(timeout=10).result(timeout=30)
         assert off.mcp().call("f/echo", text="late").content[0]["text"] == "late"
         on.composer.set_enabled(False).get(timeout=10).result(timeout=30)
