@@ -99,7 +99,10 @@ def test_second_tools_lists_from_the_saved_catalogues_within_a_second_whatever_t
     fleet.set(down, "down")
     second, elapsed = albedo(fleet.home, "tools", "--json")
     assert tool_names(second) == listed
-    assert elapsed < 1.0, f"the second tools took {elapsed:.2f} s"
+    # Waiting on any of them would take 10 s (slow) or the startup timeout (hang); the
+    # bound only separates that from a loaded machine's interpreter start. The figure
+    # itself ("within a second": about 0.7 s here) is benchmarks/bench_cli_tools.py's.
+    assert elapsed < 5.0, f"the second tools took {elapsed:.2f} s"
     assert sorted(fleet.started()) == sorted(fleet.names), "the second tools started a server"
     assert second.stderr == ""
     del healthy
