@@ -6,7 +6,8 @@ keeps only which subscribers to tell and which background dials are running.
 
 **Asks** the registry (with a timeout) for clients. **Tells** its subscribers (session
 composers) :class:`CatalogueSaved` when a background discovery found a catalogue that
-differs from the saved one.
+differs from the saved one, and the registry :class:`SetOwner` (at start) and
+:class:`Release` (what a failed preparation was given).
 
 **Threads**: the preparer's own thread only decides; dials run on helper threads
 (one per server being prepared), which report back with messages. ``prepare`` returns
@@ -269,17 +270,26 @@ class RuntimePreparer(pykka.ThreadingActor):
         ``result`` always resolves: whatever goes wrong here fails this preparation at
         once (DESIGN rule 3), so no session waits for a future nobody will set.
         """
+        outcome: concurrent.futures.Future = concurrent.futures.Future()
         try:
-            self._prepare_foreground(applied, unsaved, keys, ready, result, signin)
-            if result.done() and not result.cancelled() and result.exception() is None:
-                return
+            self._prepare_foreground(applied, unsaved, keys, ready, outcome, signin)
         except Exception as exc:  # noqa: BLE001 - a bug must fail one preparation, not hang its session
             logger.error("preparing servers %s failed: %s: %s", ", ".join(sorted(unsaved)) or "(none)", type(exc).__name__, exc)
-            if not result.done():
-                result.set_exception(exc if isinstance(exc, AlbedoError) else
-                                     AlbedoError(f"preparing the MCP servers failed ({type(exc).__name__}); the previous servers stay in use"))
-        # A failed preparation lets go of what apply() held for it, and nothing else.
-        _tell(self._registry.actor_ref, Release(tuple(applied.handles.values())))
+            if not outcome.done():
+                outcome.set_exception(exc if isinstance(exc, AlbedoError) else
+                                      AlbedoError(f"preparing the MCP servers failed ({type(exc).__name__}); the previous servers stay in use"))
+        if not outcome.done():  # every path sets it; never leave a session waiting if one does not
+            outcome.set_exception(AlbedoError("preparing the MCP servers ended without an outcome; the previous servers stay in use"))
+        error = outcome.exception(timeout=0)
+        if error is not None:
+            # A failed preparation lets go of what apply() held for it, and nothing else,
+            # before its caller hears of the failure.
+            _tell(self._registry.actor_ref, Release(tuple(applied.handles.values())))
+        if not result.cancelled():
+            if error is not None:
+                result.set_exception(error)
+            else:
+                result.set_result(outcome.result(timeout=0))
 
     def _prepare_foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue],
                             result: Any, signin: dict[str, str] | None) -> None:

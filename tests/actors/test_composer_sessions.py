@@ -246,3 +246,22 @@ def test_a_lost_connection_is_an_event_its_receiver_handles(tmp_path, daemon):
     daemon.stop(composer)
     daemon.preparer.stop(timeout=30)  # the preparer handles all it was told before it stops
     assert _leaks._unexpected.seen[before:] == []
+
+
+def test_a_failed_preparation_lets_go_of_what_it_was_given_and_nothing_else(tmp_path, daemon, monkeypatch):
+    import albedo_actors.actors.preparer as preparer_module
+    from albedo_actors.errors import ConfigError
+
+    configs = [McpConfig(home=daemon.home, servers=(fault_config("f"),))]
+    composer = daemon.session(lambda: configs[-1])
+    shown = wait(composer.open())  # f's catalogue is saved now: not size-checked again
+    f = shown.handles["f"]
+    monkeypatch.setattr(preparer_module, "MAX_CATALOGUE_BYTES", 1000)
+    configs.append(McpConfig(home=daemon.home, servers=(fault_config("f"), fault_config("g"))))
+    with pytest.raises(ConfigError, match="over the 1000-byte limit"):
+        wait(composer.reload())  # g's catalogue is over the limit: the whole preparation fails
+    registry = daemon.registry.proxy()
+    # The registry handles the failed preparation's Release before this ask.
+    assert registry.held(f).get(timeout=10) == 1  # only the shown composition holds f
+    assert registry.names().get(timeout=10) == ("f",)  # g's client, held by nobody, is gone
+    assert composer.composition().get(timeout=10) is shown and works(f)
