@@ -54,7 +54,7 @@ class Composition:
     catalogues: Mapping[str, Catalogue] = field(default_factory=dict)
     left_out: Mapping[str, str] = field(default_factory=dict)  # server -> one-line reason
     warnings: tuple[str, ...] = ()
-    retired: tuple[ServerHandle, ...] = ()  # clients to retire once this composition is in use
+    retired: tuple[ServerHandle, ...] = ()  # clients apply() retired; the registry stops each once nobody holds it
     # Editor overlays (the editor-mcp extension): servers a host handed over at run time.
     # Their credentials and catalogues stay in memory; they are not in the Python binding.
     overlays: Mapping[str, Catalogue] = field(default_factory=dict)
