@@ -124,3 +124,23 @@ def backend(request, tmp_path, pg_server_url):
         with admin.cursor() as cur:
             cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
+
+
+@pytest.fixture
+def http_fault():
+    """``http_fault(**options)`` starts tests/servers/fault_http_server.py's FaultHTTPServer
+    (``http_fault(cls=..., ...)`` a subclass); each is stopped afterwards, and a server
+    whose threads do not end fails the test."""
+    from servers.fault_http_server import FaultHTTPServer
+
+    servers = []
+
+    def start(cls=FaultHTTPServer, **options):
+        server = cls(**options)
+        server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        assert server.stop(), "the fault server's threads did not end"

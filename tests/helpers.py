@@ -200,3 +200,29 @@ class SdkHttpServer(_ServerProcess):
 
     def records(self) -> list[dict]:
         return read_record(self.record) if os.path.exists(self.record) else []
+
+
+# A stdio command whose server flags live in a file beside it, so that a test can change
+# how the server behaves while its configuration (and so its fingerprint) stays the same.
+_FLAGS_LAUNCHER = """\
+import json, os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "flags.json")) as f:
+    flags = json.load(f)
+os.execv(sys.executable, [sys.executable, *sys.argv[1:], *flags])
+"""
+
+
+def flags_launcher(directory, *flags) -> str:
+    """Write the launcher (and ``flags``) into ``directory``; its path, to run before the server's argv."""
+    path = os.path.join(str(directory), "launcher.py")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(_FLAGS_LAUNCHER)
+    set_flags(directory, *flags)
+    return path
+
+
+def set_flags(directory, *flags) -> None:
+    """The flags the server started by :func:`flags_launcher` gets from its next start on."""
+    with open(os.path.join(str(directory), "flags.json"), "w", encoding="utf-8") as f:
+        json.dump(list(flags), f)

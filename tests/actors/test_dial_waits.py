@@ -11,9 +11,7 @@ the configuration (and the saved catalogue's fingerprint) stays the same.
 
 from __future__ import annotations
 
-import json
 import sys
-import textwrap
 import time
 
 import pytest
@@ -23,21 +21,11 @@ from albedo_actors.actors.registry import ServerRegistry
 from albedo_actors.config import McpConfig, ServerConfig
 from albedo_actors.errors import TimedOut, Unavailable
 from albedo_actors.store import open_store
-from helpers import FAULT_SERVER, text_of
+from helpers import FAULT_SERVER, flags_launcher, set_flags, text_of
 
 STARTUP_S = 3.0
 CALL_S = 2.0
 DELAY_S = 1.5  # the server's slow start on the restart, inside STARTUP_S
-
-LAUNCHER = textwrap.dedent(
-    """
-    import json, os, sys
-    here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "flags.json")) as f:
-        flags = json.load(f)
-    os.execv(sys.executable, [sys.executable, *sys.argv[1:], *flags])
-    """
-)
 
 
 @pytest.fixture
@@ -46,8 +34,7 @@ def restarted(tmp_path):
     (background dials on) whose server starts with ``flags``; returns its composition."""
     started = []
     home = str(tmp_path / "home")
-    (tmp_path / "launcher.py").write_text(LAUNCHER)
-    server = ServerConfig(name="f", type="stdio", command=sys.executable, args=(str(tmp_path / "launcher.py"), FAULT_SERVER),
+    server = ServerConfig(name="f", type="stdio", command=sys.executable, args=(flags_launcher(tmp_path), FAULT_SERVER),
                           startup_timeout_ms=int(STARTUP_S * 1000), call_timeout_ms=int(CALL_S * 1000))
     config = McpConfig(home=home, servers=(server,))
 
@@ -59,9 +46,9 @@ def restarted(tmp_path):
         return preparer.proxy()
 
     def start(*flags):
-        (tmp_path / "flags.json").write_text("[]")
+        set_flags(tmp_path)
         daemon().prepare(config).get(timeout=10).result(timeout=60)  # dials and saves
-        (tmp_path / "flags.json").write_text(json.dumps(list(flags)))
+        set_flags(tmp_path, *flags)
         began = time.monotonic()
         composition = daemon().prepare(config).get(timeout=10).result(timeout=60)
         assert time.monotonic() - began < 1.0, "the saved catalogue was not used at once"

@@ -5,11 +5,9 @@ import textwrap
 
 import pytest
 
-from albedo_actors.actors.preparer import CatalogueSaved, RuntimePreparer
-from albedo_actors.actors.registry import ServerRegistry
+from albedo_actors.actors.preparer import CatalogueSaved
 from albedo_actors.config import McpConfig, ServerConfig
 from albedo_actors.errors import ConfigError, Unavailable
-from albedo_actors.store import open_store
 from helpers import FAULT_SERVER, Owner, fault_config
 
 INSTRUCTIONS = "Fault-injecting test server built on the albedo demo server."  # the fault server's instructions
@@ -24,25 +22,6 @@ SWITCH = textwrap.dedent(
     os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
     """
 )
-
-
-@pytest.fixture
-def runtime(tmp_path):
-    """Start (store, registry, preparer) sets; all are stopped afterwards."""
-    started = []
-
-    def start():
-        store = open_store(str(tmp_path / "home"))
-        registry = ServerRegistry.start(str(tmp_path / "home"))
-        preparer = RuntimePreparer.start(registry, store, environ={"PATH": "/usr/bin:/bin"})
-        started.append((store, registry, preparer))
-        return store, preparer.proxy()
-
-    yield start
-    for store, registry, preparer in reversed(started):
-        preparer.stop(timeout=30)
-        registry.stop(timeout=30)
-        store.close()
 
 
 def switchable(tmp_path, name, *flags):

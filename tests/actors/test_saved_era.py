@@ -16,53 +16,19 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 import time
 
 import pytest
 
 from albedo_actors import connection as connection_module
-from albedo_actors.actors.preparer import RuntimePreparer
-from albedo_actors.actors.registry import ServerRegistry
 from albedo_actors.config import McpConfig, ServerConfig
-from albedo_actors.store import open_store
-from helpers import FAULT_SERVER, read_record, text_of
+from helpers import FAULT_SERVER, flags_launcher, set_flags, read_record, text_of
 
 INIT_FAULT_SERVER = FAULT_SERVER.replace("fault_server.py", "init_fault_server.py")
-from servers.fault_http_server import FaultHTTPServer
 
 # A longer probe grace than the real 1 s, so that "no grace was waited" is a generous
 # bound that a loaded machine cannot break: a probed dial takes at least GRACE seconds.
 GRACE = 3.0
-
-LAUNCHER = textwrap.dedent(
-    """
-    import json, os, sys
-    here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "flags.json")) as f:
-        flags = json.load(f)
-    os.execv(sys.executable, [sys.executable, *sys.argv[1:], *flags])
-    """
-)
-
-
-@pytest.fixture
-def runtime(tmp_path):
-    """Start (store, registry, preparer) sets on one home; all are stopped afterwards."""
-    started = []
-
-    def start(background: bool = False):
-        store = open_store(str(tmp_path / "home"))
-        registry = ServerRegistry.start(str(tmp_path / "home"))
-        preparer = RuntimePreparer.start(registry, store, environ={"PATH": "/usr/bin:/bin"}, background=background)
-        started.append((store, registry, preparer))
-        return store, preparer.proxy()
-
-    yield start
-    for store, registry, preparer in reversed(started):
-        preparer.stop(timeout=30)
-        registry.stop(timeout=30)
-        store.close()
 
 
 @pytest.fixture
@@ -71,15 +37,9 @@ def long_grace(monkeypatch):
 
 
 def switchable(tmp_path, record, *flags, startup_ms: int = 20_000) -> ServerConfig:
-    (tmp_path / "launcher.py").write_text(LAUNCHER)
-    set_flags(tmp_path, *flags)
     return ServerConfig(name="f", type="stdio", command=sys.executable,
-                        args=(str(tmp_path / "launcher.py"), FAULT_SERVER, "--record", str(record)),
+                        args=(flags_launcher(tmp_path, *flags), FAULT_SERVER, "--record", str(record)),
                         startup_timeout_ms=startup_ms)
-
-
-def set_flags(tmp_path, *flags) -> None:
-    (tmp_path / "flags.json").write_text(json.dumps(list(flags)))
 
 
 def prepare(preparer, config):
@@ -114,7 +74,7 @@ def test_a_saved_legacy_stdio_server_gets_initialize_at_once_without_the_probe(t
     record = tmp_path / "record"
     # A legacy-only server that never answers server/discover: probing it costs the grace.
     config = McpConfig(home=str(tmp_path / "home"), servers=(switchable(tmp_path, record, "--era", "legacy", "--probe", "silent"),))
-    store, preparer = runtime()
+    store, preparer = runtime(background=False)
     began = time.monotonic()
     prepare(preparer, config)  # nothing saved yet: probed, then saved as legacy
     assert time.monotonic() - began >= GRACE
@@ -122,7 +82,7 @@ def test_a_saved_legacy_stdio_server_gets_initialize_at_once_without_the_probe(t
     wait_saved_era(store, "legacy")
 
     record.unlink()
-    _store2, preparer2 = runtime()  # a restart on the same store
+    _store2, preparer2 = runtime(background=False)  # a restart on the same store
     composition = prepare(preparer2, config)
     assert composition.catalogues["f"].era == "legacy" and composition.left_out == {}
     took = timed_echo(composition)  # this dials the server
@@ -136,13 +96,13 @@ def test_a_server_saved_as_modern_that_is_now_legacy_only_opens_through_the_fall
     record = tmp_path / "record"
     server = switchable(tmp_path, record, "--era", "modern", startup_ms=4000)
     config = McpConfig(home=str(tmp_path / "home"), servers=(server,))
-    store, preparer = runtime()
+    store, preparer = runtime(background=False)
     prepare(preparer, config)
     assert saved_era(store) == "modern"
 
     set_flags(tmp_path, "--era", "legacy", "--probe", "silent")  # now legacy, silent on the probe
     record.unlink()
-    _store2, preparer2 = runtime()
+    _store2, preparer2 = runtime(background=False)
     composition = prepare(preparer2, config)
     assert composition.catalogues["f"].era == "modern"  # what was saved
     timed_echo(composition)  # initialize follows the unanswered probe (half the startup time)
@@ -154,11 +114,11 @@ def test_a_server_saved_as_modern_that_is_now_legacy_only_opens_through_the_fall
 def test_a_saved_modern_server_that_refuses_the_probe_falls_back_at_once(tmp_path, runtime):
     record = tmp_path / "record"
     config = McpConfig(home=str(tmp_path / "home"), servers=(switchable(tmp_path, record, "--era", "modern", startup_ms=20_000),))
-    store, preparer = runtime()
+    store, preparer = runtime(background=False)
     prepare(preparer, config)
     set_flags(tmp_path, "--era", "legacy", "--probe", "error")  # answers server/discover -32601
     record.unlink()
-    _store2, preparer2 = runtime()
+    _store2, preparer2 = runtime(background=False)
     composition = prepare(preparer2, config)
     took = timed_echo(composition)
     assert took < 10, f"took {took:.2f} s: the fallback waited instead of following the refusal"
@@ -170,11 +130,11 @@ def test_a_saved_modern_server_is_sent_no_initialize(tmp_path, runtime, long_gra
     record = tmp_path / "record"
     # Slow to answer the probe: a normal probe would send initialize after the grace.
     config = McpConfig(home=str(tmp_path / "home"), servers=(switchable(tmp_path, record, "--era", "modern", startup_ms=20_000),))
-    store, preparer = runtime()
+    store, preparer = runtime(background=False)
     prepare(preparer, config)
     set_flags(tmp_path, "--era", "modern", "--delay-start", str(GRACE + 0.5))
     record.unlink()
-    _store2, preparer2 = runtime()
+    _store2, preparer2 = runtime(background=False)
     composition = prepare(preparer2, config)
     timed_echo(composition)
     seen = methods(record)
@@ -184,13 +144,13 @@ def test_a_saved_modern_server_is_sent_no_initialize(tmp_path, runtime, long_gra
 def test_a_server_saved_as_legacy_that_is_now_modern_only_opens_through_the_fallback(tmp_path, runtime):
     record = tmp_path / "record"
     config = McpConfig(home=str(tmp_path / "home"), servers=(switchable(tmp_path, record, "--era", "legacy"),))
-    store, preparer = runtime()
+    store, preparer = runtime(background=False)
     prepare(preparer, config)
     assert saved_era(store) == "legacy"
 
     set_flags(tmp_path, "--era", "modern")  # answers initialize with -32022
     record.unlink()
-    _store2, preparer2 = runtime()
+    _store2, preparer2 = runtime(background=False)
     composition = prepare(preparer2, config)
     timed_echo(composition)
     assert methods(record)[:2] == ["initialize", "server/discover"]
@@ -216,18 +176,8 @@ def test_a_stdio_server_saved_as_legacy_that_refuses_or_ignores_initialize_is_pr
 
 
 @pytest.fixture
-def fault():
-    servers = []
-
-    def start(**options):
-        server = FaultHTTPServer(**options)
-        server.start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        assert server.stop(), "the fault server's threads did not end"
+def fault(http_fault):
+    return http_fault
 
 
 def posted(server) -> list[str]:

@@ -54,17 +54,8 @@ def _started(server):
 
 
 @pytest.fixture
-def fault():
-    """``fault(**options)`` starts a FaultHTTPServer (or ``fault(cls=..., ...)`` a subclass)."""
-    servers = []
-
-    def start(cls=FaultHTTPServer, **options):
-        servers.append(_started(cls(**options)))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        assert server.stop(), "the fault server's threads did not end"
+def fault(http_fault):
+    return http_fault
 
 
 @pytest.fixture

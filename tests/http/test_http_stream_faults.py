@@ -21,7 +21,6 @@ from albedo_actors.config import ServerConfig
 from albedo_actors.errors import ProtocolViolation
 from albedo_actors.transport.http import Exchange, HttpFailed, HttpTransport
 from helpers import text_of
-from servers.fault_http_server import FaultHTTPServer
 
 WAIT = 15.0  # bound on every wait for something the server or client does
 RUN_TIMEOUT = 60
@@ -32,18 +31,8 @@ def http_config(server, **overrides) -> ServerConfig:
 
 
 @pytest.fixture
-def fault():
-    servers = []
-
-    def start(**options):
-        server = FaultHTTPServer(**options)
-        server.start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        assert server.stop(), "the fault server's threads did not end"
+def fault(http_fault):
+    return http_fault
 
 
 def openings(server, era: str) -> list[float]:
