@@ -66,6 +66,7 @@ LISTEN_MAX_WAIT = 60.0
 LISTEN_LIMIT = 8
 LISTEN_WINDOW = 600.0  # seconds; at most LISTEN_WINDOW_OPENINGS openings within any such span
 LISTEN_WINDOW_OPENINGS = 60
+LISTEN_OPEN_WAIT = 2.0  # for the first opening's answer before the connection is used
 MAX_AUTH_ROUNDS = 4  # one refresh and three sign-ins, then the request fails
 
 
@@ -91,6 +92,7 @@ class HttpLink:
         self._closed_reason: str | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=f"mcp-http-{server}")
         self._listener: threading.Thread | None = None
+        self._listen_answered = threading.Event()  # the first opening has its answer (or failed)
         self._listen_exchange: Exchange | None = None
 
     # -- Link protocol (called by the channel) ------------------------------------------------
@@ -190,13 +192,20 @@ class HttpLink:
         except LinkClosed:
             raise Unavailable(self._server, f"did not accept {method}") from None
 
-    def start_listening(self, filters: dict[str, bool] | None) -> None:
-        """Open the listening stream: GET (older session) or subscriptions/listen (modern)."""
+    def start_listening(self, filters: dict[str, bool] | None, wait: float = LISTEN_OPEN_WAIT) -> None:
+        """Open the listening stream: GET (older session) or subscriptions/listen (modern).
+
+        Waits up to ``wait`` seconds for the server's answer to the first opening, so
+        that the stream is there before the connection is used: a server may send its
+        requests (an elicitation) and notifications only on it, and drop them while it
+        is not open.
+        """
         if self.era == "legacy" or filters:
             self._listener = threading.Thread(
                 target=self._listen_loop, args=(filters,), name=f"mcp-listen-{self._server}", daemon=True
             )
             self._listener.start()
+            self._listen_answered.wait(wait)
 
     # -- workers ------------------------------------------------------------------------------------
 
@@ -501,6 +510,7 @@ class HttpLink:
         exchange = Exchange()
         self._listen_exchange = exchange
         if self._closing.is_set():
+            self._listen_answered.set()
             return False, None, True
         pending = None
         try:
@@ -511,10 +521,12 @@ class HttpLink:
                 message = jsonrpc.request(pending.id, "subscriptions/listen", mcp.modern_params({"notifications": filters}, self.version, self._channel.capabilities))
                 reply = self._transport.send("POST", self._headers_for(message), exchange, body=jsonrpc.encode(message))
         except HttpFailed as exc:
+            self._listen_answered.set()
             if pending is not None:
                 self._channel.drop(pending)
             logger.debug("server %r: listening stream failed: %s", self._server, exc)
             return False, None, False
+        self._listen_answered.set()
         if reply.status != 200 or not reply.is_sse:
             # A 405 or any other refusal leaves the stream closed for the connection's life.
             reply.close()

@@ -66,6 +66,7 @@ class _Dialled:
     connection: Connection | None
     catalogue: Catalogue | None
     error: AlbedoError | None
+    listen: Pending | None = None  # the held-open subscriptions/listen of a modern stdio server
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ class ServerClient(pykka.ThreadingActor):
                 future.set_exception(Unavailable(self.config.name, "the client is stopping"))
             return
         self._connection = connection
-        self._listen = connection.start_listen() if connection.alive else None
+        self._listen = message.listen if connection.alive else None
         self._adopt(message.catalogue)
         if self._rediscover and connection.alive:
             # A change was announced while the dial was still reading the lists.
@@ -295,10 +296,14 @@ class ServerClient(pykka.ThreadingActor):
             _tell(ref, _Closed(attempt, reason))
 
         def dial() -> None:
-            connection = catalogue = error = None
+            connection = catalogue = error = listen = None
             try:
                 for _attempt in range(2):
                     connection = self._open(config, on_notification, on_closed, era)
+                    # Listen before discovering, on this thread: a change made while the
+                    # lists are read is heard, and (HTTP) the stream is open before any
+                    # caller can send a request whose server requests may travel on it.
+                    listen = connection.start_listen()
                     try:
                         catalogue = discover(connection, config.startup_timeout)
                         break
@@ -319,7 +324,7 @@ class ServerClient(pykka.ThreadingActor):
                 connection.close("discovery failed")
                 connection.transport.wait_closed()
                 connection = None
-            if not _tell(ref, _Dialled(attempt, connection, catalogue, error)) and connection is not None:
+            if not _tell(ref, _Dialled(attempt, connection, catalogue, error, listen)) and connection is not None:
                 connection.close("client stopped")
                 connection.transport.wait_closed()
 

@@ -203,3 +203,21 @@ def test_a_header_value_that_cannot_be_sent_is_refused_before_anything_leaves(fa
     assert caught.value.sent is False
     assert str(caught.value) == f"the X-Test header value holds {why}, so it cannot be sent"
     assert server.requests == []
+
+
+# -- the listening stream is open before the connection is used -----------------------------------
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+def test_the_listening_stream_is_asked_for_before_discovery_and_connect_returns_with_it_open(fault, clients, era):
+    # A server may send its requests (an elicitation) only on that stream and drop them
+    # while none is open: the conformance server does, and a call racing the stream lost
+    # its elicitation under load.
+    server = fault(era=era)
+    handle = clients.start(http_config(server))
+    handle.connect()
+    assert len(openings(server, era)) >= 1  # asked for (and answered) before connect returned
+    methods = [("GET" if r.method == "GET" else json.loads(r.body).get("method")) for r in server.requests
+               if r.method == "GET" or (r.method == "POST" and r.body)]
+    listen = "GET" if era == "legacy" else "subscriptions/listen"
+    assert methods.index(listen) < methods.index("tools/list"), methods
