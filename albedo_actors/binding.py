@@ -41,7 +41,7 @@ import pykka
 from .actors.composer import SignInNeeded
 from .actors.preparer import Composition
 from .errors import AlbedoError, ConfigError, NeedsSignIn, Unavailable
-from .naming import GET_PROMPT, READ_RESOURCE, Advertised, advertise, server_prefix
+from .catalogue.naming import GET_PROMPT, READ_RESOURCE, Advertised, advertise, server_prefix
 
 ASK_TIMEOUT = 10.0
 
@@ -247,7 +247,7 @@ def _left_out(name: str, composition: Composition) -> None:
         servers = [server] if server in composition.left_out else []
     else:
         # An advertised name of a left-out server: its catalogue is not in the session,
-        # so the name is matched by the server's prefix (naming.py's rule 3).
+        # so the name is matched by the server's prefix (catalogue/naming.py's rule 3).
         operation = None
         servers = sorted((s for s in composition.left_out if name.startswith(server_prefix(s))), key=len, reverse=True)
     if not servers:

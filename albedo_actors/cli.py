@@ -23,7 +23,7 @@ browser's redirect to the loopback listener; a callback URL pasted on standard i
 forgets the server's tokens.
 
 ``NAME`` is an advertised name as ``tools`` prints it (``mcp_<server>_<operation>_<hash>``,
-see :mod:`albedo_actors.naming`) or ``SERVER/TOOL``; a ``read_resource`` or ``get_prompt``
+see :mod:`albedo_actors.catalogue.naming`) or ``SERVER/TOOL``; a ``read_resource`` or ``get_prompt``
 name reads a resource (``--args '{"uri": ...}'``) or gets a prompt
 (``--args '{"name": ..., "arguments": {...}}'``).
 
@@ -96,7 +96,7 @@ from .errors import (
     Unavailable,
     UnknownOutcome,
 )
-from .naming import Advertised, advertise, advertised_name, server_prefix
+from .catalogue.naming import Advertised, advertise, advertised_name, server_prefix
 from .runtime import Runtime
 from .wire.text import json_text, printable
 

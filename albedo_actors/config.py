@@ -21,14 +21,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .errors import ConfigError, Unavailable
-from .safefiles import FileRefused, make_private_dirs, read_text
-from .transport.stdio import LaunchSpec
+from .errors import ConfigError
+from .safefiles import FileRefused, read_text
 
 DEFAULT_STARTUP_TIMEOUT_MS = 30_000
 DEFAULT_CALL_TIMEOUT_MS = 60_000
@@ -360,62 +358,6 @@ def _url(value: Any, where: str) -> str:
     if parts.fragment or value.endswith("#"):
         raise ConfigError(f'{where}: "url" must not have a fragment')
     return value
-
-
-def launch_spec(
-    server: ServerConfig, home: str, environ: Mapping[str, str] = os.environ, credentials: Any = None
-) -> LaunchSpec:
-    """Resolve what to run for a stdio server: exact executable, directory, environment.
-
-    The environment is HOME, PATH and TMPDIR of the host plus the named values, plus
-    the ``KEY=value`` entries stored for the server (``credentials.env``, a
-    :class:`albedo_actors.store.Credentials` or anything with an ``env`` mapping),
-    which win over a named value of the same key; nothing else of the host's
-    environment reaches the server.
-
-    Raises:
-        ConfigError: a named variable is not set, or the directory does not exist.
-        Unavailable: the command cannot be found or is not executable.
-    """
-    where = f"server {server.name!r}"
-    env = {key: environ[key] for key in INHERITED_ENV if key in environ}
-    env.setdefault("PATH", os.defpath)
-    secrets = []
-    for key, variable in server.env.items():
-        if variable not in environ:
-            raise ConfigError(f"{where}: env {key} names ${variable}, which is not set in the host's environment")
-        env[key] = environ[variable]
-        secrets.append(environ[variable])
-    for key, value in (getattr(credentials, "env", None) or {}).items():
-        env[key] = value
-        secrets.append(value)
-    cwd = server.cwd
-    if cwd is None:
-        cwd = os.path.join(home, "servers", server.name)
-        try:
-            make_private_dirs(cwd)  # each directory made here is 0700, whatever the umask
-        except OSError as exc:
-            raise ConfigError(f"{where}: cannot create its directory {cwd}: {exc.strerror or exc}") from None
-    elif not os.path.isdir(cwd):
-        raise ConfigError(f'{where}: "cwd" {cwd} is not a directory')
-    command = server.command
-    if os.sep in command:
-        executable = os.path.normpath(os.path.join(cwd, os.path.expanduser(command)))
-        if not (os.path.isfile(executable) and os.access(executable, os.X_OK)):
-            raise Unavailable(server.name, f"cannot start: {executable} is not an executable file")
-    else:
-        found = shutil.which(command, path=_searchable(env["PATH"]))
-        if found is None:
-            raise Unavailable(server.name, f"cannot start: command {command!r} was not found on PATH; give its full path in extensions.json")
-        executable = os.path.abspath(found)
-    return LaunchSpec(executable=executable, args=server.args, cwd=cwd, env=env, secrets=tuple(secrets))
-
-
-def _searchable(path: str) -> str:
-    """PATH without its empty and relative entries, which name the host's working
-    directory (POSIX: an empty entry is the current directory), not a place a
-    configured command should come from. The server still gets PATH as it is."""
-    return os.pathsep.join(entry for entry in path.split(os.pathsep) if os.path.isabs(entry))
 
 
 def http_headers(server: ServerConfig, environ: Mapping[str, str] = os.environ, credentials: Any = None) -> dict[str, str]:

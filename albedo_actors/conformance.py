@@ -22,7 +22,8 @@ import tempfile
 from typing import Any, Callable
 
 from .actors.client import ServerHandle
-from .actors.refresher import ServerAuth, TokenRefresher
+from .auth.server_auth import ServerAuth
+from .actors.refresher import TokenRefresher
 from .auth.signin import authorizer, follow_redirect_agent
 from .catalogue import Catalogue
 from .config import OAuthSettings, ServerConfig

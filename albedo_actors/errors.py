@@ -176,3 +176,7 @@ def _one_line(text: str, limit: int = 300) -> str:
     """Collapse a server-supplied string to one bounded line for messages."""
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class RefreshDeferred(NeedsSignIn):
+    """A refresh that could not be done for now (5xx, timeout): the tokens are kept."""

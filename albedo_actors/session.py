@@ -16,11 +16,11 @@ from .actors.client import ServerHandle
 from .catalogue import Catalogue
 from .config import McpConfig, ServerConfig
 from .errors import ConfigError, ServerError, StoreError
-from .naming import Advertised, advertise, advertised_name, server_prefix
-from .saved import fingerprint, load_current, save_if_changed
+from .catalogue.naming import Advertised, advertise, advertised_name, server_prefix
+from .catalogue.saved import fingerprint, load_current, save_if_changed
 
 
-# The advertised operations and their names live in albedo_actors.naming.
+# The advertised operations and their names live in albedo_actors.catalogue.naming.
 AdvertisedTool = Advertised
 
 __all__ = ["Advertised", "AdvertisedTool", "Session", "advertise", "advertised_name", "server_prefix"]
@@ -121,7 +121,7 @@ class Session:
             self._warn(f"server {name!r}: its catalogue was not saved ({exc})")
 
     def tools(self) -> list[Advertised]:
-        """Every operation the connected servers advertise (see albedo_actors.naming).
+        """Every operation the connected servers advertise (see albedo_actors.catalogue.naming).
 
         Tools left out (disabled, or with an invalid or oversized schema) are not
         listed; the latter, and ``enabledTools`` entries naming nothing, are warned.

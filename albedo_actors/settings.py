@@ -20,7 +20,7 @@ as the save wrote it (connecting may have refreshed and rotated the OAuth tokens
 newer tokens are kept, never replaced by the older ones), and :class:`SettingsConflict`
 is raised with the server's one-line error. The catalogue that connecting discovered
 is saved like a session's discovery (under the server's fingerprint, see
-:mod:`albedo_actors.saved`), so the next session and ``servers`` start from it. Saves of one home are serialised by an advisory lock
+:mod:`albedo_actors.catalogue.saved`), so the next session and ``servers`` start from it. Saves of one home are serialised by an advisory lock
 (``HOME/.extensions.lock``), so two admin processes do not interleave.
 
 Secret edits follow the reference's form: a blank secret (``""`` or ``None``) keeps the
@@ -51,7 +51,7 @@ from .auth.record import NO_AUTH_VIEW, OAuthRecord, from_credentials, usable
 from .auth.signin import SignIn
 from .errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
 from .safefiles import FileRefused, make_private_dirs, open_private, read_text
-from .saved import fingerprint, save_if_changed
+from .catalogue.saved import fingerprint, save_if_changed
 
 logger = logging.getLogger(__name__)
 

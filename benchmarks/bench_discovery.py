@@ -89,11 +89,17 @@ class AlbedoClient:
     blocking = True
 
     def __init__(self, server_args: list[str], home: str, timeout: float) -> None:
+        import albedo_actors
         from albedo_actors import connection
-        from albedo_actors.config import ServerConfig, launch_spec
+        from albedo_actors.config import ServerConfig
+
+        try:
+            from albedo_actors.connection.stdio_link import launch_spec
+        except ImportError:  # the 85631dc tree: launch_spec was in config, connection a module
+            from albedo_actors.config import launch_spec  # type: ignore[attr-defined,no-redef]
 
         self.connection_module = connection
-        self.module = os.path.dirname(os.path.abspath(connection.__file__))
+        self.module = os.path.dirname(os.path.abspath(albedo_actors.__file__))
         self.timeout = timeout
         config = ServerConfig(name="bench", type="stdio", command=sys.executable, args=tuple(server_args))
         self.spec = launch_spec(config, home)

@@ -66,7 +66,8 @@ from helpers import OAUTH_SERVER, OAuthServer  # noqa: E402  (tests/helpers.py)
 from bench_http import RawBench, RawHttpClient  # noqa: E402
 
 from albedo_actors.actors.client import ServerHandle  # noqa: E402
-from albedo_actors.actors.refresher import ServerAuth, TokenRefresher  # noqa: E402
+from albedo_actors.auth.server_auth import ServerAuth  # noqa: E402
+from albedo_actors.actors.refresher import TokenRefresher
 from albedo_actors.auth.signin import SignIn, follow_redirect_agent  # noqa: E402
 from albedo_actors.config import ServerConfig  # noqa: E402
 from albedo_actors.store import open_store  # noqa: E402

@@ -14,7 +14,8 @@ import subprocess
 import sys
 
 from albedo_actors import connection
-from albedo_actors.config import ServerConfig, launch_spec
+from albedo_actors.config import ServerConfig
+from albedo_actors.connection.stdio_link import launch_spec
 
 from helpers import schema_validate_each
 

@@ -26,7 +26,7 @@ from albedo_actors.actors.registry import ServerRegistry
 from albedo_actors.binding import AsyncMcp, Mcp, Record
 from albedo_actors.config import McpConfig, ServerConfig, load
 from albedo_actors.errors import AlbedoError, ConfigError, NeedsSignIn, ProtocolViolation
-from albedo_actors.naming import MAX_DESCRIPTION, advertised_name
+from albedo_actors.catalogue.naming import MAX_DESCRIPTION, advertised_name
 from albedo_actors.runtime import Runtime
 from albedo_actors.store import open_store
 from helpers import FAULT_SERVER, OAuthServer, text_of

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from albedo_actors.naming import advertised_name
+from albedo_actors.catalogue.naming import advertised_name
 from helpers import FAULT_SERVER, read_record, schema_validate
 
 RUN_TIMEOUT = 60  # seconds; a bound on every command, never an expected duration

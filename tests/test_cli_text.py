@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from albedo_actors.config import load
-from albedo_actors.naming import advertised_name
+from albedo_actors.catalogue.naming import advertised_name
 from albedo_actors.runtime import Runtime
 
 HERE = os.path.dirname(os.path.abspath(__file__))

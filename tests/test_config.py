@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from albedo_actors.config import DEFAULT_CALL_TIMEOUT_MS, launch_spec, load, parse, resolve_home
+from albedo_actors.config import DEFAULT_CALL_TIMEOUT_MS, load, parse, resolve_home
+from albedo_actors.connection.stdio_link import launch_spec
 from albedo_actors.errors import ConfigError, Unavailable
 
 

@@ -17,12 +17,12 @@ import time
 
 import pytest
 
-from albedo_actors import rpc
+from albedo_actors.connection import channel as rpc
 from albedo_actors.actors.client import ServerHandle
 from albedo_actors.config import ServerConfig
 from albedo_actors.connection import DISCOVERY_BUDGET
 from albedo_actors.errors import ProtocolViolation, ServerError, UnknownOutcome
-from albedo_actors.naming import advertised_name
+from albedo_actors.catalogue.naming import advertised_name
 from albedo_actors.wire import jsonrpc
 from helpers import FAULT_SERVER, text_of
 
@@ -254,7 +254,7 @@ def handler_threads() -> list[threading.Thread]:
 
 
 def test_a_flood_of_server_requests_uses_a_small_pool_and_the_excess_is_refused_at_once(tmp_path, caplog):
-    caplog.set_level(logging.DEBUG, logger="albedo_actors.rpc")
+    caplog.set_level(logging.DEBUG, logger="albedo_actors.connection.channel")
 
     def refusals():
         return [r for r in caplog.records if "too many at once" in r.getMessage()]
@@ -282,7 +282,7 @@ def test_a_flood_of_server_requests_uses_a_small_pool_and_the_excess_is_refused_
             caller.join(0.05)  # bounded polling of the log, not a sleep standing for an event
         assert len(refusals()) == 100 - rpc.HANDLER_BACKLOG
         assert len(handler_threads()) == rpc.HANDLER_WORKERS
-        warnings = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "albedo_actors.rpc"]
+        warnings = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "albedo_actors.connection.channel"]
         assert len(warnings) == 1  # one line for the burst
         release.set()
         caller.join(PROMPT * 3)

@@ -1,4 +1,4 @@
-"""Advertised names, schema bounds and the advertised list (albedo_actors.naming)."""
+"""Advertised names, schema bounds and the advertised list (albedo_actors.catalogue.naming)."""
 
 from __future__ import annotations
 
@@ -13,18 +13,7 @@ import pytest
 
 from albedo_actors.catalogue import Catalogue
 from albedo_actors.config import ServerConfig
-from albedo_actors.naming import (
-    MAX_DESCRIPTION,
-    MAX_NAME,
-    Advertised,
-    InvalidSchema,
-    SchemaTooLarge,
-    advertise,
-    advertised_name,
-    bound_schema,
-    sanitise,
-    server_prefix,
-)
+from albedo_actors.catalogue.naming import MAX_DESCRIPTION, MAX_NAME, Advertised, InvalidSchema, SchemaTooLarge, advertise, advertised_name, bound_schema, sanitise, server_prefix
 
 NAME = re.compile(r"^mcp_[A-Za-z0-9_-]*_[0-9a-f]{8}$")
 OBJECT = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
@@ -81,7 +70,7 @@ def test_the_name_has_the_documented_form():
 def test_names_are_stable_across_processes():
     here = [advertised_name("docs", "search"), advertised_name("a.b", "tool/x"), advertised_name("s", "read_resource", "read_resource")]
     code = (
-        "import json; from albedo_actors.naming import advertised_name as a; "
+        "import json; from albedo_actors.catalogue.naming import advertised_name as a; "
         "print(json.dumps([a('docs', 'search'), a('a.b', 'tool/x'), a('s', 'read_resource', 'read_resource')]))"
     )
     # A different hash seed: nothing may depend on Python's randomised hash().

@@ -6,7 +6,7 @@ import pytest
 
 from albedo_actors.catalogue import Catalogue
 from albedo_actors.config import ServerConfig
-from albedo_actors.saved import fingerprint, from_json, to_json
+from albedo_actors.catalogue.saved import fingerprint, from_json, to_json
 from albedo_actors.store import Credentials
 
 BASE = ServerConfig(name="docs", type="stdio", command="/bin/docs", args=("--root", "/srv"), env={"TOKEN": "DOCS_TOKEN"})

@@ -9,7 +9,7 @@ only when the catalogue really differs, and :class:`ServerLost` when a connectio
 
 **Threads**: the actor's own thread only updates state. Blocking work runs on the
 dialer and discovery threads, which report back with messages; the transport's
-reader thread resolves responses directly (see :mod:`albedo_actors.rpc`) and sends
+reader thread resolves responses directly (see :mod:`albedo_actors.connection.channel`) and sends
 notifications and closures here as messages.
 
 Requests do not pass through the mailbox: :class:`ServerHandle` asks the actor for
@@ -29,10 +29,11 @@ from typing import Any, Callable
 import pykka
 
 from ..catalogue import Catalogue
-from ..config import ServerConfig, launch_spec
+from ..config import ServerConfig
+from ..connection.stdio_link import launch_spec
 from ..connection import Connection, Handlers, discover, open_http, open_stdio
 from ..errors import AlbedoError, SessionExpired, Unavailable
-from ..rpc import Pending
+from ..connection.channel import Pending
 from ..transport.stdio import LaunchSpec, StdioTransport
 from ..wire import mcp
 

@@ -34,9 +34,9 @@ import pykka
 
 from ..catalogue import Catalogue
 from ..config import McpConfig, http_headers
-from .refresher import sign_in_needed
+from ..auth.server_auth import sign_in_needed
 from ..errors import AlbedoError, ConfigError, NeedsSignIn, ServerError, StoreError
-from ..saved import MAX_CATALOGUE_BYTES, fingerprint, load_current, save_if_changed, size_of
+from ..catalogue.saved import MAX_CATALOGUE_BYTES, fingerprint, load_current, save_if_changed, size_of
 from ..wire.text import printable
 from .client import CatalogueChanged, ServerHandle, ServerLost, connect_all
 from .registry import Release, SetOwner
@@ -77,8 +77,8 @@ class Composition:
         Instructions (the initialize / server/discover result's ``instructions``) are
         the server's own text, so they are data, not instructions to the model: each is
         marked as the server's words, escaped the same way and cut to MAX_DESCRIPTION
-        characters, like a tool's description (naming.py)."""
-        from ..naming import MAX_DESCRIPTION
+        characters, like a tool's description (catalogue/naming.py)."""
+        from ..catalogue.naming import MAX_DESCRIPTION
 
         lines = [f"MCP server {name!r} is not available: {reason}" for name, reason in sorted(self.left_out.items())]
         lines += [f"editor MCP server {name!r} is not available: {reason}" for name, reason in sorted((self.overlays_left_out if self.overlays_shown else {}).items())]
@@ -92,7 +92,7 @@ class Composition:
     def model_operations(self, warn: Any = lambda message: None) -> list[Any]:
         """Everything advertised to the model: configured servers, then editor overlays
         (named ``editor-<name>`` so that they never collide with a configured server)."""
-        from ..naming import advertise
+        from ..catalogue.naming import advertise
 
         operations = advertise(self.catalogues, {n: h.config for n, h in self.handles.items()}, warn)
         if not self.overlays_shown:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping
 import pykka
 
 from ..config import ServerConfig
-from ..saved import fingerprint
+from ..catalogue.saved import fingerprint
 from .client import STOP_TIMEOUT, ServerHandle
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ import time
 from typing import Callable, TextIO
 
 from ..config import McpConfig, ServerConfig
-from ..naming import advertise
+from ..catalogue.naming import advertise
 from ..runtime import Runtime
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py")

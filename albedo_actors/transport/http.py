@@ -10,7 +10,7 @@ aborted from any other thread: :class:`Exchange` learns the socket its request i
 written to, and ``abort()`` shuts that socket down, which ends a blocked read at
 once (``response.close()`` alone does not interrupt a read in progress).
 
-Knows nothing of JSON-RPC ids or actors; :mod:`albedo_actors.httplink` does.
+Knows nothing of JSON-RPC ids or actors; :mod:`albedo_actors.connection.http_link` does.
 """
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ def test_a_background_discovery_that_differs_is_saved_and_told_one_that_matches_
 
 def test_a_catalogue_over_the_size_limit_fails_the_whole_preparation(tmp_path, runtime, monkeypatch):
     import albedo_actors.actors.preparer as preparer_module
-    from albedo_actors.saved import MAX_CATALOGUE_BYTES
+    from albedo_actors.catalogue.saved import MAX_CATALOGUE_BYTES
     from albedo_actors.store import MAX_CATALOGUE_BYTES as STORE_LIMIT
 
     assert MAX_CATALOGUE_BYTES == STORE_LIMIT

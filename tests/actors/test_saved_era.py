@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from albedo_actors import connection as connection_module
+from albedo_actors.connection import negotiation as connection_module
 from albedo_actors.config import McpConfig, ServerConfig
 from helpers import FAULT_SERVER, flags_launcher, set_flags, read_record, text_of
 

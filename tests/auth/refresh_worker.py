@@ -32,7 +32,8 @@ import os
 import select
 import sys
 
-from albedo_actors.actors.refresher import TokenRefresher, refresh_held
+from albedo_actors.actors.refresher import TokenRefresher
+from albedo_actors.auth.refresh import refresh_held
 from albedo_actors.auth.http import AuthHttp
 from albedo_actors.auth.record import from_credentials
 from albedo_actors.config import ServerConfig

@@ -18,7 +18,8 @@ import pytest
 import requests
 
 from albedo_actors.actors.client import ServerHandle
-from albedo_actors.actors.refresher import MAX_AUTHORIZATIONS, ServerAuth, TokenRefresher
+from albedo_actors.auth.server_auth import MAX_AUTHORIZATIONS, ServerAuth
+from albedo_actors.actors.refresher import TokenRefresher
 from albedo_actors.auth.record import from_credentials
 from albedo_actors.auth.signin import SignIn, authorizer, follow_redirect_agent
 from albedo_actors.config import ServerConfig

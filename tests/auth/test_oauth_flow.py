@@ -20,7 +20,10 @@ import pytest
 
 from albedo_actors import config as albedo_config
 from albedo_actors.actors.client import ServerHandle
-from albedo_actors.actors.refresher import RefreshDeferred, ServerAuth, TokenRefresher, refresh_held
+from albedo_actors.errors import RefreshDeferred
+from albedo_actors.auth.server_auth import ServerAuth
+from albedo_actors.actors.refresher import TokenRefresher
+from albedo_actors.auth.refresh import refresh_held
 from albedo_actors.auth.http import AuthHttp
 from albedo_actors.auth.record import from_credentials
 from albedo_actors.auth.signin import SignIn, authorizer, follow_redirect_agent

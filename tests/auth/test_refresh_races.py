@@ -30,7 +30,9 @@ import pytest
 import requests
 
 from albedo_actors.actors.client import ServerHandle
-from albedo_actors.actors.refresher import ServerAuth, TokenRefresher, refresh_held
+from albedo_actors.auth.server_auth import ServerAuth
+from albedo_actors.actors.refresher import TokenRefresher
+from albedo_actors.auth.refresh import refresh_held
 from albedo_actors.auth.http import AuthHttp
 from albedo_actors.auth.record import from_credentials
 from albedo_actors.auth.signin import SignIn, follow_redirect_agent, refresh_record

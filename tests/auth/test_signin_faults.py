@@ -33,7 +33,10 @@ import urllib.request
 import peewee
 import pytest
 
-from albedo_actors.actors.refresher import RefreshDeferred, ServerAuth, TokenRefresher, refresh_held
+from albedo_actors.errors import RefreshDeferred
+from albedo_actors.auth.server_auth import ServerAuth
+from albedo_actors.actors.refresher import TokenRefresher
+from albedo_actors.auth.refresh import refresh_held
 from albedo_actors.auth import callback
 from albedo_actors.auth.addresses import AddressGuard, AddressRefused
 from albedo_actors.auth.callback import CallbackListener

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from albedo_actors import httplink
+from albedo_actors.connection import http_link as httplink
 from albedo_actors.actors.client import CatalogueChanged
 from albedo_actors.config import ServerConfig
 from albedo_actors.demo.server import text_result

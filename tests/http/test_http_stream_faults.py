@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from albedo_actors import httplink
+from albedo_actors.connection import http_link as httplink
 from albedo_actors.config import ServerConfig
 from albedo_actors.errors import ProtocolViolation
 from albedo_actors.transport.http import Exchange, HttpFailed, HttpTransport

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from albedo_actors import httplink
+from albedo_actors.connection import http_link as httplink
 from albedo_actors.config import ServerConfig
 from albedo_actors.errors import UnknownOutcome
 from servers.quiet_resume_server import QuietResumeServer

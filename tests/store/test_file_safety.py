@@ -16,7 +16,8 @@ import sys
 
 import pytest
 
-from albedo_actors.config import ServerConfig, launch_spec, load
+from albedo_actors.config import ServerConfig, load
+from albedo_actors.connection.stdio_link import launch_spec
 from albedo_actors.errors import ConfigError, StoreError
 from albedo_actors.settings import ServerSpec, Settings
 from albedo_actors.store import Credentials, open_store

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from albedo_actors.naming import advertised_name
+from albedo_actors.catalogue.naming import advertised_name
 from helpers import FAULT_SERVER, read_record
 
 # A second host: opens a session that prefers saved catalogues and prints its tools.

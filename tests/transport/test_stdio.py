@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from albedo_actors.config import ServerConfig, launch_spec
+from albedo_actors.config import ServerConfig
+from albedo_actors.connection.stdio_link import launch_spec
 from albedo_actors.transport.stdio import LaunchFailed, LaunchSpec, StdioTransport
 
 

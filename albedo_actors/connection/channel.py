@@ -33,9 +33,9 @@ import logging
 import threading
 from typing import Any, Callable, Protocol
 
-from .errors import ProtocolViolation, RemoteError, ServerError, TimedOut, Unavailable, UnknownOutcome
-from .wire import jsonrpc, mcp
-from .wire.jsonrpc import WireError
+from ..errors import ProtocolViolation, RemoteError, ServerError, TimedOut, Unavailable, UnknownOutcome
+from ..wire import jsonrpc, mcp
+from ..wire.jsonrpc import WireError
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class LinkClosed(Exception):
 
 
 class Link(Protocol):
-    """How a channel reaches its server: stdio (:class:`StdioLink`) or HTTP."""
+    """How a channel reaches its server: stdio (:class:`~.stdio_link.StdioLink`) or HTTP."""
 
     def send_request(self, pending: Pending, message: dict[str, Any]) -> None:
         """Send a request; raise LinkClosed if nothing was sent."""
@@ -363,34 +363,6 @@ class RpcChannel:
             return True
         except LinkClosed:
             return False
-
-
-class StdioLink:
-    """A channel's link over a stdio transport: every message is one line."""
-
-    def __init__(self, channel: RpcChannel, transport: Any, closed_errors: tuple[type[Exception], ...]) -> None:
-        self._channel = channel
-        self.transport = transport
-        self._closed_errors = closed_errors
-
-    def send_request(self, pending: Pending, message: dict[str, Any]) -> None:
-        self.send_other(message)
-
-    def send_other(self, message: dict[str, Any]) -> None:
-        try:
-            self.transport.send(jsonrpc.encode(message), WRITE_TIMEOUT)
-        except self._closed_errors:
-            raise LinkClosed() from None
-
-    def cancel(self, pending: Pending) -> None:
-        # 2026-07-28 basic/patterns/cancellation: on stdio the client MUST send it.
-        self._channel.notify("notifications/cancelled", {"requestId": pending.id, "reason": "timed out"})
-
-    def forget(self, pending: Pending) -> None:
-        pass  # the answer, if it comes, is dropped as an unknown id
-
-    def close(self, reason: str) -> None:
-        self.transport.close(reason)
 
 
 def _brief(value: Any) -> str:

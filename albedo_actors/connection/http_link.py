@@ -44,14 +44,14 @@ import threading
 import time
 from typing import Any
 
-from .auth import discovery as auth_discovery
-from .errors import HttpRefused, HttpServerFailed, NeedsSignIn, ProtocolViolation, SessionExpired, Unavailable, UnknownOutcome
-from .rpc import LinkClosed, Pending, RpcChannel
-from .transport.http import ACCEPT_BOTH, Exchange, HttpFailed, HttpTransport, Reply, decode_message
-from .wire import headers as mcp_headers
-from .wire import jsonrpc, mcp
-from .wire.jsonrpc import WireError
-from .wire.sse import SseParser
+from ..auth import discovery as auth_discovery
+from ..errors import HttpRefused, HttpServerFailed, NeedsSignIn, ProtocolViolation, SessionExpired, Unavailable, UnknownOutcome
+from .channel import LinkClosed, Pending, RpcChannel
+from ..transport.http import ACCEPT_BOTH, Exchange, HttpFailed, HttpTransport, Reply, decode_message
+from ..wire import headers as mcp_headers
+from ..wire import jsonrpc, mcp
+from ..wire.jsonrpc import WireError
+from ..wire.sse import SseParser
 
 logger = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ import hashlib
 import json
 from typing import Any, Mapping
 
-from .catalogue import Catalogue
-from .config import ServerConfig
-from .errors import StoreError
+from .model import Catalogue
+from ..config import ServerConfig
+from ..errors import StoreError
 
 FINGERPRINT_VERSION = 1
 MAX_CATALOGUE_BYTES = 8 * 1024 * 1024  # the store refuses larger (store.MAX_CATALOGUE_BYTES)

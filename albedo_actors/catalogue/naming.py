@@ -68,8 +68,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
 
-from .catalogue import Catalogue
-from .config import ServerConfig
+from .model import Catalogue
+from ..config import ServerConfig
 
 MAX_NAME = 64
 HASH_LENGTH = 8

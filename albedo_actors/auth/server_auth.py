@@ -1,0 +1,223 @@
+"""ServerAuth: the tokens of one server for its HTTP link.
+
+:class:`ServerAuth` is the per-server face an :class:`~albedo_actors.connection.http_link.HttpLink`
+uses from its POST worker threads: the ``Authorization`` value for the next request,
+what to do after a 401, and after a 403 ``insufficient_scope``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+import pykka
+
+from ..config import ServerConfig
+from ..errors import AlbedoError, AuthError, NeedsSignIn, RefreshDeferred, StoreError
+from . import discovery
+from .discovery import Challenge
+from .record import OAuthRecord, from_credentials, usable
+from .refresh import REFRESH_WAIT_S
+
+log = logging.getLogger(__name__)
+
+ASK_TIMEOUT = 5.0
+MAX_AUTHORIZATIONS = 3  # interactive sign-ins in a row for one request (step-up loops end)
+
+
+class ServerAuth:
+    """The tokens of one server for its HTTP link; called from the link's worker threads.
+
+    ``authorize`` (optional) is an interactive sign-in ``(server, challenge) -> None``
+    the link may run when the server asks for one (the conformance client and tests
+    follow the redirect themselves); without it a request that needs a sign-in fails
+    with :class:`NeedsSignIn` and the user signs in with ``albedo-mcp sign-in``.
+    """
+
+    def __init__(self, server: ServerConfig, store: Any, refresher: Any, *,
+                 authorize: Callable[[ServerConfig, Challenge | None], Any] | None = None) -> None:
+        self.server = server
+        self._store = store
+        self._refresher = refresher  # an ActorProxy of TokenRefresher
+        self._authorize = authorize
+        self._lock = threading.Lock()
+        self._signing_in = threading.Lock()  # one interactive sign-in at a time per server
+        self._record: OAuthRecord | None = None
+        self._loaded = 0.0
+
+    # -- what the link asks --------------------------------------------------------------------
+
+    def header(self) -> str | None:
+        """``Bearer <token>`` for the next request, refreshed first when it is expiring; None without one."""
+        record = self._current()
+        if record is None or record.state != "signed_in" or not record.access_token:
+            return None
+        if record.expiring():
+            try:
+                record = self._refresh(record.access_token)
+            except NeedsSignIn:
+                return None if record.expiring(time.time() - 60) else f"Bearer {record.access_token}"
+            if record is None or not record.access_token:
+                return None
+        return f"Bearer {record.access_token}"
+
+    def unauthorized(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
+        """After a 401: the header to post again with, or raise :class:`NeedsSignIn`.
+
+        A token that was sent is refreshed once (``attempt`` 0); then, or when none was
+        sent, the server needs a sign-in: the challenge is recorded (its
+        ``resource_metadata`` and ``scope`` guide the sign-in) and the interactive
+        sign-in runs when there is one, at most :data:`MAX_AUTHORIZATIONS` times.
+        """
+        seen = sent[7:] if sent and sent.startswith("Bearer ") else None
+        if seen is None:
+            # Nothing was sent: perhaps the user signed in since this link last looked.
+            record = self._current(force=True)
+            if record is not None and record.state == "signed_in" and record.access_token and attempt == 0:
+                return f"Bearer {record.access_token}"
+        if seen is not None and attempt == 0:
+            try:
+                record = self._refresh(seen)
+            except RefreshDeferred as exc:
+                raise NeedsSignIn(self.server.name, exc.why, method) from None
+            except NeedsSignIn:
+                record = None
+            if record is not None and record.state == "signed_in" and record.access_token and record.access_token != seen:
+                return f"Bearer {record.access_token}"
+        return self._sign_in(challenge, method, attempt, "the server refused the token" if seen else "the server asks for a sign-in",
+                             seen)
+
+    def forbidden(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
+        """After a 403 ``insufficient_scope``: record the step-up; sign in again or raise."""
+        seen = sent[7:] if sent and sent.startswith("Bearer ") else None
+        record = self._current(force=True)
+        if (record is not None and record.state == "signed_in" and record.access_token
+                and record.access_token != seen and not record.step_up):
+            return f"Bearer {record.access_token}"  # signed in again elsewhere since: try that token
+        requested = (record.requested_scope or record.scope) if record is not None else None
+        wanted = discovery.step_up_scope(requested, challenge.scope if challenge else None) or None
+
+        def step_up(r: OAuthRecord) -> OAuthRecord:
+            if r.access_token != seen:
+                return r  # not the token that was refused
+            return r.replace(step_up=wanted)
+
+        self._update(step_up)
+        return self._sign_in(None, method, attempt, f"the server needs more scope ({wanted or 'unnamed'})", seen, keep_tokens=True)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _sign_in(self, challenge: Challenge | None, method: str, attempt: int, why: str, seen: str | None,
+                 keep_tokens: bool = False) -> str:
+        if challenge is not None:
+            self._update(lambda r: r.replace(resource_metadata=challenge.resource_metadata or r.resource_metadata,
+                                             challenge_scope=challenge.scope or r.challenge_scope),
+                         create=True)
+        if self._authorize is None or attempt >= MAX_AUTHORIZATIONS:
+            if not keep_tokens:
+                def mark(r: OAuthRecord) -> OAuthRecord:
+                    if r.state == "signed_in" and r.access_token and r.access_token != seen:
+                        return r  # signed in (or refreshed) since: not the token that was refused
+                    if r.state == "signed_in":
+                        return r.signed_out("needs_sign_in", why)
+                    return r.replace(reason=r.reason or why)
+
+                self._update(mark, create=True)
+            if attempt >= MAX_AUTHORIZATIONS and self._authorize is not None:
+                why = f"{why}; gave up after {MAX_AUTHORIZATIONS} sign-ins for one request"
+            raise NeedsSignIn(self.server.name, why, method, step_up=keep_tokens)
+        if not self._signing_in.acquire(timeout=REFRESH_WAIT_S + 300):
+            raise NeedsSignIn(self.server.name, f"{why}; another sign-in is taking too long", method)
+        try:
+            record = self._current(force=True)
+            if not (record is not None and record.state == "signed_in" and record.access_token
+                    and record.access_token != seen and (not keep_tokens or not record.step_up)):
+                # Nobody signed in while this request waited for the lock: sign in now.
+                self._authorize(self.server, challenge)
+        except AlbedoError as exc:
+            raise NeedsSignIn(self.server.name, f"{why}; signing in failed: {getattr(exc, 'detail', exc)}", method) from None
+        finally:
+            self._signing_in.release()
+        record = self._current(force=True)
+        if record is None or not record.access_token:
+            raise NeedsSignIn(self.server.name, why, method)
+        return f"Bearer {record.access_token}"
+
+    def _refresh(self, seen: str | None) -> OAuthRecord | None:
+        try:
+            future = self._refresher.refresh(self.server, seen).get(timeout=ASK_TIMEOUT)
+            record = future.result(timeout=REFRESH_WAIT_S)
+        except concurrent.futures.TimeoutError:
+            raise NeedsSignIn(self.server.name, "the token refresh took too long") from None
+        except pykka.ActorDeadError:
+            raise NeedsSignIn(self.server.name, "the token refresher has stopped") from None
+        except StoreError as exc:
+            raise NeedsSignIn(self.server.name, f"the stored tokens could not be read: {exc}") from None
+        except RefreshDeferred:
+            raise
+        except AuthError as exc:
+            raise NeedsSignIn(self.server.name, exc.detail) from None
+        if record is not None and record.url != self.server.url:
+            record = None  # never another URL's token (the refresher keys by URL; this is the last check)
+        with self._lock:
+            self._record, self._loaded = record, time.monotonic()
+        return record
+
+    def _current(self, force: bool = False) -> OAuthRecord | None:
+        with self._lock:
+            record, loaded = self._record, self._loaded
+        # A signed-in record is trusted until it expires; any other state is read again
+        # (at most once a second) so a sign-in made elsewhere is seen.
+        if not force and loaded and record is not None and record.state == "signed_in":
+            return record
+        if not force and loaded and time.monotonic() - loaded < 1.0:
+            return record
+        try:
+            record = usable(from_credentials(self._store.get_credentials(self.server.name)), self.server.url)
+        except StoreError:
+            return record
+        with self._lock:
+            self._record, self._loaded = record, time.monotonic()
+        return record
+
+    def _update(self, change: Callable[[OAuthRecord], OAuthRecord], create: bool = False) -> None:
+        url = self.server.url
+
+        def apply(credentials: Any) -> Any:
+            record = usable(from_credentials(credentials), url)
+            if record is None:
+                if not create:
+                    return credentials
+                record = OAuthRecord(url=url, state="needs_sign_in")
+            return dataclasses.replace(credentials, oauth=change(record).to_json())
+
+        try:
+            new = self._store.update_credentials(self.server.name, apply)
+        except StoreError as exc:
+            log.warning("server %r: could not record its sign-in state: %s", self.server.name, exc)
+            return
+        with self._lock:
+            self._record, self._loaded = usable(from_credentials(new), url), time.monotonic()
+
+
+def sign_in_needed(server: ServerConfig, credentials: Any) -> str | None:
+    """Why ``server`` must not be dialled until the user signs in; None when it may be.
+
+    A stored record for this URL that is ``needs_sign_in`` or ``signed_out`` (a
+    configured ``Authorization`` header or a client credentials grant never waits for a
+    user).
+    """
+    if server.type != "http":
+        return None
+    if server.oauth is not None and server.oauth.grant == "client_credentials":
+        return None
+    record = usable(from_credentials(credentials), server.url)
+    if record is None or record.state not in ("needs_sign_in", "signed_out"):
+        return None
+    if record.state == "signed_out":
+        return "signed out"
+    return record.reason or "the server asks for a sign-in"

@@ -1,0 +1,193 @@
+"""Discovery: one connection's catalogue, every page of every list, within one byte budget.
+
+:func:`discover` reads the catalogue, following ``nextCursor`` for at most
+:data:`MAX_PAGES` pages per list, within one byte budget (:data:`DISCOVERY_BUDGET`)
+for every page of every list, counted as each page arrives.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..catalogue import Catalogue
+from ..errors import ProtocolViolation, RemoteError
+from ..wire import headers as mcp_headers
+from ..wire import jsonrpc
+from .negotiation import Connection
+
+MAX_PAGES = 100
+# Bytes on the wire of one whole discovery: every page of tools, resources, templates
+# and prompts together, counted as each page arrives. The same as the saved-catalogue
+# limit (saved.MAX_CATALOGUE_BYTES): a listing that cannot be saved is not worth reading.
+DISCOVERY_BUDGET = 8 * 1024 * 1024
+
+
+def discover(connection: Connection, timeout: float) -> Catalogue:
+    """Read tools, resources, resource templates and prompts the server offers.
+
+    Each list is asked only when the capabilities offer it. Pagination stops after
+    MAX_PAGES pages or at a repeated cursor; what was read is kept, with a warning.
+
+    Raises:
+        ServerError: a list failed (the server's error, a timeout, a lost connection).
+    """
+    deadline = time.monotonic() + timeout
+    caps = connection.capabilities
+    warnings: list[str] = []
+    budget = _Budget(connection.server)
+    lists: dict[str, tuple[dict[str, Any], ...]] = {}
+    wanted = [
+        ("tools", "tools/list", "tools"),
+        ("resources", "resources/list", "resources"),
+        ("resources", "resources/templates/list", "resourceTemplates"),
+        ("prompts", "prompts/list", "prompts"),
+    ]
+    for capability, method, key in wanted:
+        if not isinstance(caps.get(capability), dict):
+            continue
+        try:
+            lists[key] = _list_all(connection, method, key, deadline, warnings, budget)
+        except RemoteError as exc:
+            if method == "resources/templates/list" and exc.code == jsonrpc.METHOD_NOT_FOUND:
+                continue  # offering resources does not oblige a server to have templates
+            raise
+    if connection.http and connection.modern and "tools" in lists:
+        lists["tools"] = _tools_with_valid_headers(connection, lists["tools"], warnings)
+    return Catalogue(
+        server=connection.server,
+        era=connection.era,
+        protocol_version=connection.version,
+        server_info=connection.server_info,
+        instructions=connection.instructions,
+        capabilities=caps,
+        tools=lists.get("tools", ()),
+        resources=lists.get("resources", ()),
+        resource_templates=lists.get("resourceTemplates", ()),
+        prompts=lists.get("prompts", ()),
+        warnings=tuple(warnings),
+    )
+
+
+class _Budget:
+    """The bytes one discovery may still read (:data:`DISCOVERY_BUDGET`)."""
+
+    def __init__(self, server: str, limit: int = DISCOVERY_BUDGET) -> None:
+        self.server = server
+        self.limit = limit
+        self.used = 0
+
+    def spend(self, sizes: list[int], method: str, page: int) -> None:
+        """Count the pages just read; stop at the first excess.
+
+        Raises:
+            ProtocolViolation: the discovery read more than the budget.
+        """
+        self.used += sum(sizes)
+        sizes.clear()
+        if self.used > self.limit:
+            raise ProtocolViolation(
+                self.server,
+                f"its catalogue is over the {self.limit >> 20} MiB discovery budget (page {page} of {method} reached "
+                f"{self.used} bytes); ask its operator to offer fewer or smaller tools",
+            )
+
+
+def _list_all(connection: Connection, method: str, key: str, deadline: float, warnings: list[str],
+              budget: _Budget) -> tuple[dict[str, Any], ...]:
+    """Every valid item of one list, page by page (each page checked as it arrives)."""
+    kept = _Kept(connection.server, key)
+    cursor: str | None = None
+    seen: set[str] = set()
+    sizes: list[int] = []
+    for page_number in range(1, MAX_PAGES + 1):
+        params = {"cursor": cursor} if cursor is not None else None
+        result = connection.request(method, params, max(0.0, deadline - time.monotonic()), sizes)
+        budget.spend(sizes, method, page_number)
+        page = result.get(key)
+        if not isinstance(page, list):
+            raise ProtocolViolation(connection.server, f"{method} returned no {key} list")
+        cursor = result.get("nextCursor")
+        kept.add(page)
+        del page, result  # an invalid entry costs memory only while its page is checked
+        # 2026-07-28 server/utilities/pagination: any non-null cursor continues.
+        if cursor is None or (cursor == "" and not connection.modern):
+            return kept.done(warnings)
+        if not isinstance(cursor, str):
+            raise ProtocolViolation(connection.server, f"{method} returned a nextCursor that is not a string")
+        if cursor in seen:
+            warnings.append(f"server {connection.server!r}: {method} repeated a cursor; kept the {len(kept.items)} {key} read so far")
+            return kept.done(warnings)
+        seen.add(cursor)
+    warnings.append(f"server {connection.server!r}: {method} had more than {MAX_PAGES} pages; kept the {len(kept.items)} {key} of the first {MAX_PAGES}")
+    return kept.done(warnings)
+
+
+def _tools_with_valid_headers(connection: Connection, tools: tuple[dict[str, Any], ...], warnings: list[str]):
+    """2026-07-28 server/tools "x-mcp-header": an HTTP client MUST leave out invalid tools."""
+    kept, paths = [], {}
+    for tool in tools:
+        try:
+            found = mcp_headers.tool_param_headers(tool)
+        except mcp_headers.InvalidToolHeaders as exc:
+            warnings.append(f"server {connection.server!r}: left out tool {tool['name'][:80]!r}: its x-mcp-header annotations break the spec's rules ({exc})")
+            continue
+        if found:
+            paths[tool["name"]] = found
+        kept.append(tool)
+    connection.transport.tool_headers = paths
+    return tuple(kept)
+
+
+_REQUIRED = {"tools": "name", "resources": "uri", "resourceTemplates": "uriTemplate", "prompts": "name"}
+MAX_NAMED_WARNINGS = 10  # entries of one list named in warnings; the rest are counted
+
+
+class _Kept:
+    """The valid entries of one list, added page by page, and what was left out.
+
+    Warnings are bounded: the first few left-out entries are named, the rest counted,
+    so a million bad entries cost one line, not a million.
+    """
+
+    def __init__(self, server: str, key: str) -> None:
+        self.server = server
+        self.key = key
+        self.items: list[dict[str, Any]] = []
+        self._field = _REQUIRED[key]
+        self._seen: set[str] = set()
+        self._named: list[str] = []
+        self._unnamed = 0  # entries without an identifier
+        self._more = 0  # further left-out entries past MAX_NAMED_WARNINGS
+
+    def add(self, page: list[Any]) -> None:
+        key, field, seen = self.key, self._field, self._seen
+        for item in page:
+            ident = item.get(field) if type(item) is dict else None
+            if not isinstance(ident, str) or not ident:
+                self._unnamed += 1
+                continue
+            if key == "tools" and not (isinstance(item.get("inputSchema"), dict) and item["inputSchema"].get("type") == "object"):
+                self._leave_out(f"left out tool {ident[:80]!r}: its inputSchema is not an object schema")
+                continue
+            if ident in seen:
+                self._leave_out(f"left out a second {key} entry named {ident[:80]!r}")
+                continue
+            seen.add(ident)
+            self.items.append(item)
+
+    def done(self, warnings: list[str]) -> tuple[dict[str, Any], ...]:
+        prefix = f"server {self.server!r}: "
+        if self._unnamed:
+            some = "an entry" if self._unnamed == 1 else f"{self._unnamed} entries"
+            warnings.append(f"{prefix}left out {some} of {self.key} without a {self._field}")
+        warnings.extend(prefix + text for text in self._named)
+        if self._more:
+            warnings.append(f"{prefix}left out {self._more} more entries of {self.key}")
+        return tuple(self.items)
+
+    def _leave_out(self, text: str) -> None:
+        if len(self._named) < MAX_NAMED_WARNINGS:
+            self._named.append(text)
+        else:
+            self._more += 1

@@ -1,0 +1,104 @@
+"""The stdio link: what a stdio server is run as, and a channel's messages as lines.
+
+- :func:`launch_spec` resolves a configured stdio server to the exact executable,
+  directory and environment the launcher runs.
+- :class:`StdioLink` carries a channel's messages over a stdio transport, one line each.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, Mapping
+
+from ..config import INHERITED_ENV, ServerConfig
+from ..errors import ConfigError, Unavailable
+from ..safefiles import make_private_dirs
+from ..transport.stdio import LaunchSpec
+from ..wire import jsonrpc
+from .channel import WRITE_TIMEOUT, LinkClosed, Pending, RpcChannel
+
+
+def launch_spec(
+    server: ServerConfig, home: str, environ: Mapping[str, str] = os.environ, credentials: Any = None
+) -> LaunchSpec:
+    """Resolve what to run for a stdio server: exact executable, directory, environment.
+
+    The environment is HOME, PATH and TMPDIR of the host plus the named values, plus
+    the ``KEY=value`` entries stored for the server (``credentials.env``, a
+    :class:`albedo_actors.store.Credentials` or anything with an ``env`` mapping),
+    which win over a named value of the same key; nothing else of the host's
+    environment reaches the server.
+
+    Raises:
+        ConfigError: a named variable is not set, or the directory does not exist.
+        Unavailable: the command cannot be found or is not executable.
+    """
+    where = f"server {server.name!r}"
+    env = {key: environ[key] for key in INHERITED_ENV if key in environ}
+    env.setdefault("PATH", os.defpath)
+    secrets = []
+    for key, variable in server.env.items():
+        if variable not in environ:
+            raise ConfigError(f"{where}: env {key} names ${variable}, which is not set in the host's environment")
+        env[key] = environ[variable]
+        secrets.append(environ[variable])
+    for key, value in (getattr(credentials, "env", None) or {}).items():
+        env[key] = value
+        secrets.append(value)
+    cwd = server.cwd
+    if cwd is None:
+        cwd = os.path.join(home, "servers", server.name)
+        try:
+            make_private_dirs(cwd)  # each directory made here is 0700, whatever the umask
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot create its directory {cwd}: {exc.strerror or exc}") from None
+    elif not os.path.isdir(cwd):
+        raise ConfigError(f'{where}: "cwd" {cwd} is not a directory')
+    command = server.command
+    if os.sep in command:
+        executable = os.path.normpath(os.path.join(cwd, os.path.expanduser(command)))
+        if not (os.path.isfile(executable) and os.access(executable, os.X_OK)):
+            raise Unavailable(server.name, f"cannot start: {executable} is not an executable file")
+    else:
+        found = shutil.which(command, path=_searchable(env["PATH"]))
+        if found is None:
+            raise Unavailable(server.name, f"cannot start: command {command!r} was not found on PATH; give its full path in extensions.json")
+        executable = os.path.abspath(found)
+    return LaunchSpec(executable=executable, args=server.args, cwd=cwd, env=env, secrets=tuple(secrets))
+
+
+def _searchable(path: str) -> str:
+    """PATH without its empty and relative entries, which name the host's working
+    directory (POSIX: an empty entry is the current directory), not a place a
+    configured command should come from. The server still gets PATH as it is."""
+    return os.pathsep.join(entry for entry in path.split(os.pathsep) if os.path.isabs(entry))
+
+
+
+class StdioLink:
+    """A channel's link over a stdio transport: every message is one line."""
+
+    def __init__(self, channel: RpcChannel, transport: Any, closed_errors: tuple[type[Exception], ...]) -> None:
+        self._channel = channel
+        self.transport = transport
+        self._closed_errors = closed_errors
+
+    def send_request(self, pending: Pending, message: dict[str, Any]) -> None:
+        self.send_other(message)
+
+    def send_other(self, message: dict[str, Any]) -> None:
+        try:
+            self.transport.send(jsonrpc.encode(message), WRITE_TIMEOUT)
+        except self._closed_errors:
+            raise LinkClosed() from None
+
+    def cancel(self, pending: Pending) -> None:
+        # 2026-07-28 basic/patterns/cancellation: on stdio the client MUST send it.
+        self._channel.notify("notifications/cancelled", {"requestId": pending.id, "reason": "timed out"})
+
+    def forget(self, pending: Pending) -> None:
+        pass  # the answer, if it comes, is dropped as an unknown id
+
+    def close(self, reason: str) -> None:
+        self.transport.close(reason)
