@@ -20,7 +20,6 @@ import pytest
 import albedo_actors
 from albedo_actors.actors import preparer as preparer_module
 from albedo_actors.actors.preparer import OFF, Composition
-from albedo_actors.binding import Mcp
 from albedo_actors.catalogue import Catalogue
 from albedo_actors.catalogue.naming import advertised_name
 from albedo_actors.config import McpConfig, ServerConfig
