@@ -86,6 +86,7 @@ import time
 from typing import Any, Iterator, Sequence
 
 from . import __version__
+from .actors.client import ServerHandle
 from .config import McpConfig, load, resolve_home
 from .errors import (
     AlbedoError,
@@ -347,7 +348,7 @@ def _call(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _perform(handle: Any, entry: Advertised, arguments: dict[str, Any] | None) -> dict[str, Any]:
+def _perform(handle: ServerHandle, entry: Advertised, arguments: dict[str, Any] | None) -> dict[str, Any]:
     """Call the tool, or read the resource / get the prompt the arguments name."""
     if entry.kind == "tool":
         return handle.call_tool(entry.operation, arguments)

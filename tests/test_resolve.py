@@ -169,7 +169,7 @@ def test_advertise_runs_once_per_composition_and_never_per_call(runtime, monkeyp
 
     monkeypatch.setattr(preparer_module, "advertise", counting)
     before = runtime.composition()
-    assert before.operations is before.operations and before.model_operations() == before.operations  # no overlays
+    assert before.model_operations() is before.model_operations() is before.operations  # no overlays: the same tuple
     rebuilt = Composition(before.handles, before.catalogues, before.left_out)
     assert len(calls) == 1 and rebuilt.operations == before.operations  # construction built it, once
     mcp = runtime.mcp()

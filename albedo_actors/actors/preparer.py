@@ -96,6 +96,7 @@ class Composition:
     # The editor overlays' operations (named editor-<name>; empty when not shown) and theirs.
     overlay_operations: tuple[Advertised, ...] = field(init=False, repr=False, compare=False)
     overlay_warnings: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _model: tuple[Advertised, ...] = field(init=False, repr=False, compare=False)  # both, in that order
     _by_name: Mapping[str, Advertised] = field(init=False, repr=False, compare=False)
     _by_pair: Mapping[tuple[str, str], Advertised] = field(init=False, repr=False, compare=False)
 
@@ -116,6 +117,7 @@ class Composition:
         set_(self, "operation_warnings", tuple(warnings))
         set_(self, "overlay_operations", overlay_operations)
         set_(self, "overlay_warnings", tuple(overlay_warnings))
+        set_(self, "_model", operations + overlay_operations if overlay_operations else operations)
         set_(self, "_by_name", {item.name: item for item in operations})
         set_(self, "_by_pair", by_pair)
 
@@ -220,7 +222,7 @@ class Composition:
         """Everything advertised to the model: configured servers, then editor overlays
         (named ``editor-<name>`` so that they never collide with a configured server)
         when shown; built at construction."""
-        return self.operations + self.overlay_operations
+        return self._model
 
 
 @dataclass(frozen=True)
