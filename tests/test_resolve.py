@@ -203,7 +203,9 @@ def test_only_the_composition_and_session_build_operations():
             with open(path, encoding="utf-8") as handle:
                 tree = ast.parse(handle.read(), path)
             for node in ast.walk(tree):
-                if (isinstance(node, ast.Name) and node.id == "advertise") or (isinstance(node, ast.Attribute) and node.attr == "advertise"):
+                named = (isinstance(node, ast.Name) and node.id == "advertise") or (isinstance(node, ast.Attribute) and node.attr == "advertise")
+                imported = isinstance(node, ast.ImportFrom) and any(alias.name == "advertise" for alias in node.names)
+                if named or imported:
                     users.add(os.path.relpath(path, package))
     assert users == {os.path.join("actors", "preparer.py"), "session.py"}
 
