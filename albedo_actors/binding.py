@@ -40,8 +40,8 @@ import pykka
 
 from .actors.composer import SignInNeeded
 from .actors.preparer import Composition
-from .errors import AlbedoError, ConfigError, NeedsSignIn, Unavailable
-from .catalogue.naming import GET_PROMPT, READ_RESOURCE, Advertised, advertise, server_prefix
+from .errors import AlbedoError, ConfigError, NeedsSignIn
+from .catalogue.naming import GET_PROMPT, READ_RESOURCE, Advertised
 
 ASK_TIMEOUT = 10.0
 
@@ -76,19 +76,28 @@ class Record:
 
 
 class Mcp:
-    """Synchronous binding over one session's composition (read when each call starts)."""
+    """Synchronous binding over one session's composition (read when each call starts).
+
+    The composer is asked once, here, for where it publishes its composition; every
+    call then reads the current one without asking (a call never waits behind the
+    composer) and takes the operation and the client from that one composition. The
+    warnings of a composition's operations go to ``warn`` once per composition.
+    """
 
     def __init__(self, composer: pykka.ActorRef, warn: Any = None) -> None:
         try:
             self._composer = composer.proxy()
         except pykka.ActorDeadError:
             raise AlbedoError(CLOSED) from None
+        self._ref = composer
         self._warn = warn or (lambda message: None)
+        self._warned: Composition | None = None
+        self._published = ask(self._composer.published)
         self._minted: tuple[str, ...] = _mint(self, self._composition(), _ServerNamespace)
 
     def tools(self) -> list[dict[str, Any]]:
         """The advertised operations: name, server, kind, description, inputSchema."""
-        return [_describe(item) for item in self._advertised()]
+        return [_describe(item) for item in self._composition().operations]
 
     def describe(self, name: str) -> dict[str, Any]:
         """One operation by advertised name or ``server/tool``.
@@ -96,7 +105,7 @@ class Mcp:
         Raises:
             ConfigError: no such operation.
         """
-        return _describe(self._find(name))
+        return _describe(self._composition().resolve(name)[0])
 
     def call(self, name: str, /, arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> Record:
         """Call an operation by advertised name or ``server/tool``; return its result record.
@@ -109,12 +118,8 @@ class Mcp:
             Unavailable, TimedOut, UnknownOutcome, RemoteError, ProtocolViolation: as the
             server connection reports.
         """
-        composition = self._composition()
-        item = self._find(name, composition)
+        item, handle = self._composition().resolve(name)
         args = _arguments(name, arguments, kwargs)
-        handle = composition.handles.get(item.server)
-        if handle is None:
-            raise Unavailable(item.server, "is not part of this session any more")
         try:
             if item.kind == READ_RESOURCE:
                 if not isinstance(args.get("uri"), str):
@@ -137,29 +142,15 @@ class Mcp:
     # -- internals ---------------------------------------------------------------------------
 
     def _composition(self) -> Composition:
-        return ask(self._composer.composition)
-
-    def _advertised(self, composition: Composition | None = None) -> list[Advertised]:
-        composition = composition or self._composition()
-        configs = {name: handle.config for name, handle in composition.handles.items()}
-        return advertise(composition.catalogues, configs, self._warn)
-
-    def _find(self, name: str, composition: Composition | None = None) -> Advertised:
-        if not isinstance(name, str):
-            raise ConfigError(f"an MCP operation is named by a string, not {type(name).__name__}; mcp.tools() lists them")
-        composition = composition or self._composition()
-        items = self._advertised(composition)
-        if "/" in name:
-            server, _, operation = name.partition("/")
-            found = [i for i in items if i.server == server and i.operation == operation]
-        else:
-            found = [i for i in items if i.name == name]
-        if not found:
-            if getattr(composition, "mcp_off", False):
-                raise ConfigError(OFF)
-            _left_out(name, composition)
-            raise ConfigError(f"no MCP operation {name!r} in this session; mcp.tools() lists them")
-        return found[0]
+        """The session's current composition, read from where the composer publishes it."""
+        if not self._ref.is_alive():
+            raise AlbedoError(CLOSED)
+        composition = self._published.composition
+        if composition is not self._warned:
+            self._warned = composition  # two threads may both warn for a new one: harmless
+            for warning in composition.operation_warnings:
+                self._warn(warning)
+        return composition
 
 
 class _ServerNamespace:
@@ -198,8 +189,6 @@ class AsyncMcp:
 
 
 CLOSED = "the MCP session has closed; start a new session to use MCP again"
-OFF = ("MCP is off for this session, so no MCP server was dialled; turn the mcp extension on "
-       "(`albedo-mcp extension mcp on` for every session, or this session's own choice)")
 
 
 def ask(method: Any, *args: Any, timeout: float | None = None) -> Any:
@@ -238,26 +227,6 @@ def _arguments(name: str, arguments: Any, kwargs: Mapping[str, Any]) -> dict[str
     if twice:
         raise ConfigError(f"argument {twice[0]!r} of {name!r} was given twice (in arguments and as a keyword); give it once")
     return {**arguments, **kwargs}
-
-
-def _left_out(name: str, composition: Composition) -> None:
-    """Raise the reason when ``name`` belongs to a server the session left out."""
-    if "/" in name:
-        server, _, operation = name.partition("/")
-        servers = [server] if server in composition.left_out else []
-    else:
-        # An advertised name of a left-out server: its catalogue is not in the session,
-        # so the name is matched by the server's prefix (catalogue/naming.py's rule 3).
-        operation = None
-        servers = sorted((s for s in composition.left_out if name.startswith(server_prefix(s))), key=len, reverse=True)
-    if not servers:
-        return
-    server = servers[0]
-    reason = composition.left_out[server]
-    method = {READ_RESOURCE: "resources/read", GET_PROMPT: "prompts/get", None: f"{name!r}"}.get(operation, "tools/call")
-    if reason.startswith("needs the user to sign in"):
-        raise NeedsSignIn(server, method=method)
-    raise Unavailable(server, f"is left out of this session ({reason}); {method} did not run")
 
 
 def _describe(item: Advertised) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 ::
 
     albedo-mcp [--home DIR] [--database URL | --no-store] tools [--json]
-    albedo-mcp [--home DIR] [--database URL | --no-store] call NAME [--args JSON] [--json]
+    albedo-mcp [--home DIR] [--database URL | --no-store] call NAME [--args JSON] [--json] [--hidden]
     albedo-mcp demo
     albedo-mcp extension [--json] | extension mcp|editor-mcp on|off
 
@@ -25,7 +25,10 @@ forgets the server's tokens.
 ``NAME`` is an advertised name as ``tools`` prints it (``mcp_<server>_<operation>_<hash>``,
 see :mod:`albedo_actors.catalogue.naming`) or ``SERVER/TOOL``; a ``read_resource`` or ``get_prompt``
 name reads a resource (``--args '{"uri": ...}'``) or gets a prompt
-(``--args '{"name": ..., "arguments": {...}}'``).
+(``--args '{"name": ..., "arguments": {...}}'``). ``call`` resolves ``NAME`` as the binding
+does (:meth:`albedo_actors.actors.preparer.Composition.resolve`): a tool kept from the
+model because its ``inputSchema`` was left out is called only with ``--hidden``
+(without it, one line says why it is not advertised and to add ``--hidden``).
 
 The admin commands (servers, add, edit, remove, enable, disable) take ``--home`` and
 ``--database URL`` (else ``$ALBEDO_DATABASE_URL``, else SQLite at HOME/albedo.db) and
@@ -83,7 +86,7 @@ import time
 from typing import Any, Iterator, Sequence
 
 from . import __version__
-from .actors.preparer import Composition
+from .actors.client import ServerHandle
 from .config import McpConfig, load, resolve_home
 from .errors import (
     AlbedoError,
@@ -96,7 +99,7 @@ from .errors import (
     Unavailable,
     UnknownOutcome,
 )
-from .catalogue.naming import Advertised, advertise, advertised_name, server_prefix
+from .catalogue.naming import Advertised, server_prefix
 from .runtime import Runtime
 from .wire.text import json_text, printable
 
@@ -140,6 +143,9 @@ def _parser() -> argparse.ArgumentParser:
     call.add_argument("name", metavar="NAME", help="an advertised name (mcp_SERVER_TOOL_HASH, as 'tools' prints it) or SERVER/TOOL")
     call.add_argument("--args", default=None, metavar="JSON", help="the arguments, a JSON object")
     call.add_argument("--json", action="store_true", help="print the CallToolResult as JSON")
+    call.add_argument("--hidden", action="store_true",
+                      help="call a tool even though it is kept from the model (its inputSchema was left out as "
+                           "invalid or too large); a tool disabled in extensions.json is never called")
     _place_options(call)
     _no_store_option(call)
     commands.add_parser("demo", help="show what albedo_actors does, on the bundled demo server")
@@ -283,10 +289,9 @@ def _tools(args: argparse.Namespace) -> int:
     # started (its first call dials it); the others are dialled, all at once.
     with _store_for(args, config.home) as store, _runtime(config, store) as runtime:
         composition = runtime.composition()
-        for warning in composition.warnings:
+        for warning in (*composition.warnings, *composition.operation_warnings):
             _warn(warning)
-        configs = {name: handle.config for name, handle in composition.handles.items()}
-        tools = advertise(composition.catalogues, configs, _warn)
+        tools = composition.operations
     if args.json:
         _print_json([tool.as_json() for tool in tools])
     else:
@@ -308,7 +313,7 @@ def _call(args: argparse.Namespace) -> int:
     arguments = _arguments(args.args)
     config = load(resolve_home(args.home))
     if "/" in args.name:
-        server_name, _, operation = args.name.partition("/")
+        server_name = args.name.partition("/")[0]
         candidates = [config.server(server_name)]
         if not candidates[0].enabled:
             raise _Usage(f"server {server_name!r} is disabled in extensions.json")
@@ -321,7 +326,6 @@ def _call(args: argparse.Namespace) -> int:
         candidates = [s for s in fitting if s.enabled]
         if not candidates:
             raise _Usage(f"server {fitting[0].name!r} is disabled in extensions.json")
-        operation = None
     # Only the servers the name can mean are prepared (and so started).
     chosen_config = dataclasses.replace(config, servers=tuple(candidates))
     with _store_for(args, config.home) as store, _runtime(chosen_config, store) as runtime:
@@ -331,8 +335,9 @@ def _call(args: argparse.Namespace) -> int:
             raise Unavailable(name, reason)
         for warning in session.warnings:
             _warn(warning)
-        chosen = _resolve(session, args.name, operation)
-        result = _perform(session, chosen, arguments)
+        # The one resolver (Composition.resolve): the operation and its client, both of this session.
+        chosen, handle = session.resolve(args.name, hidden=args.hidden, listing=f"'{PROG} tools'", hidden_option="--hidden")
+        result = _perform(handle, chosen, arguments)
     if args.json:
         _print_json(result)
     else:
@@ -343,40 +348,8 @@ def _call(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _resolve(session: Composition, name: str, operation: str | None) -> Advertised:
-    """The operation ``name`` (advertised, or SERVER/TOOL when ``operation`` is given) means."""
-    if operation is not None:
-        server_name = next(iter(session.catalogues))
-        config = session.handles[server_name].config
-        tool = session.catalogues[server_name].tool(operation)
-        if tool is not None:
-            if not config.tool_enabled(operation):
-                raise _Usage(f"tool {operation!r} of server {server_name!r} is disabled in extensions.json")
-            # Named explicitly by SERVER/TOOL: called even if its schema kept it from the model.
-            return Advertised(advertised_name(server_name, operation), server_name, "tool", operation, "", tool.get("inputSchema") or {})
-        warnings: list[str] = []
-        for entry in advertise(session.catalogues, {server_name: config}, warnings.append):
-            if entry.kind != "tool" and entry.operation == operation:
-                return entry
-        raise _Usage(f"no tool {name!r}; '{PROG} tools' lists the tools")
-    warnings = []
-    configs = {server: session.handles[server].config for server in session.catalogues}
-    for entry in advertise(session.catalogues, configs, warnings.append):
-        if entry.name == name:
-            return entry
-    for server, catalogue in session.catalogues.items():
-        for tool in catalogue.tools:
-            if advertised_name(server, tool["name"]) == name:
-                if not configs[server].tool_enabled(tool["name"]):
-                    raise _Usage(f"tool {tool['name']!r} of server {server!r} is disabled in extensions.json")
-                why = next((w for w in warnings if repr(tool["name"]) in w and "left out" in w), "it is left out")
-                raise _Usage(f"{name!r} is not advertised: {why}")
-    raise _Usage(f"no tool {name!r}; '{PROG} tools' lists the tools")
-
-
-def _perform(session: Composition, entry: Advertised, arguments: dict[str, Any] | None) -> dict[str, Any]:
+def _perform(handle: ServerHandle, entry: Advertised, arguments: dict[str, Any] | None) -> dict[str, Any]:
     """Call the tool, or read the resource / get the prompt the arguments name."""
-    handle = session.handles[entry.server]
     if entry.kind == "tool":
         return handle.call_tool(entry.operation, arguments)
     arguments = arguments or {}

@@ -56,6 +56,7 @@ class Session:
         self.catalogues: dict[str, Catalogue] = {}
         self.failures: dict[str, ServerError] = {}  # servers left out, and why
         self._servers = servers
+        self._operations: tuple[Advertised, ...] = ()  # built once, at the end of open()
 
     def __enter__(self) -> Session:
         self.open()
@@ -100,6 +101,9 @@ class Session:
         if config_errors:
             self.close()
             raise config_errors[0]
+        # What they advertise, built once (its warnings given once, here).
+        configs = {name: self.handles[name].config for name in self.catalogues if name in self.handles}
+        self._operations = tuple(advertise(self.catalogues, configs, self._warn))
 
     def _saved(self, name: str, current: str) -> Catalogue | None:
         """The saved catalogue of ``name`` if it was saved under ``current``."""
@@ -124,10 +128,10 @@ class Session:
         """Every operation the connected servers advertise (see albedo_actors.catalogue.naming).
 
         Tools left out (disabled, or with an invalid or oversized schema) are not
-        listed; the latter, and ``enabledTools`` entries naming nothing, are warned.
+        listed; the latter, and ``enabledTools`` entries naming nothing, were warned
+        when the session opened (the list is built once, by :meth:`open`).
         """
-        configs = {name: self.handles[name].config for name in self.catalogues if name in self.handles}
-        return advertise(self.catalogues, configs, self._warn)
+        return list(self._operations)
 
     def close(self) -> None:
         """Stop every client at once; each ends its server process."""

@@ -7,7 +7,8 @@ probe schedule of the servers that were left out.
 **Asks** the RuntimePreparer (for a composition: it answers with a future at once) and
 the ServerRegistry (for a left-out server's client), both with timeouts. **Tells** the
 preparer :class:`Subscribe`/:class:`Unsubscribe` and the registry :class:`Release`
-(nothing to wait for); the host reads :meth:`composition` and :meth:`take_changes`.
+(nothing to wait for); the host reads :meth:`composition` and :meth:`take_changes`,
+and the binding the composition published in :class:`Published` (asked for once).
 
 - A replacement is always prepared first; the previous clients are retired only after
   the swap, and a failed preparation keeps the previous composition.
@@ -49,6 +50,20 @@ logger = logging.getLogger(__name__)
 ASK_TIMEOUT = 10.0
 PROBE_CAP = 20  # probe intervals double up to this many times retryMs
 PREPARE_LIMIT = 3600.0  # the preparer bounds each dial; this only guards against a lost future
+
+
+class Published:
+    """The composer's current composition, for readers on other threads (the binding).
+
+    Only the composer's thread replaces it, whole, at the moment its own composition is
+    swapped, so a reader sees one composition or the next, never a mix, and reading it
+    asks the composer nothing (a call never waits behind a preparation or a probe).
+    """
+
+    __slots__ = ("composition",)
+
+    def __init__(self, composition: Composition) -> None:
+        self.composition = composition
 
 
 @dataclass(frozen=True)
@@ -97,6 +112,7 @@ class SessionComposer(pykka.ThreadingActor):
         self._choice = enabled  # the session's own choice; None: the configured default
         self._clock = clock
         self._composition = Composition()
+        self._published = Published(self._composition)
         self._generation = 0
         self._waiting: dict[int, concurrent.futures.Future] = {}
         self._in_turn = False
@@ -138,6 +154,10 @@ class SessionComposer(pykka.ThreadingActor):
 
     def composition(self) -> Composition:
         return self._composition
+
+    def published(self) -> Published:
+        """Where the current composition is published (asked once, then read without asking)."""
+        return self._published
 
     def turn_started(self) -> None:
         """The host submitted a turn: activity, so left-out servers may be probed."""
@@ -224,6 +244,7 @@ class SessionComposer(pykka.ThreadingActor):
             self._parked = None
         self._release(self._composition.held)
         self._composition = Composition()
+        self._published.composition = self._composition
         for future in self._waiting.values():
             if not future.done():
                 future.set_exception(AlbedoError("the session closed"))
@@ -304,6 +325,7 @@ class SessionComposer(pykka.ThreadingActor):
                 self._on_prepared(older)  # stale now: released
             return
         previous, self._composition = self._composition, message.composition
+        self._published.composition = message.composition
         if (previous.catalogues or previous.overlays) and not _same(previous, message.composition):
             self._changed = True
         # Overlay clients this composition no longer uses end now (they are this session's).

@@ -25,7 +25,6 @@ import time
 from typing import Callable, TextIO
 
 from ..config import McpConfig, ServerConfig
-from ..catalogue.naming import advertise
 from ..runtime import Runtime
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py")
@@ -92,9 +91,8 @@ def _first_start(config: McpConfig, store: object, say: Callable[..., None]) -> 
         say(f"   Dialled {len(composition.catalogues)} servers in {time.monotonic() - started:.2f} s; their catalogues are saved.\n")
         for name, reason in composition.left_out.items():
             say(f"  left out: server {name!r}: {reason}")
-        warnings: list[str] = list(composition.warnings)
-        configs = {name: handle.config for name, handle in composition.handles.items()}
-        tools = advertise(composition.catalogues, configs, warnings.append)
+        warnings = (*composition.warnings, *composition.operation_warnings)
+        tools = composition.operations  # built once, with the composition
         for name, catalogue in composition.catalogues.items():
             info = catalogue.server_info
             say(f"server {name!r} ({info.get('name', '?')} {info.get('version', '')}):")

@@ -6,6 +6,10 @@ Flags (besides every flag of fault_server.py):
 --instructions-json TEXT   the ``instructions`` the server sends (initialize and
                            ``server/discover``), given as a JSON string so that a test
                            can pass control codes and line breaks through argv
+--bad-schema TOOL          ``tools/list`` gives TOOL an object ``inputSchema`` of more
+                           than 64 KiB (a long description), which discovery keeps and
+                           the advertised list leaves out: a tool hidden from the model
+                           whose calls still work (issue 12's ``--hidden``)
 
 Tools (besides fault_server.py's):
 
@@ -28,11 +32,20 @@ from albedo_actors.demo.server import Request, text_result  # noqa: E402
 
 
 class FaultBindingServer(FaultServer):
-    def __init__(self, options, instructions: str | None) -> None:
+    def __init__(self, options, instructions: str | None, bad_schema: str | None = None) -> None:
         super().__init__(options)
+        self.bad_schema = bad_schema
         if instructions is not None:
             self.instructions = instructions
         self.add_tool("asks_anyway", self.tool_asks_anyway, description="Modern: input_required whatever the client can do.")
+
+    def handle_tools_list(self, request: Request) -> dict:
+        listed = super().handle_tools_list(request)
+        if self.bad_schema is None:
+            return listed
+        tools = [{**tool, "inputSchema": {**tool["inputSchema"], "description": "x" * 70_000}}
+                 if tool.get("name") == self.bad_schema else tool for tool in listed["tools"]]
+        return {**listed, "tools": tools}
 
     def tool_asks_anyway(self, request: Request, args: dict) -> dict:
         if not request.modern:
@@ -51,12 +64,16 @@ class FaultBindingServer(FaultServer):
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    instructions = None
+    instructions = bad_schema = None
     if "--instructions-json" in argv:
         at = argv.index("--instructions-json")
         instructions = json.loads(argv[at + 1])
         del argv[at : at + 2]
-    FaultBindingServer(parse_args(argv), instructions).run()
+    if "--bad-schema" in argv:
+        at = argv.index("--bad-schema")
+        bad_schema = argv[at + 1]
+        del argv[at : at + 2]
+    FaultBindingServer(parse_args(argv), instructions, bad_schema).run()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""A binding call against the same server handle's call, at 10, 150 and 1,000 operations (issue 12).
+
+For each size a fresh :class:`albedo_actors.runtime.Runtime` (registry, preparer, one
+session composer; no store) runs two stdio servers: ``demo`` (the bundled demo server,
+5 operations: ``echo``, ``add``, ``time``, ``read_resource``, ``get_prompt``) and
+``many`` (``benchmarks/_tools_server.py --tools N-5``: realistic tools, each with a
+schema the advertised list checks). The session therefore advertises N operations.
+Each round times ``--calls`` sequential calls of each client, in turn (the order
+alternates between rounds so drift hits both alike):
+
+binding  ``mcp.call("demo/echo", text="x")`` on ``runtime.mcp()``: the name resolved
+         in the session's composition, then the call on its client.
+handle   ``handle.call_tool("echo", {"text": "x"})`` on the same composition's
+         ``ServerHandle`` of ``demo``: the floor the binding adds to.
+
+Printed per size: both medians (µs, over every timed call), the ratio binding/handle
+(target: at most 1.1x at every size) and what the binding adds in µs; then the
+binding's median at the largest size over the smallest (target: flat, about 1.0x).
+
+Run: ``.venv/bin/python benchmarks/bench_binding.py [--quick]``. See README.rst.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+import _common  # benchmarks/_common.py; it also puts the checkout first on sys.path
+from _common import ARGS, REPO, check_echo, processes_running, progress, ratio, report_leftovers, timed_calls
+
+from albedo_actors.config import McpConfig, ServerConfig
+from albedo_actors.runtime import Runtime
+
+DEMO = os.path.join(REPO, "albedo_actors", "demo", "server.py")
+TOOLS_SERVER = os.path.join(_common.HERE, "_tools_server.py")
+DEMO_OPERATIONS = 5
+SIZES = (10, 150, 1000)
+
+
+def config(home: str, operations: int) -> McpConfig:
+    many = operations - DEMO_OPERATIONS
+    return McpConfig(home=home, servers=(
+        ServerConfig(name="demo", type="stdio", command=sys.executable, args=("-I", DEMO)),
+        ServerConfig(name="many", type="stdio", command=sys.executable, args=("-I", TOOLS_SERVER, "--tools", str(many))),
+    ))
+
+
+def measure(home: str, operations: int, opts: argparse.Namespace) -> tuple[list[int], list[int]]:
+    """Timed calls (ns) of the binding and of the handle, at ``operations`` advertised."""
+    with Runtime(home, None, config=config(home, operations), enabled=True) as runtime:
+        composition = runtime.composition()
+        if len(composition.operations) != operations or composition.left_out:
+            raise RuntimeError(f"the session advertises {len(composition.operations)} operations "
+                               f"(left out: {dict(composition.left_out)}), not {operations}")
+        mcp, handle = runtime.mcp(), composition.handles["demo"]
+        clients = {
+            "binding": lambda: mcp.call("demo/echo", text="x"),
+            "handle": lambda: handle.call_tool("echo", ARGS),
+        }
+        for call in clients.values():
+            check_echo(call().as_dict() if call is clients["binding"] else call())
+            timed_calls(call, opts.warmup)
+        timed: dict[str, list[int]] = {name: [] for name in clients}
+        for r in range(opts.rounds):
+            order = list(clients) if r % 2 == 0 else list(reversed(clients))
+            for name in order:
+                gc.collect()
+                timed[name].extend(timed_calls(clients[name], opts.calls))
+        return timed["binding"], timed["handle"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=None, help="sequential calls per client and round (default 500)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per size, the clients taking turns (default 6)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up calls per client (default 200)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 100 calls, 2 rounds, 50 warm-up calls")
+    opts = parser.parse_args(argv)
+    for key, full, quick in (("calls", 500, 100), ("rounds", 6, 2), ("warmup", 200, 50)):
+        if getattr(opts, key) is None:
+            setattr(opts, key, quick if opts.quick else full)
+    if min(opts.calls, opts.rounds) < 1 or opts.warmup < 0:
+        parser.error("--calls and --rounds must be positive")
+    servers = lambda: processes_running(DEMO) | processes_running(TOOLS_SERVER)  # noqa: E731
+    before, threads_before = servers(), set(threading.enumerate())
+    started = time.perf_counter()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-binding-") as home:
+        for operations in SIZES:
+            progress(f"{operations} operations")
+            binding, handle = measure(home, operations, opts)
+            rows.append((operations, statistics.median(binding) / 1000, statistics.median(handle) / 1000))
+    print()
+    print(f"binding call vs the same handle's call_tool; calls={opts.calls} rounds={opts.rounds} warmup={opts.warmup}"
+          f"{' (quick)' if opts.quick else ''}; {os.cpu_count()} cpus")
+    print()
+    header = f"{'operations':>10} {'binding us':>11} {'handle us':>10} {'binding/handle':>15} {'added us':>9}"
+    print(header)
+    print("-" * len(header))
+    for operations, b, h in rows:
+        print(f"{operations:>10} {b:>11.1f} {h:>10.1f} {ratio(b, h):>15} {b - h:>9.1f}")
+    print()
+    first, last = rows[0], rows[-1]
+    print(f"flat: binding at {last[0]} / binding at {first[0]} operations = {ratio(last[1], first[1])}"
+          f"   (targets: binding/handle <= 1.1x at every size; flat ~1.0x)")
+    print("RATIOS " + " ".join(f"binding/handle@{o}={ratio(b, h)}" for o, b, h in rows) + f" flat={ratio(last[1], first[1])}")
+    print(f"(medians over {opts.calls * opts.rounds} timed calls per client and size; run took {time.perf_counter() - started:.1f} s)")
+    return report_leftovers(before, servers, threads_before)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
