@@ -476,7 +476,7 @@ class Settings:
         except FileRefused as exc:  # its message names the file and says what to do
             raise ConfigError(f"{what}: {exc}") from None
         except OSError as exc:
-            raise ConfigError(f"{what}: {path or self.path}: {exc.strerror or type(exc).__name__}; "
+            raise ConfigError(f"{what}: {exc.filename or path or self.path}: {exc.strerror or type(exc).__name__}; "
                               f"check that {self.home} is a directory albedo can write") from None
 
     def _write_text(self, text: str) -> None:
