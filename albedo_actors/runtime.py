@@ -113,7 +113,7 @@ class Runtime:
         try:
             return opened.result(timeout=OPEN_TIMEOUT)
         except concurrent.futures.TimeoutError:
-            raise SessionTimedOut(f"the MCP servers did not open within {OPEN_TIMEOUT:.0f} s; "
+            raise SessionTimedOut(f"the MCP servers did not open within {OPEN_TIMEOUT:g} s; "
                                   "check each server's startupTimeoutMs, then start a new session") from None
 
     def stop(self) -> None:
