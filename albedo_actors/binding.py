@@ -109,7 +109,8 @@ class Mcp:
             ConfigError: no such operation, or arguments that cannot be sent.
             NeedsSignIn: the session left the server out until the user signs in.
             Unavailable, TimedOut, UnknownOutcome, RemoteError, ProtocolViolation: as the
-            server connection reports.
+            server connection reports (Unavailable too when its client stopped).
+            SessionClosed, SessionTimedOut: the session closed, or did not answer in time.
         """
         composition = self._composition()
         item = self._find(name, composition)

@@ -137,11 +137,20 @@ class Runtime:
             raise SessionClosed(CLOSED) from None
 
     def composition(self) -> Composition:
-        """What the session sees now."""
+        """What the session sees now.
+
+        Raises:
+            SessionClosed: the runtime is not running or its session has closed.
+            SessionTimedOut: the session did not answer in time.
+        """
         return ask(self.composer.composition)
 
     def mcp(self, warn: Any = None) -> Mcp:
-        """The synchronous Python binding over this runtime's session."""
+        """The synchronous Python binding over this runtime's session.
+
+        Raises:
+            SessionClosed: the runtime is not running or its session has closed.
+        """
         if self._composer is None:
             raise SessionClosed(NOT_RUNNING)
         return Mcp(self._composer, warn)
