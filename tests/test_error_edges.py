@@ -25,12 +25,14 @@ import pykka
 import pytest
 
 from albedo_actors import cli, runtime as runtime_module
+from albedo_actors.auth import server_auth
 from albedo_actors.binding import AsyncMcp
 from albedo_actors.config import McpConfig, ServerConfig
 from albedo_actors.errors import (
     EXIT_CODES,
     AlbedoError,
     ConfigError,
+    NeedsSignIn,
     SessionClosed,
     SessionTimedOut,
     StoreError,
@@ -286,6 +288,39 @@ def test_a_catalogue_nested_too_deep_to_encode_is_a_store_error(tmp_path):
         with pytest.raises(StoreError):
             store.put_oauth_client("https://issuer", "http://127.0.0.1/cb", {"deep": deep})
     finally:
+        store.close()
+
+
+# -- auth ---------------------------------------------------------------------------------------
+
+
+class StalledRefresher(pykka.ThreadingActor):
+    """A token refresher whose mailbox is busy until ``release`` is set: its asks time out."""
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__()
+        self._release = release
+
+    def refresh(self, server, seen):
+        self._release.wait(RUN_TIMEOUT)
+        return None
+
+
+def test_a_token_refresher_that_does_not_answer_is_needs_sign_in_not_pykkas_timeout(tmp_path, monkeypatch):
+    monkeypatch.setattr(server_auth, "ASK_TIMEOUT", 0.3)
+    release = threading.Event()
+    refresher = StalledRefresher.start(release)
+    store = open_store(str(tmp_path / "home"))
+    try:
+        server = ServerConfig(name="g", type="http", url="http://127.0.0.1:9/mcp")
+        auth = server_auth.ServerAuth(server, store, refresher.proxy())
+        with pytest.raises(NeedsSignIn) as raised:
+            auth.unauthorized("Bearer old", None, "tools/call", 0)
+        assert not isinstance(raised.value, pykka.Timeout)
+        one_line(raised.value, "'g'", "sign-in g")
+    finally:
+        release.set()
+        refresher.stop(timeout=RUN_TIMEOUT)
         store.close()
 
 
