@@ -85,6 +85,8 @@ import sys
 import time
 from typing import Any, Iterator, Sequence
 
+import pykka
+
 from . import __version__
 from .actors.preparer import Composition
 from .config import McpConfig, load, resolve_home
@@ -93,10 +95,13 @@ from .errors import (
     EXIT_TOOL_ERROR,
     EXIT_USAGE,
     AlbedoError,
+    SessionClosed,
+    SessionTimedOut,
     Unavailable,
     exit_code,
 )
 from .catalogue.naming import Advertised, advertise, advertised_name, server_prefix
+from .binding import CLOSED
 from .runtime import Runtime
 from .wire.text import json_text, printable
 
@@ -248,6 +253,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted")
         return 130
+    except (pykka.Timeout, pykka.ActorDeadError) as exc:  # the demo waits on the session's own futures
+        error = SessionClosed(CLOSED) if isinstance(exc, pykka.ActorDeadError) else \
+            SessionTimedOut("the MCP session did not answer in time; try again")
+        _error(str(error))
+        return exit_code(error)
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
         if args.verbose:
             logging.getLogger(__name__).exception("unexpected error")

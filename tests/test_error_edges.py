@@ -371,3 +371,30 @@ def test_cli_servers_that_do_not_open_in_time_exit_5(tmp_path, monkeypatch, caps
     assert cli.main(["--home", str(home), "--no-store", "tools"]) == 5
     assert capsys.readouterr().err == ("albedo-mcp: the MCP servers did not open within 0.5 s; check each server's "
                                        "startupTimeoutMs, then start a new session\n")
+
+
+@pytest.mark.parametrize("stopped", [False, True], ids=["timed-out", "stopped"])
+def test_cli_a_session_future_that_fails_in_pykka_exits_as_our_class(tmp_path, monkeypatch, capsys, stopped):
+    # The demo waits on the composer's own futures (turn_started().get(...)): a real
+    # actor that does not answer, or has stopped, stands in for that session.
+    release = threading.Event()
+    stalled = StalledRefresher.start(release)
+    proxy = stalled.proxy()
+    if stopped:
+        release.set()
+        stalled.stop(timeout=RUN_TIMEOUT)
+
+    def waiting(args):
+        return proxy.refresh(None, None).get(timeout=0.2)
+
+    monkeypatch.setattr(cli, "_tools", waiting)
+    try:
+        code = cli.main(["--home", str(tmp_path), "tools"])
+    finally:
+        release.set()
+        if not stopped:
+            stalled.stop(timeout=RUN_TIMEOUT)
+    expected = SessionClosed if stopped else SessionTimedOut
+    assert code == EXIT_CODES[expected]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Timeout" not in err and "ActorDeadError" not in err, err
