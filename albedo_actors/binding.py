@@ -26,7 +26,9 @@ unreachable raises :class:`~albedo_actors.errors.Unavailable`; a server the sess
 out for a sign-in raises :class:`~albedo_actors.errors.NeedsSignIn` ("needs the user to
 sign in ... did not run"). Only errors of albedo_actors/errors.py's tree reach a caller:
 the session's actor timing out or having stopped (``pykka.Timeout``,
-``ActorDeadError``) is an :class:`~albedo_actors.errors.AlbedoError` naming what to do.
+``ActorDeadError``) is :class:`~albedo_actors.errors.SessionTimedOut` or
+:class:`~albedo_actors.errors.SessionClosed`, and a server's client that stopped or did
+not answer is :class:`~albedo_actors.errors.Unavailable` naming the server.
 MCP responses are untrusted data: results are plain records of what the server sent.
 """
 
@@ -40,7 +42,7 @@ import pykka
 
 from .actors.composer import SignInNeeded
 from .actors.preparer import Composition
-from .errors import AlbedoError, ConfigError, NeedsSignIn
+from .errors import ConfigError, NeedsSignIn, SessionClosed, SessionTimedOut, Unavailable
 from .catalogue.naming import GET_PROMPT, READ_RESOURCE, Advertised
 
 ASK_TIMEOUT = 10.0
@@ -88,7 +90,7 @@ class Mcp:
         try:
             self._composer = composer.proxy()
         except pykka.ActorDeadError:
-            raise AlbedoError(CLOSED) from None
+            raise SessionClosed(CLOSED) from None
         self._ref = composer
         self._warn = warn or (lambda message: None)
         self._warned: Composition | None = None
@@ -116,7 +118,8 @@ class Mcp:
             ConfigError: no such operation, or arguments that cannot be sent.
             NeedsSignIn: the session left the server out until the user signs in.
             Unavailable, TimedOut, UnknownOutcome, RemoteError, ProtocolViolation: as the
-            server connection reports.
+            server connection reports (Unavailable too when its client stopped).
+            SessionClosed, SessionTimedOut: the session closed, or did not answer in time.
         """
         item, handle = self._composition().resolve(name)
         args = _arguments(name, arguments, kwargs)
@@ -130,6 +133,8 @@ class Mcp:
                     raise ConfigError(f"{name!r} needs a 'name' argument (a string); mcp.describe({name!r}) shows its schema")
                 return Record(handle.get_prompt(args["name"], args.get("arguments")))
             return Record(handle.call_tool(item.operation, args))
+        except (pykka.ActorDeadError, pykka.Timeout):  # the server's client, never pykka's error
+            raise Unavailable(item.server, "its client stopped or did not answer; nothing was sent: try again") from None
         except NeedsSignIn as exc:
             if not exc.step_up:
                 # The session leaves it out after this turn (it joins again once signed in).
@@ -144,7 +149,7 @@ class Mcp:
     def _composition(self) -> Composition:
         """The session's current composition, read from where the composer publishes it."""
         if not self._ref.is_alive():
-            raise AlbedoError(CLOSED)
+            raise SessionClosed(CLOSED)
         composition = self._published.composition
         if composition is not self._warned:
             self._warned = composition  # two threads may both warn for a new one: harmless
@@ -195,16 +200,16 @@ def ask(method: Any, *args: Any, timeout: float | None = None) -> Any:
     """Call an actor's proxy ``method`` and wait (bounded) for its answer.
 
     pykka's own exceptions never reach a caller of the binding (errors.py's rule):
-    an actor that has stopped, or one that does not answer within the bound, is an
-    :class:`AlbedoError` that says what to do.
+    an actor that has stopped is :class:`SessionClosed`, one that does not answer within
+    the bound :class:`SessionTimedOut`; each says what to do.
     """
     limit = ASK_TIMEOUT if timeout is None else timeout
     try:
         return method(*args).get(timeout=limit)
     except pykka.ActorDeadError:
-        raise AlbedoError(CLOSED) from None
+        raise SessionClosed(CLOSED) from None
     except pykka.Timeout:
-        raise AlbedoError(f"the MCP session did not answer within {limit:g} s; try again after the current operation") from None
+        raise SessionTimedOut(f"the MCP session did not answer within {limit:g} s; try again after the current operation") from None
 
 
 def _mint(target: Any, composition: Composition, namespace: type) -> tuple[str, ...]:

@@ -46,7 +46,10 @@ with a JSON-RPC error); 2 usage or configuration error; 3 unavailable (the call 
 not run, e.g. the server needs a sign-in; for add/edit/enable: the server could not connect, so
 nothing was saved; for sign-in: the sign-in failed);
 4 unknown outcome (the call was sent and the connection was lost, or the answer was
-not valid MCP); 5 timed out. Warnings go to stderr, one line each, naming the server.
+not valid MCP); 5 timed out (the server, or the session, did not answer in time); 6 the
+session failed or closed; 7 the store could not be read or written. Each error class has
+its code in :data:`albedo_actors.errors.EXIT_CODES`. Warnings go to stderr, one line
+each, naming the server.
 No traceback reaches the user unless ``--verbose`` is given.
 
 Nothing a server sends reaches the terminal as a control code: every line printed
@@ -85,30 +88,27 @@ import sys
 import time
 from typing import Any, Iterator, Sequence
 
+import pykka
+
 from . import __version__
 from .actors.client import ServerHandle
 from .config import McpConfig, load, resolve_home
 from .errors import (
+    EXIT_OK,
+    EXIT_TOOL_ERROR,
+    EXIT_USAGE,
     AlbedoError,
-    AuthError,
-    ConfigError,
-    ProtocolViolation,
-    RemoteError,
-    SettingsConflict,
-    TimedOut,
+    SessionClosed,
+    SessionTimedOut,
     Unavailable,
-    UnknownOutcome,
+    exit_code,
 )
 from .catalogue.naming import Advertised, server_prefix
+from .binding import CLOSED
 from .runtime import Runtime
 from .wire.text import json_text, printable
 
-EXIT_OK = 0
-EXIT_TOOL_ERROR = 1
-EXIT_USAGE = 2
-EXIT_UNAVAILABLE = 3
-EXIT_UNKNOWN_OUTCOME = 4
-EXIT_TIMED_OUT = 5
+# The exit codes, one per error class: errors.EXIT_CODES (errors.exit_code looks one up).
 
 PROG = "albedo-mcp"
 
@@ -127,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Connect to configured MCP servers, list and call their tools; manage the servers and their credentials.",
         epilog="exit codes: 0 done, 1 tool error, 2 usage or configuration, 3 unavailable (add/edit/enable: "
-        "the server could not connect, nothing saved), 4 unknown outcome, 5 timed out",
+        "the server could not connect, nothing saved), 4 unknown outcome, 5 timed out, 6 session failed, 7 store failed",
     )
     parser.add_argument("--home", help="configuration directory (default: $ALBEDO_HOME, else ~/.albedo)")
     parser.add_argument("--database", metavar="URL", help="store URL (default: $ALBEDO_DATABASE_URL, else SQLite at HOME/albedo.db)")
@@ -259,28 +259,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error("interrupted")
         return 130
+    except (pykka.Timeout, pykka.ActorDeadError) as exc:  # the demo waits on the session's own futures
+        error = SessionClosed(CLOSED) if isinstance(exc, pykka.ActorDeadError) else \
+            SessionTimedOut("the MCP session did not answer in time; try again")
+        _error(str(error))
+        return exit_code(error)
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
         if args.verbose:
             logging.getLogger(__name__).exception("unexpected error")
         _error(f"unexpected error: {type(exc).__name__}: {exc} (run with --verbose for details)")
         return EXIT_TOOL_ERROR
-
-
-def exit_code(exc: AlbedoError) -> int:
-    """The exit code for an error, as the module docstring lists them."""
-    if isinstance(exc, SettingsConflict):
-        return EXIT_UNAVAILABLE
-    if isinstance(exc, ConfigError):
-        return EXIT_USAGE
-    if isinstance(exc, (Unavailable, AuthError)):
-        return EXIT_UNAVAILABLE  # a sign-in that failed is like a server that could not be reached
-    if isinstance(exc, TimedOut):
-        return EXIT_TIMED_OUT
-    if isinstance(exc, (UnknownOutcome, ProtocolViolation)):
-        return EXIT_UNKNOWN_OUTCOME
-    if isinstance(exc, RemoteError):
-        return EXIT_TOOL_ERROR
-    return EXIT_USAGE
 
 
 def _tools(args: argparse.Namespace) -> int:

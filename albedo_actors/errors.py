@@ -2,27 +2,42 @@
 
 ::
 
-    AlbedoError
-     ├── ConfigError            extensions.json or a server entry is wrong; fix it and retry
-     │    └── SettingsConflict  a saved server could not connect; the save was undone
-     ├── StoreError             the catalogue/credential store failed (later issues)
-     ├── ServerError            something about one server (always names it)
-     │    ├── Unavailable       the request never left: the server could not be reached
-     │    │    ├── Incompatible the server speaks no protocol revision we speak
-     │    │    ├── HttpRefused  an HTTP 4xx without a JSON-RPC error: not run
-     │    │    ├── NeedsSignIn  the server wants a (new) OAuth sign-in: not run
-     │    │    └── SessionExpired  an older server ended the HTTP session (404)
-     │    ├── TimedOut          no answer in time; the request was cancelled
-     │    ├── UnknownOutcome    the request was sent, then the connection was lost
-     │    │    └── HttpServerFailed  an HTTP 5xx without a JSON-RPC error
-     │    ├── ProtocolViolation the server sent something that is not valid MCP
-     │    └── RemoteError       the server's own JSON-RPC error (code, message, data)
-     └── AuthError              a sign-in could not be done (discovery, registration,
-                                the authorization response, the token request)
+    AlbedoError                       (exit)
+     ├── ConfigError              2   extensions.json, a server entry or an argument is
+     │    │                           wrong; fix it and retry (the only "usage" error)
+     │    └── SettingsConflict    3   a saved server could not connect; the save was undone
+     ├── StoreError               7   the catalogue/credential store could not be read or
+     │                                written (the database is gone, locked, damaged)
+     ├── SessionError             6   the session itself failed, not one server (its
+     │    │                           preparation failed); start a new session
+     │    ├── SessionClosed       6   the session or its runtime has closed or is not running
+     │    └── SessionTimedOut     5   the session did not answer in time (busy); try again
+     ├── ServerError              3   something about one server (always names it)
+     │    ├── Unavailable         3   the request never left: the server could not be reached
+     │    │    ├── Incompatible   3   the server speaks no protocol revision we speak
+     │    │    ├── HttpRefused    3   an HTTP 4xx without a JSON-RPC error: not run
+     │    │    ├── NeedsSignIn    3   the server wants a (new) OAuth sign-in: not run
+     │    │    │    └── RefreshDeferred  3   a refresh that cannot be done now; tokens kept
+     │    │    └── SessionExpired 3   an older server ended the HTTP session (404)
+     │    ├── TimedOut            5   no answer in time; the request was cancelled
+     │    ├── UnknownOutcome      4   the request was sent, then the connection was lost
+     │    │    └── HttpServerFailed  4   an HTTP 5xx without a JSON-RPC error
+     │    ├── ProtocolViolation   4   the server sent something that is not valid MCP
+     │    └── RemoteError         1   the server's own JSON-RPC error (code, message, data)
+     └── AuthError                3   a sign-in could not be done (discovery, registration,
+                                      the authorization response, the token request)
 
-Library exceptions (``OSError`` from pipes, ``pykka.Timeout``, ``ActorDeadError``,
-``json`` errors) are translated at the edge where they happen and never reach a
-caller. Each message is one line that names the server and says what to do.
+The number is the command line's exit code for each class (:data:`EXIT_CODES`,
+the one table ``albedo-mcp`` exits by; :func:`exit_code` looks an error up by its
+class, nearest first). 0 is done and 1 also means the tool reported ``isError``;
+2 is usage only: something the user typed or configured is wrong. A bare
+:class:`AlbedoError` is never raised; were one to be, it exits 6 like a session error.
+
+Library exceptions (``OSError`` from pipes and files, ``pykka.Timeout``,
+``ActorDeadError``, ``requests`` and ``peewee`` errors, ``json`` errors) are translated at
+the edge where they cross into our API (the runtime, the binding, the settings, the
+session, the store, the command line) and never reach a caller. Each message is one
+line that names the server (when there is one) and says what to do.
 
 Messages carry text a server sent (its error message, a name, its stderr). ``str()`` of
 every error, and the ``detail`` of a server's or a sign-in's error, is therefore passed
@@ -42,6 +57,9 @@ __all__ = [
     "ConfigError",
     "SettingsConflict",
     "StoreError",
+    "SessionError",
+    "SessionClosed",
+    "SessionTimedOut",
     "ServerError",
     "Unavailable",
     "Incompatible",
@@ -54,6 +72,9 @@ __all__ = [
     "ProtocolViolation",
     "RemoteError",
     "AuthError",
+    "RefreshDeferred",
+    "EXIT_CODES",
+    "exit_code",
 ]
 
 
@@ -86,6 +107,20 @@ def _detail(exc: AlbedoError) -> str:
 
 class StoreError(AlbedoError):
     """The store could not be read or written."""
+
+
+class SessionError(AlbedoError):
+    """The session itself failed, not one server (e.g. preparing its servers failed);
+    the message says what to do. The previous servers stay in use where there were any."""
+
+
+class SessionClosed(SessionError):
+    """The session (or the runtime under it) has closed, or was never started: start a new one."""
+
+
+class SessionTimedOut(SessionError):
+    """The session did not answer within its bound (it is busy, e.g. reading the
+    configuration or opening servers); nothing was called: try again."""
 
 
 class ServerError(AlbedoError):
@@ -180,3 +215,47 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 class RefreshDeferred(NeedsSignIn):
     """A refresh that could not be done for now (5xx, timeout): the tokens are kept."""
+
+
+EXIT_OK = 0
+EXIT_TOOL_ERROR = 1
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3
+EXIT_UNKNOWN_OUTCOME = 4
+EXIT_TIMED_OUT = 5
+EXIT_SESSION = 6
+EXIT_STORE = 7
+
+# The one table: class -> exit code of ``albedo-mcp`` (the tree above draws it; the
+# README's "Exit codes" lists it). Every class of this module has its own row.
+EXIT_CODES: dict[type[AlbedoError], int] = {
+    AlbedoError: EXIT_SESSION,
+    ConfigError: EXIT_USAGE,
+    SettingsConflict: EXIT_UNAVAILABLE,
+    StoreError: EXIT_STORE,
+    SessionError: EXIT_SESSION,
+    SessionClosed: EXIT_SESSION,
+    SessionTimedOut: EXIT_TIMED_OUT,
+    ServerError: EXIT_UNAVAILABLE,
+    Unavailable: EXIT_UNAVAILABLE,
+    Incompatible: EXIT_UNAVAILABLE,
+    HttpRefused: EXIT_UNAVAILABLE,
+    NeedsSignIn: EXIT_UNAVAILABLE,
+    RefreshDeferred: EXIT_UNAVAILABLE,
+    SessionExpired: EXIT_UNAVAILABLE,
+    TimedOut: EXIT_TIMED_OUT,
+    UnknownOutcome: EXIT_UNKNOWN_OUTCOME,
+    HttpServerFailed: EXIT_UNKNOWN_OUTCOME,
+    ProtocolViolation: EXIT_UNKNOWN_OUTCOME,
+    RemoteError: EXIT_TOOL_ERROR,
+    AuthError: EXIT_UNAVAILABLE,  # a sign-in that failed is like a server that could not be reached
+}
+
+
+def exit_code(exc: AlbedoError) -> int:
+    """The exit code for ``exc``: its class's row of :data:`EXIT_CODES`, else its nearest
+    listed base's (a subclass defined elsewhere exits as its parent does)."""
+    for cls in type(exc).__mro__:
+        if cls in EXIT_CODES:
+            return EXIT_CODES[cls]
+    return EXIT_SESSION

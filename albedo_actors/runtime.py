@@ -35,11 +35,12 @@ from .actors.refresher import TokenRefresher, oauth_for
 from .actors.registry import ServerRegistry
 from .binding import CLOSED, Mcp, ask
 from .config import McpConfig, load
-from .errors import AlbedoError
+from .errors import SessionClosed, SessionTimedOut
 
 ASK_TIMEOUT = 10.0
 OPEN_TIMEOUT = 600.0  # a bound only: each server's dial is bounded by its startupTimeoutMs
 STOP_TIMEOUT = 30.0
+NOT_RUNNING = "the runtime is not running; use it inside `with Runtime(...)`, or start() it first"
 
 
 class Runtime:
@@ -94,6 +95,8 @@ class Runtime:
 
         Raises:
             ConfigError: the configuration is unusable (e.g. a named variable is unset).
+            SessionTimedOut: the servers did not open within ``OPEN_TIMEOUT``.
+            SessionError: preparing the servers failed (``SessionClosed``: it closed meanwhile).
         """
         auth = None
         if self._store is not None:
@@ -110,7 +113,8 @@ class Runtime:
         try:
             return opened.result(timeout=OPEN_TIMEOUT)
         except concurrent.futures.TimeoutError:
-            raise AlbedoError(f"the MCP servers did not open within {OPEN_TIMEOUT:.0f} s") from None
+            raise SessionTimedOut(f"the MCP servers did not open within {OPEN_TIMEOUT:g} s; "
+                                  "check each server's startupTimeoutMs, then start a new session") from None
 
     def stop(self) -> None:
         """Stop the composer, the preparer, the registry and the token refresher, in that order."""
@@ -126,20 +130,29 @@ class Runtime:
     def composer(self) -> Any:
         """The session composer's proxy (turn_started, turn_ended, probes_settled, ...)."""
         if self._composer is None:
-            raise AlbedoError("the runtime is not running")
+            raise SessionClosed(NOT_RUNNING)
         try:
             return self._composer.proxy()
         except pykka.ActorDeadError:
-            raise AlbedoError(CLOSED) from None
+            raise SessionClosed(CLOSED) from None
 
     def composition(self) -> Composition:
-        """What the session sees now."""
+        """What the session sees now.
+
+        Raises:
+            SessionClosed: the runtime is not running or its session has closed.
+            SessionTimedOut: the session did not answer in time.
+        """
         return ask(self.composer.composition)
 
     def mcp(self, warn: Any = None) -> Mcp:
-        """The synchronous Python binding over this runtime's session."""
+        """The synchronous Python binding over this runtime's session.
+
+        Raises:
+            SessionClosed: the runtime is not running or its session has closed.
+        """
         if self._composer is None:
-            raise AlbedoError("the runtime is not running")
+            raise SessionClosed(NOT_RUNNING)
         return Mcp(self._composer, warn)
 
     def wait_background(self, timeout: float = 30.0) -> bool:

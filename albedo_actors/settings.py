@@ -43,6 +43,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
+import pykka
+
 from .actors.client import ServerHandle
 from .actors.refresher import TokenRefresher, oauth_for
 from .config import _ENV_NAME, _HEADER_NAME, _NAME, EXTENSION_DEFAULTS, ServerConfig, parse
@@ -383,7 +385,10 @@ class Settings:
                 handle.stop()
         finally:
             if refresher is not None:
-                refresher.stop(timeout=10)
+                try:
+                    refresher.stop(timeout=10)
+                except (pykka.ActorDeadError, pykka.Timeout):  # pykka's errors never reach a caller
+                    logger.warning("server %r: the token refresher did not stop within 10 s", server.name)
 
     def _mark_needs_sign_in(self, server: ServerConfig, why: str) -> None:
         def mark(credentials: Any) -> Any:
@@ -452,14 +457,27 @@ class Settings:
         return document
 
     def _write(self, document: dict) -> None:
-        self._write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+        with self._file_errors("cannot write the settings"):
+            self._write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
     def _restore_file(self, text: str | None) -> None:
-        if text is None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
-        else:
-            self._write_text(text)
+        with self._file_errors("cannot restore the previous settings"):
+            if text is None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
+            else:
+                self._write_text(text)
+
+    @contextlib.contextmanager
+    def _file_errors(self, what: str, path: str | None = None) -> Iterator[None]:
+        """An OSError of the settings files is a ConfigError naming the file (one line)."""
+        try:
+            yield
+        except FileRefused as exc:  # its message names the file and says what to do
+            raise ConfigError(f"{what}: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"{what}: {exc.filename or path or self.path}: {exc.strerror or type(exc).__name__}; "
+                              f"check that {self.home} is a directory albedo can write") from None
 
     def _write_text(self, text: str) -> None:
         """Atomic replace: temp file in the same directory, fsync, rename, fsync the directory."""
@@ -486,13 +504,13 @@ class Settings:
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
-        make_private_dirs(self.home)
+        lock = os.path.join(self.home, LOCK_NAME)
+        with self._file_errors("cannot lock the settings", lock):
+            make_private_dirs(self.home)
+            fd = open_private(lock)  # 0600, never through a link
         try:
-            fd = open_private(os.path.join(self.home, LOCK_NAME))  # 0600, never through a link
-        except FileRefused as exc:
-            raise ConfigError(f"cannot lock the settings: {exc}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            with self._file_errors("cannot lock the settings", lock):
+                fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)

@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping
 import pykka
 
 from ..config import McpConfig, ServerConfig
-from ..errors import AlbedoError
+from ..errors import AlbedoError, SessionClosed, SessionError
 from .client import ServerHandle, connect_all
 from .preparer import CatalogueSaved, Composition, Subscribe, Unsubscribe
 from .registry import Release
@@ -247,7 +247,7 @@ class SessionComposer(pykka.ThreadingActor):
         self._published.composition = self._composition
         for future in self._waiting.values():
             if not future.done():
-                future.set_exception(AlbedoError("the session closed"))
+                future.set_exception(SessionClosed("the MCP session closed before it was prepared; start a new session"))
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -269,7 +269,7 @@ class SessionComposer(pykka.ThreadingActor):
                 pending = self._preparer.proxy().prepare(config).get(timeout=ASK_TIMEOUT)
             except (pykka.Timeout, pykka.ActorDeadError) as exc:
                 self._waiting.pop(generation, None)
-                done.set_exception(AlbedoError(f"the runtime preparer did not answer ({type(exc).__name__})"))
+                done.set_exception(SessionError(f"the runtime preparer did not answer ({type(exc).__name__}); start a new session"))
                 return done
         else:
             pending = concurrent.futures.Future()
@@ -428,7 +428,7 @@ def _finish(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int,
     except AlbedoError as exc:
         composition, error = None, exc
     except Exception as exc:  # noqa: BLE001 - a timeout or a bug fails this preparation only
-        composition, error = None, AlbedoError(f"preparation failed: {type(exc).__name__}: {exc}")
+        composition, error = None, SessionError(f"preparation failed: {type(exc).__name__}: {exc}")
     if composition is not None:
         composition = dataclasses.replace(
             composition,

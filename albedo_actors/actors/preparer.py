@@ -45,7 +45,7 @@ from ..catalogue.naming import (
     bound_description,
     server_prefix,
 )
-from ..errors import AlbedoError, ConfigError, NeedsSignIn, ServerError, StoreError, Unavailable
+from ..errors import AlbedoError, ConfigError, NeedsSignIn, ServerError, SessionError, StoreError, Unavailable
 from ..catalogue.saved import MAX_CATALOGUE_BYTES, fingerprint, load_current, save_if_changed, size_of
 from ..wire.text import printable
 from .client import CatalogueChanged, ServerHandle, ServerLost, connect_all
@@ -400,9 +400,9 @@ class RuntimePreparer(pykka.ThreadingActor):
             logger.error("preparing servers %s failed: %s: %s", ", ".join(sorted(unsaved)) or "(none)", type(exc).__name__, exc)
             if not outcome.done():
                 outcome.set_exception(exc if isinstance(exc, AlbedoError) else
-                                      AlbedoError(f"preparing the MCP servers failed ({type(exc).__name__}); the previous servers stay in use"))
+                                      SessionError(f"preparing the MCP servers failed ({type(exc).__name__}); the previous servers stay in use"))
         if not outcome.done():  # every path sets it; never leave a session waiting if one does not
-            outcome.set_exception(AlbedoError("preparing the MCP servers ended without an outcome; the previous servers stay in use"))
+            outcome.set_exception(SessionError("preparing the MCP servers ended without an outcome; the previous servers stay in use"))
         error = outcome.exception(timeout=0)
         if error is not None:
             # A failed preparation lets go of what apply() held for it, and nothing else,

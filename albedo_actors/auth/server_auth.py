@@ -155,6 +155,8 @@ class ServerAuth:
             raise NeedsSignIn(self.server.name, "the token refresh took too long") from None
         except pykka.ActorDeadError:
             raise NeedsSignIn(self.server.name, "the token refresher has stopped") from None
+        except pykka.Timeout:
+            raise NeedsSignIn(self.server.name, "the token refresher did not answer in time") from None
         except StoreError as exc:
             raise NeedsSignIn(self.server.name, f"the stored tokens could not be read: {exc}") from None
         except RefreshDeferred:

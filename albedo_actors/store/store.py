@@ -54,6 +54,8 @@ MAX_CATALOGUE_BYTES = 8 * 1024 * 1024
 BUSY_TIMEOUT_S = 30.0
 PG_CONNECT_TIMEOUT_S = 10
 PG_STATEMENT_TIMEOUT_S = 60
+# What a user can do about a database that failed (a StoreError says it on its one line).
+RETRY = "check that the database is there, writable and not held by another program, then retry"
 
 class _HideQueryParameters(logging.Filter):
     """peewee logs every query with its parameters at DEBUG; ours hold tokens and secrets.
@@ -218,7 +220,7 @@ class Store:
         """
         try:
             text = json.dumps(thaw(catalogue), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deep to encode
             raise StoreError(f"store: the catalogue of server {server!r} is not JSON: {_line(exc)}") from None
         size = len(text.encode("utf-8"))
         if size > MAX_CATALOGUE_BYTES:
@@ -265,7 +267,7 @@ class Store:
         """
         try:
             text = json.dumps(thaw(client), separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             raise StoreError(f"store: the OAuth client for issuer {issuer!r} is not JSON") from None
         with self._op(f"saving the OAuth client for issuer {issuer!r}"), self._write():
             OAuthClientRow.insert(issuer=issuer, redirect_uri=redirect_uri, client=text,
@@ -331,7 +333,7 @@ class Store:
             if isinstance(exc, FileRefused):  # its message is already one line that says what to do
                 message = f"store {self._where}: {what}: refused: {exc}"
             else:
-                message = f"store {self._where}: {what} failed: {_line(exc)}"
+                message = f"store {self._where}: {what} failed: {_line(exc)}; {RETRY}"
             log.warning("%s", message)
             raise StoreError(message) from None
 

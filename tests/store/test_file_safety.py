@@ -190,7 +190,7 @@ def test_the_cli_refuses_a_linked_database_with_one_line(tmp_path):
     home.mkdir(mode=0o700)
     target = planted(tmp_path)
     os.symlink(target, home / "albedo.db")
-    line = one_error_line(albedo(home, "servers"), 2)
+    line = one_error_line(albedo(home, "servers"), 7)  # a store error (errors.EXIT_CODES), not usage
     assert line == (f"albedo-mcp: store sqlite:{home / 'albedo.db'}: refused: {home / 'albedo.db'} is a symbolic "
                     "link, and albedo opens its files only directly: remove it and retry")
     assert untouched(target)
