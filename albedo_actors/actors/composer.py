@@ -286,6 +286,8 @@ class SessionComposer(pykka.ThreadingActor):
         self._pending = []
         for thread in self._threads:
             thread.join(30)
+            if thread.is_alive():
+                logger.warning("a session thread (%s) did not end within 30 s of the stop; it ends on its own", thread.name)
         self._overlay_handles = {}
         if self._parked is not None:
             self._release(self._parked.composition.held)

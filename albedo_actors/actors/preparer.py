@@ -282,6 +282,8 @@ class RuntimePreparer(pykka.ThreadingActor):
         # at once and these joins are short.
         for thread in self._threads:
             thread.join(30)
+            if thread.is_alive():
+                logger.warning("a preparing thread (%s) did not end within 30 s of the stop; it ends on its own", thread.name)
         settled, self._settled = self._settled, []
         for future in settled:
             resolve(future, None)

@@ -97,6 +97,7 @@ class ServerRegistry(pykka.ThreadingActor):
         self._holders: dict[int, int] = {}  # id(handle) -> compositions holding it
         self._stopping: list[pykka.Future] = []
         self._owner: pykka.ActorRef | None = None  # told by every client (the preparer)
+        self._closing = False  # told CloseAll: a client started from now on is closed at once
 
     # -- public API ---------------------------------------------------------------------
 
@@ -216,12 +217,16 @@ class ServerRegistry(pykka.ThreadingActor):
     # -- internals ---------------------------------------------------------------------------
 
     def _close_all(self) -> None:
+        self._closing = True
         for entry in self._entries.values():
             entry[3].close()
 
     def _start(self, server: ServerConfig, creds: Any) -> ServerHandle:
         auth = self._auth(server) if self._auth is not None else None
-        return ServerHandle.start(server, self._home, self._owner, credentials=creds, handlers=self._handlers, auth=auth)
+        handle = ServerHandle.start(server, self._home, self._owner, credentials=creds, handlers=self._handlers, auth=auth)
+        if self._closing:
+            handle.close()  # the runtime is stopping: its dials fail at once instead of running
+        return handle
 
 
 def _done(future: pykka.Future) -> bool:
