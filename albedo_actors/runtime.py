@@ -24,6 +24,7 @@ works whatever the default says.
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from typing import Any, Callable
 
@@ -133,6 +134,21 @@ class Runtime:
                     pass
         self._composer = self._preparer = self._registry = self._refresher = None
 
+    def send(self, message: Request) -> concurrent.futures.Future:
+        """Tell the session composer one of its requests without waiting (a host ending a
+        turn: ``runtime.send(TurnEnded())``); its reply, the one future to wait on.
+
+        Raises:
+            AlbedoError: the session has closed, or the runtime is not running.
+        """
+        if self._composer is None:
+            raise AlbedoError("the runtime is not running")
+        try:
+            self._composer.tell(message)
+        except pykka.ActorDeadError:
+            raise AlbedoError(CLOSED) from None
+        return message.reply
+
     def request(self, message: Request, timeout: float = OPEN_TIMEOUT) -> Any:
         """Tell the session composer one of its requests (``Reload()``, ``SetEnabled(on)``,
         ``TurnEnded()``, ``ProbesSettled()``, ...) and wait, bounded, for its reply.
@@ -170,10 +186,15 @@ class Runtime:
         """Wait (at most ``timeout`` s) for the preparer's background dials; True if they settled."""
         if self._preparer is None:
             return True
+        settled = BackgroundSettled()
         try:
-            request(self._preparer, BackgroundSettled(), timeout=timeout, late="")
+            self._preparer.tell(settled)
+        except pykka.ActorDeadError:
+            raise AlbedoError(CLOSED) from None
+        try:
+            settled.reply.result(timeout=timeout)  # the one future, the caller's bound
             return True
-        except AlbedoError:
+        except concurrent.futures.TimeoutError:
             return False
 
 

@@ -42,6 +42,8 @@ def test_each_request_answers_with_its_value_on_one_future(tmp_path):
     with Runtime(home, None, config=config, enabled=True) as runtime:
         assert type(runtime.request(Reload(), timeout=60)) is Composition
         assert runtime.request(TurnEnded(), timeout=60) is None  # nothing waited for the turn's end
+        told = runtime.send(TurnEnded())  # a host that does not wait: the reply is still the one future
+        assert told.result(timeout=60) is None
         assert runtime.request(ProbesSettled(), timeout=60) is None
         prepared = request(runtime._preparer, Prepare(config))
         assert type(prepared) is Composition and set(prepared.catalogues) == {"f"}
