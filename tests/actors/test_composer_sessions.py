@@ -144,6 +144,11 @@ def test_one_session_switching_off_while_another_opens(tmp_path, daemon):
     assert works(shown_a.handles["x"])
     b = daemon.session(lambda: config)
     opening = sent(b, SetOverlays((door(tmp_path, "slow", gated=True),)))  # B opens, in flight
+    # B's request is a tell: wait (on answers, not time) until B has told the preparer
+    # Prepare and the preparer has handled it, so the registry holds x for B.
+    b.composition().get(timeout=10)
+    daemon.preparer.proxy().unsubscribe(None).get(timeout=10)
+    assert daemon.registry.proxy().held(shown_a.handles["x"]).get(timeout=10) == 2
     assert request(a, SetEnabled(False)).handles == {}  # A switches off meanwhile
     (tmp_path / "gate-slow").write_text("")
     shown_b = opening.result(timeout=60)
