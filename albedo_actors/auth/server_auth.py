@@ -26,7 +26,6 @@ from .refresh import REFRESH_WAIT_S
 
 log = logging.getLogger(__name__)
 
-ASK_TIMEOUT = 5.0
 MAX_AUTHORIZATIONS = 3  # interactive sign-ins in a row for one request (step-up loops end)
 
 
