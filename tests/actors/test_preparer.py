@@ -89,7 +89,7 @@ def test_a_background_discovery_that_differs_is_saved_and_told_one_that_matches_
     prepare(preparer, config)
     # The client told the preparer its first catalogue before the dial ended; once the
     # preparer answers this, it has handled that.
-    sent(preparer, BackgroundSettled())
+    assert request(preparer, BackgroundSettled(), 30) is None
     # Pretend the saved catalogue is older: drop a tool from it.
     saved = store.load_catalogue("f")
     older = dict(saved.catalogue)
