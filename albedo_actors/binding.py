@@ -35,6 +35,7 @@ MCP responses are untrusted data: results are plain records of what the server s
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -42,6 +43,8 @@ import pykka
 
 from .actors.composer import SignInNeeded
 from .actors.preparer import Composition
+from .actors.reply import Request
+from .actors.reply import request as send_request
 from .errors import ConfigError, NeedsSignIn, SessionClosed, SessionTimedOut, Unavailable
 from .catalogue.naming import GET_PROMPT, READ_RESOURCE, Advertised
 
@@ -210,6 +213,25 @@ def ask(method: Any, *args: Any, timeout: float | None = None) -> Any:
         raise SessionClosed(CLOSED) from None
     except pykka.Timeout:
         raise SessionTimedOut(f"the MCP session did not answer within {limit:g} s; try again after the current operation") from None
+
+
+def request(ref: pykka.ActorRef, message: Request, *, timeout: float, late: str | None = None) -> Any:
+    """Tell an actor ``message`` (a request, see actors/reply.py) and wait at most
+    ``timeout`` s on its one reply: the caller's single future, single bound.
+
+    Raises:
+        SessionClosed: the actor has stopped (the session closed).
+        SessionTimedOut: no reply came in time (``late`` says so, if given).
+        Whatever the request failed with (an AlbedoError).
+    """
+    try:
+        return send_request(ref, message, timeout)
+    except pykka.ActorDeadError:
+        raise SessionClosed(CLOSED) from None
+    except concurrent.futures.TimeoutError:
+        raise SessionTimedOut(late or f"the MCP session did not answer within {timeout:g} s; try again after the current operation") from None
+    except concurrent.futures.CancelledError:
+        raise SessionClosed(CLOSED) from None
 
 
 def _mint(target: Any, composition: Composition, namespace: type) -> tuple[str, ...]:

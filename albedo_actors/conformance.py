@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from .actors.client import ServerHandle
 from .auth.server_auth import ServerAuth
-from .actors.refresher import TokenRefresher
+from .actors.refresher import TokenRefresher, refresh_by
 from .auth.signin import authorizer, follow_redirect_agent
 from .catalogue import Catalogue
 from .config import OAuthSettings, ServerConfig
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                 # The suite's authorization servers approve at once: play the browser by
                 # following the redirect (port 0: scenarios run in parallel).
                 sign_in = authorizer(store, environ=environ, agent=follow_redirect_agent(), port=0, lifetime=TIMEOUT_MS / 1000)
-                auth = ServerAuth(config, store, refresher.proxy(), authorize=sign_in)
+                auth = ServerAuth(config, store, refresh_by(refresher), authorize=sign_in)
                 handle = ServerHandle.start(config, home, handlers={"elicitation": accept_with_defaults}, auth=auth)
                 try:
                     failures = plan(handle, handle.connect(), context)

@@ -10,13 +10,14 @@
 It starts a :class:`~albedo_actors.actors.registry.ServerRegistry`, a
 :class:`~albedo_actors.actors.preparer.RuntimePreparer` (with the store, if any: saved
 catalogues and credentials) and one :class:`~albedo_actors.actors.composer.SessionComposer`,
-opens the composer, and stops all three in reverse order on the way out, whatever happened.
+opens the composer, and on the way out, whatever happened, closes every server at once
+and then stops the actors in reverse order (see :meth:`Runtime.stop`).
 
 The session follows the configured default of the ``mcp`` extension (the top-level
 ``enabled`` object of ``extensions.json``: off unless it says ``{"mcp": true}``) and of
 ``editor-mcp`` (on unless set), unless it chooses for itself alone: ``enabled=True`` or
 ``False`` (``overlays_enabled=`` for editor overlays), or later
-``runtime.composer.set_enabled(choice)``. Off means no server is dialled and the binding
+``runtime.request(SetEnabled(choice))`` (the composer's requests). Off means no server is dialled and the binding
 says MCP is off. The command line chooses ``enabled=True``: it is an admin tool and
 works whatever the default says.
 """
@@ -29,13 +30,14 @@ from typing import Any, Callable
 
 import pykka
 
-from .actors.composer import SessionComposer
-from .actors.preparer import Composition, RuntimePreparer
+from .actors.composer import Open, SessionComposer
+from .actors.preparer import BackgroundSettled, Composition, RuntimePreparer
 from .actors.refresher import TokenRefresher, oauth_for
-from .actors.registry import ServerRegistry
-from .binding import CLOSED, Mcp, ask
+from .actors.registry import CloseAll, ServerRegistry
+from .binding import CLOSED, Mcp, ask, request
 from .config import McpConfig, load
-from .errors import SessionClosed, SessionTimedOut
+from .actors.reply import Request
+from .errors import SessionClosed
 
 ASK_TIMEOUT = 10.0
 OPEN_TIMEOUT = 600.0  # a bound only: each server's dial is bounded by its startupTimeoutMs
@@ -109,15 +111,25 @@ class Runtime:
         self._composer = SessionComposer.start(
             self._preparer, self._registry, self._source, enabled=self._enabled, overlays_enabled=self._overlays_enabled, clock=self._clock
         )
-        opened = ask(self.composer.open)  # pykka's Timeout/ActorDeadError become our errors (binding.ask)
-        try:
-            return opened.result(timeout=OPEN_TIMEOUT)
-        except concurrent.futures.TimeoutError:
-            raise SessionTimedOut(f"the MCP servers did not open within {OPEN_TIMEOUT:g} s; "
-                                  "check each server's startupTimeoutMs, then start a new session") from None
+        # One request, one future, one bound (binding.request translates pykka's errors).
+        return request(self._composer, Open(), timeout=OPEN_TIMEOUT,
+                       late=f"the MCP servers did not open within {OPEN_TIMEOUT:g} s; "
+                            "check each server's startupTimeoutMs, then start a new session")
 
     def stop(self) -> None:
-        """Stop the composer, the preparer, the registry and the token refresher, in that order."""
+        """Close every server at once, then stop the composer, the preparer, the registry
+        and the token refresher, in that order (each bounded).
+
+        The registry first tells every client to close (EOF: the servers exit in
+        parallel), so nothing the upper actors' helper threads wait on is still
+        dialling when those actors stop; the registry's stop then waits for the
+        processes to be gone.
+        """
+        if self._registry is not None:
+            try:
+                self._registry.tell(CloseAll())
+            except pykka.ActorDeadError:
+                pass
         for ref in (self._composer, self._preparer, self._registry, self._refresher):
             if ref is not None:
                 try:
@@ -126,9 +138,39 @@ class Runtime:
                     pass
         self._composer = self._preparer = self._registry = self._refresher = None
 
+    def send(self, message: Request) -> concurrent.futures.Future:
+        """Tell the session composer one of its requests without waiting (a host ending a
+        turn: ``runtime.send(TurnEnded())``); its reply, the one future to wait on.
+
+        Raises:
+            SessionClosed: the session has closed, or the runtime is not running.
+        """
+        if self._composer is None:
+            raise SessionClosed(NOT_RUNNING)
+        try:
+            self._composer.tell(message)
+        except pykka.ActorDeadError:
+            raise SessionClosed(CLOSED) from None
+        return message.reply
+
+    def request(self, message: Request, timeout: float = OPEN_TIMEOUT) -> Any:
+        """Tell the session composer one of its requests (``Reload()``, ``SetEnabled(on)``,
+        ``TurnEnded()``, ``ProbesSettled()``, ...) and wait, bounded, for its reply.
+
+        Raises:
+            SessionClosed, SessionTimedOut: the session has closed (or the runtime is
+                not running), or did not answer in time.
+            SessionError, ConfigError: the request failed (a failed preparation keeps
+                the previous composition).
+        """
+        if self._composer is None:
+            raise SessionClosed(NOT_RUNNING)
+        return request(self._composer, message, timeout=timeout)
+
     @property
     def composer(self) -> Any:
-        """The session composer's proxy (turn_started, turn_ended, probes_settled, ...)."""
+        """The session composer's proxy, for what answers at once (composition,
+        turn_started, take_changes); requests go through :meth:`request`."""
         if self._composer is None:
             raise SessionClosed(NOT_RUNNING)
         try:
@@ -159,9 +201,13 @@ class Runtime:
         """Wait (at most ``timeout`` s) for the preparer's background dials; True if they settled."""
         if self._preparer is None:
             return True
-        settled = ask(lambda: self._preparer.proxy().background_settled())
+        settled = BackgroundSettled()
         try:
-            settled.result(timeout=timeout)
+            self._preparer.tell(settled)
+        except pykka.ActorDeadError:
+            raise SessionClosed(CLOSED) from None
+        try:
+            settled.reply.result(timeout=timeout)  # the one future, the caller's bound
             return True
         except concurrent.futures.TimeoutError:
             return False

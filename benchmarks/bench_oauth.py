@@ -24,7 +24,7 @@ clients take turns (rotating order), one at a time:
          ``tools/list`` is answered.
 2. sequential ``tools/call echo`` latency, ``--calls`` calls per client and round on a
    fresh connection, all clients signed in already:
-   ours     ``ServerHandle`` with ``auth=ServerAuth(config, store, TokenRefresher proxy)``;
+   ours     ``ServerHandle`` with ``auth=ServerAuth(config, store, refresh_by(TokenRefresher))``;
    sdk      ``ClientSession`` whose ``httpx2`` client has the ``OAuthClientProvider``
             (already holding tokens) as its auth;
    sdk-hdr  ``ClientSession`` whose ``httpx2`` client sends the bearer token as a
@@ -67,7 +67,7 @@ from bench_http import RawBench, RawHttpClient  # noqa: E402
 
 from albedo_actors.actors.client import ServerHandle  # noqa: E402
 from albedo_actors.auth.server_auth import ServerAuth  # noqa: E402
-from albedo_actors.actors.refresher import TokenRefresher
+from albedo_actors.actors.refresher import TokenRefresher, refresh_by
 from albedo_actors.auth.signin import SignIn, follow_redirect_agent  # noqa: E402
 from albedo_actors.config import ServerConfig  # noqa: E402
 from albedo_actors.store import open_store  # noqa: E402
@@ -179,7 +179,7 @@ class OursAuthBench(_common.OursBench):
         self.store, self.refresher = store, refresher
 
     async def open(self) -> None:
-        auth = ServerAuth(self.config, self.store, self.refresher.proxy())
+        auth = ServerAuth(self.config, self.store, refresh_by(self.refresher))
         self.handle = ServerHandle.start(self.config, self.home, auth=auth)
         self.handle.connect(timeout=SDK_TIMEOUT)
 
@@ -274,7 +274,7 @@ class Run:
             t0 = time.perf_counter()
             record = SignIn(self.config, store, environ={}, agent=follow_redirect_agent(), port=0, lifetime=30).run()
             t1 = time.perf_counter()
-            handle = ServerHandle.start(self.config, home, auth=ServerAuth(self.config, store, refresher.proxy()))
+            handle = ServerHandle.start(self.config, home, auth=ServerAuth(self.config, store, refresh_by(refresher)))
             handle.connect(timeout=SDK_TIMEOUT)
             t2 = time.perf_counter()
             if record.state != "signed_in":
@@ -343,7 +343,7 @@ class Run:
     # -- 3. refresh -----------------------------------------------------------------------------------------
 
     def refresh_ours(self) -> None:
-        handle = ServerHandle.start(self.config, self.home, auth=ServerAuth(self.config, self.store, self.refresher.proxy()))
+        handle = ServerHandle.start(self.config, self.home, auth=ServerAuth(self.config, self.store, refresh_by(self.refresher)))
         try:
             handle.connect(timeout=SDK_TIMEOUT)
             check_echo(handle.call_tool("echo", ARGS))  # whatever the token was, it is good now
@@ -420,7 +420,7 @@ class Run:
         one call each makes both good again (untimed; neither expires the other's)."""
         from mcp.client.session import ClientSession
 
-        handle = ServerHandle.start(self.config, self.home, auth=ServerAuth(self.config, self.store, self.refresher.proxy()))
+        handle = ServerHandle.start(self.config, self.home, auth=ServerAuth(self.config, self.store, refresh_by(self.refresher)))
         try:
             handle.connect(timeout=SDK_TIMEOUT)
             check_echo(handle.call_tool("echo", ARGS))

@@ -108,10 +108,16 @@ class Runtime:
         self.composer = SessionComposer.start(self.preparer, self.registry, lambda: config, enabled=True)
 
     def open(self) -> Any:
-        return self.composer.proxy().open().get(timeout=10).result(timeout=120)
+        from albedo_actors.actors.composer import Open
+        from albedo_actors.actors.reply import request
+
+        return request(self.composer, Open(), 120)
 
     def settled(self) -> None:
-        self.preparer.proxy().background_settled().get(timeout=10).result(timeout=120)
+        from albedo_actors.actors.preparer import BackgroundSettled
+        from albedo_actors.actors.reply import request
+
+        request(self.preparer, BackgroundSettled(), 120)
 
     def stop(self) -> None:
         self.composer.stop(timeout=60)

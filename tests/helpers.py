@@ -226,3 +226,16 @@ def set_flags(directory, *flags) -> None:
     """The flags the server started by :func:`flags_launcher` gets from its next start on."""
     with open(os.path.join(str(directory), "flags.json"), "w", encoding="utf-8") as f:
         json.dump(list(flags), f)
+
+
+def request(target, message, timeout: float = 60):
+    """Tell ``target`` (an actor ref or proxy) the request ``message`` and wait on its one reply."""
+    from albedo_actors.actors.reply import request as send
+
+    return send(getattr(target, "actor_ref", target), message, timeout)
+
+
+def sent(target, message):
+    """Tell ``target`` the request ``message``; its reply future, to wait on later."""
+    getattr(target, "actor_ref", target).tell(message)
+    return message.reply

@@ -4,14 +4,14 @@ import asyncio
 
 import pytest
 
-from albedo_actors.actors.composer import SessionComposer
+from albedo_actors.actors.composer import Open, SessionComposer
 from albedo_actors.actors.preparer import RuntimePreparer
 from albedo_actors.actors.registry import ServerRegistry
 from albedo_actors.binding import AsyncMcp, Mcp
 from albedo_actors.config import McpConfig
 from albedo_actors.errors import ConfigError, UnknownOutcome
 from albedo_actors.store import open_store
-from helpers import fault_config
+from helpers import fault_config, request
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def composer(tmp_path):
     preparer = RuntimePreparer.start(registry, store)
     config = McpConfig(home=home, servers=(fault_config("f", call_timeout_ms=30_000), fault_config("g")))
     ref = SessionComposer.start(preparer, registry, lambda: config, enabled=True)
-    ref.proxy().open().get(timeout=10).result(timeout=60)
+    request(ref.proxy(), Open(), 60)
     yield ref
     ref.stop(timeout=30)
     preparer.stop(timeout=30)

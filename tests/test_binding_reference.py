@@ -19,6 +19,7 @@ import time
 import pykka
 import pytest
 
+from albedo_actors.actors.composer import Open, Reload
 from albedo_actors import binding
 from albedo_actors.actors.composer import SessionComposer
 from albedo_actors.actors.preparer import RuntimePreparer
@@ -29,7 +30,7 @@ from albedo_actors.errors import ConfigError, NeedsSignIn, ProtocolViolation, Se
 from albedo_actors.catalogue.naming import MAX_DESCRIPTION, advertised_name
 from albedo_actors.runtime import Runtime
 from albedo_actors.store import open_store
-from helpers import FAULT_SERVER, OAuthServer, text_of
+from helpers import FAULT_SERVER, OAuthServer, request, sent, text_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BINDING_SERVER = os.path.join(HERE, "servers", "fault_binding_server.py")
@@ -57,7 +58,7 @@ class Session:
         self.preparer = RuntimePreparer.start(self.registry, self.store)
         config = McpConfig(home=home, servers=servers)
         self.composer = SessionComposer.start(self.preparer, self.registry, source or (lambda: config), enabled=True)
-        self.composition = self.composer.proxy().open().get(timeout=ASK).result(timeout=SETTLE)
+        self.composition = request(self.composer.proxy(), Open(), SETTLE)
 
     def close(self) -> None:
         for ref in (self.composer, self.preparer, self.registry):
@@ -206,7 +207,7 @@ def test_a_session_that_closed_or_does_not_answer_is_our_error_not_pykkas(sessio
     mcp, amcp = Mcp(opened.composer), AsyncMcp(opened.composer)
     monkeypatch.setattr(binding, "ASK_TIMEOUT", 0.5)
     block.set()
-    reloading = opened.composer.proxy().reload()
+    reloading = sent(opened.composer, Reload())
     try:
         # A binding's calls ask the composer nothing (issue 12): they go on while it is busy.
         assert text_of(mcp.call("f/echo", text="busy").as_dict()) == "busy"
@@ -220,7 +221,7 @@ def test_a_session_that_closed_or_does_not_answer_is_our_error_not_pykkas(sessio
         assert time.monotonic() - started < 10
     finally:
         gate.set()
-    reloading.get(timeout=ASK).result(timeout=SETTLE)
+    reloading.result(timeout=SETTLE)
     assert text_of(mcp.call("f/echo", text="answers again").as_dict()) == "answers again"
 
     opened.composer.stop(timeout=30)
@@ -297,14 +298,14 @@ def test_runtime_asks_give_our_errors_when_its_actors_stall_or_stop(tmp_path, mo
     with Runtime(str(tmp_path), None, config=source) as runtime:
         monkeypatch.setattr(binding, "ASK_TIMEOUT", 0.5)
         block.set()
-        reloading = runtime.composer.reload()
+        reloading = sent(runtime.composer, Reload())
         try:
             with pytest.raises(SessionTimedOut) as raised:
                 runtime.composition()
             assert "did not answer within 0.5 s" in str(raised.value)
         finally:
             gate.set()
-        reloading.get(timeout=ASK).result(timeout=SETTLE)
+        reloading.result(timeout=SETTLE)
         monkeypatch.setattr(binding, "ASK_TIMEOUT", ASK)
         assert "f" in runtime.composition().catalogues
         runtime._composer.stop(timeout=30)

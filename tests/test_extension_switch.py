@@ -16,10 +16,13 @@ import sys
 
 import pytest
 
+from albedo_actors.actors.composer import SetEnabled
 from albedo_actors.config import load
 from albedo_actors.errors import ConfigError
 from albedo_actors.runtime import Runtime
 from albedo_actors.settings import Settings
+
+from helpers import request
 
 store_module = pytest.importorskip("albedo_actors.store")
 
@@ -94,9 +97,9 @@ def test_a_session_chooses_for_itself_alone(home, store):
         assert off.composition().mcp_off and off.mcp().tools() == []
         assert not on.composition().mcp_off and on.mcp().tools()
         # A session's choice can change during the session, each for itself alone.
-        off.composer.set_enabled(True).get(timeout=10).result(timeout=30)
+        request(off.composer, SetEnabled(True), 30)
         assert off.mcp().call("f/echo", text="late").content[0]["text"] == "late"
-        on.composer.set_enabled(False).get(timeout=10).result(timeout=30)
+        request(on.composer, SetEnabled(False), 30)
         assert on.composition().mcp_off and on.mcp().tools() == []
 
 

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from albedo_actors.actors.preparer import Prepare
 from albedo_actors.connection import channel as rpc
 from albedo_actors.actors.client import ServerHandle
 from albedo_actors.config import ServerConfig
@@ -24,7 +25,7 @@ from albedo_actors.connection import DISCOVERY_BUDGET
 from albedo_actors.errors import ProtocolViolation, ServerError, UnknownOutcome
 from albedo_actors.catalogue.naming import advertised_name
 from albedo_actors.wire import jsonrpc
-from helpers import FAULT_SERVER, text_of
+from helpers import FAULT_SERVER, sent, text_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOSTILE = os.path.join(HERE, "servers", "hostile_text_server.py")
@@ -311,7 +312,7 @@ def test_a_failure_inside_a_preparation_fails_it_at_once_instead_of_leaving_the_
     preparer = RuntimePreparer.start(registry, None, environ={"PATH": "/usr/bin:/bin"})
     try:
         config = McpConfig(home=str(tmp_path), servers=(ServerConfig(name="good", type="stdio", command=sys.executable, args=(FAULT_SERVER,)),))
-        future = preparer.proxy().prepare(config).get(timeout=10)
+        future = sent(preparer.proxy(), Prepare(config))
         started = time.monotonic()
         with pytest.raises(Exception) as caught:
             future.result(timeout=60)

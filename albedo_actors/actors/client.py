@@ -12,10 +12,14 @@ dialer and discovery threads, which report back with messages; the transport's
 reader thread resolves responses directly (see :mod:`albedo_actors.connection.channel`) and sends
 notifications and closures here as messages.
 
-Requests do not pass through the mailbox: :class:`ServerHandle` asks the actor for
-the live connection (dialling it first when there is none) and then writes its request
-on the caller's own thread and waits there, with the call's timeout. Tool calls are
-never retried.
+Requests do not pass through the mailbox: :class:`ServerHandle` tells the actor a
+:class:`Connect` request (reply.py's pattern) and waits on its reply for the live
+connection (dialled first when there is none), then writes its request on the caller's
+own thread and waits there, with the call's timeout. Tool calls are never retried.
+
+Stopping: :class:`Close` (told) closes the connection at once, so the server gets EOF;
+``on_stop`` closes too (if nobody told Close first) and then waits, bounded, for the
+processes and helper threads to end. No helper thread waits on an actor.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from ..errors import AlbedoError, SessionExpired, Unavailable
 from ..connection.channel import Pending
 from ..transport.stdio import LaunchSpec, StdioTransport
 from ..wire import mcp
+from .reply import Request, chain, fail, fail_queued, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +61,23 @@ class CatalogueChanged:
 class ServerLost:
     server: str
     reason: str
+
+
+# -- messages to the client ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Connect(Request):
+    """``reply`` resolves with the live :class:`Connection`, dialling one when there is
+    none; it fails with :class:`Unavailable` (or :class:`Incompatible`) when the dial
+    fails or the client is closing. Every dial is bounded by ``startupTimeoutMs``."""
+
+
+@dataclass(frozen=True)
+class Close:
+    """Close the connection now (the server gets EOF) without waiting for its end; the
+    stop that follows waits. A runtime that stops tells every client this first, so its
+    servers end in parallel."""
 
 
 # -- messages from the helper threads --------------------------------------------------------
@@ -138,20 +160,6 @@ class ServerClient(pykka.ThreadingActor):
 
     # -- public API (proxy calls) ------------------------------------------------------------
 
-    def connection(self) -> concurrent.futures.Future:
-        """A future of the live :class:`Connection`, dialling one when there is none.
-
-        The future fails with :class:`Unavailable` (or :class:`Incompatible`) when the
-        dial fails; every dial is bounded by ``startupTimeoutMs``.
-        """
-        if self._connection is not None and self._connection.alive:
-            done: concurrent.futures.Future = concurrent.futures.Future()
-            done.set_result(self._connection)
-            return done
-        if self._dial is None:
-            self._start_dial()
-        return self._dial
-
     def catalogue(self) -> Catalogue | None:
         """The catalogue last discovered (None before the first successful dial)."""
         return self._catalogue
@@ -170,7 +178,11 @@ class ServerClient(pykka.ThreadingActor):
     # -- messages from helper threads ---------------------------------------------------------
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _Notified):
+        if isinstance(message, Connect):
+            self._on_connect(message.reply)
+        elif isinstance(message, Close):
+            self._close()
+        elif isinstance(message, _Notified):
             self._on_notified(message)
         elif isinstance(message, _Closed):
             self._on_closed(message)
@@ -183,6 +195,18 @@ class ServerClient(pykka.ThreadingActor):
         else:
             return super().on_receive(message)
         return None
+
+    def _on_connect(self, reply: concurrent.futures.Future) -> None:
+        if self._connection is not None and self._connection.alive:
+            resolve(reply, self._connection)
+            return
+        if self._stopping:
+            fail(reply, Unavailable(self.config.name, "the client is closing"))
+            return
+        if self._dial is None:
+            self._start_dial()
+        assert self._dial is not None
+        chain(self._dial, reply)
 
     def _on_dialled(self, message: _Dialled) -> None:
         future, self._dial = self._dial, None
@@ -245,6 +269,23 @@ class ServerClient(pykka.ThreadingActor):
     # -- lifecycle ------------------------------------------------------------------------------
 
     def on_stop(self) -> None:
+        fail_queued(self, lambda message: Unavailable(self.config.name, "the client stopped"))
+        self._close()
+        for thread in (self._dialer, self._discoverer):
+            if thread is not None:
+                thread.join(STOP_TIMEOUT)
+        if self._dial is not None:
+            fail(self._dial, Unavailable(self.config.name, "the client stopped"))
+            self._dial = None
+        for connection in self._old:
+            connection.transport.wait_closed()
+        self._old = []
+        if self._closed_event is not None:
+            self._closed_event.set()
+
+    def _close(self) -> None:
+        """Close every connection and the dial in progress without waiting: each server
+        gets EOF now. Idempotent; ``on_stop`` then waits for the processes to end."""
         self._stopping = True
         self._opening.close_all()
         if self._connection is not None:
@@ -254,19 +295,12 @@ class ServerClient(pykka.ThreadingActor):
                 self._connection.channel.notify("notifications/cancelled", {"requestId": self._listen.id, "reason": "client closing"})
             self._old.append(self._connection)
             self._connection = None
+            self._listen = None
         for connection in self._old:
             connection.close("client closing")
-        for thread in (self._dialer, self._discoverer):
-            if thread is not None:
-                thread.join(STOP_TIMEOUT)
         if self._dial is not None:
-            self._dial.set_exception(Unavailable(self.config.name, "the client stopped"))
+            fail(self._dial, Unavailable(self.config.name, "the client is closing"))
             self._dial = None
-        for connection in self._old:
-            connection.transport.wait_closed()
-        self._old = []
-        if self._closed_event is not None:
-            self._closed_event.set()
 
     def on_failure(self, exception_type, exception_value, traceback) -> None:
         self.on_stop()
@@ -534,15 +568,23 @@ class ServerHandle:
         live = self._live
         if live is not None and live.alive:
             return live  # the hot path: no hop through the actor's mailbox
-        future = self._ask(self._proxy.connection())
+        asked = Connect()
+        try:
+            self._ref.tell(asked)
+        except pykka.ActorDeadError:
+            raise Unavailable(self.name, "the client has stopped") from None
         wait = self.config.startup_timeout + 1.0 if timeout is None else timeout
         try:
-            self._live = future.result(timeout=wait)
+            self._live = asked.reply.result(timeout=wait)
             return self._live
         except concurrent.futures.TimeoutError:
             raise Unavailable(self.name, f"did not connect within {wait:g} s") from None
         except concurrent.futures.CancelledError:
             raise Unavailable(self.name, "the connection attempt was abandoned") from None
+
+    def close(self) -> None:
+        """Begin closing: the server gets EOF now; :meth:`stop` (or ``stop_async``) waits."""
+        _tell(self._ref, Close())
 
     def _ask(self, future: pykka.Future) -> Any:
         try:

@@ -4,11 +4,17 @@
 whether the extension is on for this session, whether a turn is running, and the
 probe schedule of the servers that were left out.
 
-**Asks** the RuntimePreparer (for a composition: it answers with a future at once) and
-the ServerRegistry (for a left-out server's client), both with timeouts. **Tells** the
-preparer :class:`Subscribe`/:class:`Unsubscribe` and the registry :class:`Release`
-(nothing to wait for); the host reads :meth:`composition` and :meth:`take_changes`,
-and the binding the composition published in :class:`Published` (asked for once).
+**Asks** the ServerRegistry (for a left-out server's client), with a timeout. **Tells**
+the RuntimePreparer :class:`~albedo_actors.actors.preparer.Prepare` (a request whose
+reply one helper thread waits on, never this mailbox), :class:`Subscribe` and
+:class:`Unsubscribe`, and the registry :class:`Release` (nothing to wait for).
+
+**Requests** from the host (reply.py's pattern: the host tells one and waits on its
+``reply``): :class:`Open`, :class:`Reload`, :class:`SetEnabled`, :class:`SetOverlays`,
+:class:`SetOverlaysEnabled`, :class:`TurnEnded`, :class:`ProbesSettled`. What answers
+at once is a proxy call: :meth:`~SessionComposer.composition`,
+:meth:`~SessionComposer.turn_started`, :meth:`~SessionComposer.take_changes`. The binding reads the
+composition the composer publishes in :class:`Published` (asked for once).
 
 - A replacement is always prepared first; the previous clients are retired only after
   the swap, and a failed preparation keeps the previous composition.
@@ -42,8 +48,9 @@ import pykka
 from ..config import McpConfig, ServerConfig
 from ..errors import AlbedoError, SessionClosed, SessionError
 from .client import ServerHandle, connect_all
-from .preparer import CatalogueSaved, Composition, Subscribe, Unsubscribe
+from .preparer import CatalogueSaved, Composition, Prepare, Subscribe, Unsubscribe
 from .registry import Release
+from .reply import Request, chain, fail, fail_queued, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +71,54 @@ class Published:
 
     def __init__(self, composition: Composition) -> None:
         self.composition = composition
+
+
+# -- requests (reply.py): each ``reply`` resolves with the Composition in use once the
+# preparation it asked for has landed (or fails with the AlbedoError that kept it out) --
+
+
+@dataclass(frozen=True, eq=False)
+class Open(Request):
+    """Subscribe to the preparer's catalogue changes and prepare the first composition."""
+
+
+@dataclass(frozen=True, eq=False)
+class Reload(Request):
+    """Prepare a replacement from the current configuration; swapped only if it succeeds."""
+
+
+@dataclass(frozen=True, eq=False)
+class SetEnabled(Request):
+    """The session's own choice for the "mcp" extension (None: the configured default)."""
+
+    enabled: bool | None
+
+
+@dataclass(frozen=True, eq=False)
+class SetOverlays(Request):
+    """Editor overlays a host hands over at run time; their credentials stay in memory."""
+
+    servers: tuple[ServerConfig, ...]
+    credentials: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class SetOverlaysEnabled(Request):
+    """The session's own choice for editor overlays (None: the configured default)."""
+
+    enabled: bool | None
+
+
+@dataclass(frozen=True, eq=False)
+class TurnEnded(Request):
+    """The turn ended: a swap or a refresh that waited for it runs now. ``reply``: the
+    composition once that swap or refresh has landed, or None at once when none waited.
+    A host that does not wait for it simply tells it."""
+
+
+@dataclass(frozen=True, eq=False)
+class ProbesSettled(Request):
+    """``reply`` resolves (with None) once no probe of a left-out server is running."""
 
 
 @dataclass(frozen=True)
@@ -123,34 +178,12 @@ class SessionComposer(pykka.ThreadingActor):
         self._probe_wait = 0.0
         self._probing: set[str] = set()
         self._probes_settled: list[concurrent.futures.Future] = []
+        self._pending: list[concurrent.futures.Future] = []  # preparations told to the preparer, not yet answered
         self._threads: list[threading.Thread] = []
 
     # -- public API -------------------------------------------------------------------------
-
-    def open(self) -> concurrent.futures.Future:
-        """Prepare the composition; a future that resolves once it is in use."""
-        self._preparer.tell(Subscribe(self.actor_ref))
-        return self._prepare()
-
-    def reload(self) -> concurrent.futures.Future:
-        """Prepare a replacement from the current configuration; swap only if it succeeds."""
-        return self._prepare()
-
-    def set_enabled(self, enabled: bool | None) -> concurrent.futures.Future:
-        """The session's own choice (None: the configured default); swaps accordingly."""
-        self._choice = enabled
-        return self._prepare()
-
-    def set_overlays(self, servers: tuple[ServerConfig, ...], credentials: Mapping[str, Any] | None = None) -> concurrent.futures.Future:
-        """Editor overlays a host hands over at run time; their credentials stay in memory."""
-        self._overlay_configs = tuple(servers)
-        self._overlay_credentials = dict(credentials or {})
-        return self._prepare()
-
-    def set_overlays_enabled(self, enabled: bool | None) -> concurrent.futures.Future:
-        """The session's own choice for editor overlays (None: the configured default)."""
-        self._overlay_choice = enabled
-        return self._prepare()
+    # Requests whose answer comes after a preparation are the messages below (Open,
+    # Reload, ...; reply.py's pattern); what answers at once is a proxy call.
 
     def composition(self) -> Composition:
         return self._composition
@@ -163,29 +196,6 @@ class SessionComposer(pykka.ThreadingActor):
         """The host submitted a turn: activity, so left-out servers may be probed."""
         self._in_turn = True
         self._probe_if_due()
-
-    def turn_ended(self) -> concurrent.futures.Future | None:
-        """The turn ended: a swap or a refresh that waited for it runs now (its future, else None)."""
-        self._in_turn = False
-        parked, self._parked = self._parked, None
-        landed = None
-        if parked is not None:
-            landed = self._waiting.get(parked.generation)
-            self._on_prepared(parked)
-        self._probe_if_due()
-        if self._refresh_due:
-            self._refresh_due = False
-            return self._prepare()
-        return landed
-
-    def probes_settled(self) -> concurrent.futures.Future:
-        """A future that resolves once no probe of a left-out server is running."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        if self._probing:
-            self._probes_settled.append(future)
-        else:
-            future.set_result(None)
-        return future
 
     def server_needs_sign_in(self, server: str) -> None:
         """A call found ``server`` needing a sign-in: after this turn the session is
@@ -206,7 +216,14 @@ class SessionComposer(pykka.ThreadingActor):
     # -- messages ------------------------------------------------------------------------------
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _Prepared):
+        if isinstance(message, Request):
+            try:
+                self._on_request(message)
+            except Exception as exc:  # noqa: BLE001 - a bug fails this request, not the session
+                logger.exception("the session could not handle %s", type(message).__name__)
+                fail(message.reply, exc if isinstance(exc, AlbedoError) else
+                     SessionError(f"the MCP session failed ({type(exc).__name__}); the previous servers stay in use"))
+        elif isinstance(message, _Prepared):
             self._on_prepared(message)
         elif isinstance(message, SignInNeeded):
             self.server_needs_sign_in(message.server)
@@ -222,22 +239,75 @@ class SessionComposer(pykka.ThreadingActor):
             if not self._probing:
                 settled, self._probes_settled = self._probes_settled, []
                 for future in settled:
-                    future.set_result(None)
+                    resolve(future, None)
         else:
             return super().on_receive(message)
         return None
 
+    def _on_request(self, message: Request) -> None:
+        if isinstance(message, TurnEnded):
+            self._turn_ended(message.reply)
+            return
+        if isinstance(message, ProbesSettled):
+            if self._probing:
+                self._probes_settled.append(message.reply)
+            else:
+                resolve(message.reply, None)
+            return
+        if isinstance(message, Open):
+            try:
+                self._preparer.tell(Subscribe(self.actor_ref))
+            except pykka.ActorDeadError:
+                pass  # _prepare below says the preparer has stopped
+        elif isinstance(message, SetEnabled):
+            self._choice = message.enabled
+        elif isinstance(message, SetOverlays):
+            self._overlay_configs = tuple(message.servers)
+            self._overlay_credentials = dict(message.credentials or {})
+        elif isinstance(message, SetOverlaysEnabled):
+            self._overlay_choice = message.enabled
+        elif not isinstance(message, Reload):
+            fail(message.reply, SessionError(f"the MCP session does not handle {type(message).__name__}"))
+            return
+        self._prepare(message.reply)
+
+    def _turn_ended(self, reply: concurrent.futures.Future) -> None:
+        self._in_turn = False
+        parked, self._parked = self._parked, None
+        landed = None
+        if parked is not None:
+            landed = self._waiting.get(parked.generation)
+            self._on_prepared(parked)
+        self._probe_if_due()
+        if self._refresh_due:
+            self._refresh_due = False
+            self._prepare(reply)
+        elif landed is not None:
+            chain(landed, reply)
+        else:
+            resolve(reply, None)
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     def on_stop(self) -> None:
+        # Nothing here waits on an actor below: what the helper threads wait on ends
+        # first (DESIGN rule 1). The overlays close (their servers get EOF at once), the
+        # preparations still with the preparer are cancelled (it releases what it
+        # prepared for a cancelled one), and only then are the threads joined.
+        fail_queued(self, lambda message: SessionClosed("the MCP session closed; start a new session"))
         try:
             self._preparer.tell(Unsubscribe(self.actor_ref))
         except pykka.ActorDeadError:
             pass
-        for thread in self._threads:
-            thread.join(30)
         for _key, handle in self._overlay_handles.values():
             handle.stop_async()
+        for pending in self._pending:
+            pending.cancel()
+        self._pending = []
+        for thread in self._threads:
+            thread.join(30)
+            if thread.is_alive():
+                logger.warning("a session thread (%s) did not end within 30 s of the stop; it ends on its own", thread.name)
         self._overlay_handles = {}
         if self._parked is not None:
             self._release(self._parked.composition.held)
@@ -246,34 +316,42 @@ class SessionComposer(pykka.ThreadingActor):
         self._composition = Composition()
         self._published.composition = self._composition
         for future in self._waiting.values():
-            if not future.done():
-                future.set_exception(SessionClosed("the MCP session closed before it was prepared; start a new session"))
+            fail(future, SessionClosed("the MCP session closed before it was prepared; start a new session"))
+        for future in self._probes_settled:
+            resolve(future, None)
+        self._probes_settled = []
 
     # -- internals -------------------------------------------------------------------------------
 
     def _enabled(self, config: McpConfig) -> bool:
         return config.extension_enabled("mcp") if self._choice is None else self._choice
 
-    def _prepare(self) -> concurrent.futures.Future:
+    def _prepare(self, done: concurrent.futures.Future | None = None) -> None:
+        """Start a preparation; ``done`` (the request's reply) resolves once it landed."""
         self._generation += 1
         generation = self._generation
-        done: concurrent.futures.Future = concurrent.futures.Future()
+        done = done if done is not None else concurrent.futures.Future()
         self._waiting[generation] = done
         try:
             config = self._config()
         except AlbedoError as exc:
             self.actor_ref.tell(_Prepared(generation, None, exc))
-            return done
+            return
         if self._enabled(config):
+            # A tell, not an ask: this mailbox never waits on the preparer, and the
+            # helper thread below waits on this one future (bounded).
+            asked = Prepare(config)
+            pending = asked.reply
             try:
-                pending = self._preparer.proxy().prepare(config).get(timeout=ASK_TIMEOUT)
-            except (pykka.Timeout, pykka.ActorDeadError) as exc:
+                self._preparer.tell(asked)
+            except pykka.ActorDeadError:
                 self._waiting.pop(generation, None)
-                done.set_exception(SessionError(f"the runtime preparer did not answer ({type(exc).__name__}); start a new session"))
-                return done
+                fail(done, SessionError("the runtime preparer has stopped; start a new session to use MCP again"))
+                return
         else:
             pending = concurrent.futures.Future()
             pending.set_result(Composition(mcp_off=True))  # the binding says MCP is off
+        self._pending = [p for p in self._pending if not p.done()] + [pending]
         overlays = self._start_overlays(config)
         thread = threading.Thread(
             target=_finish, args=(self.actor_ref, self._registry, generation, pending, overlays, self._overlays_shown),
@@ -281,7 +359,6 @@ class SessionComposer(pykka.ThreadingActor):
         )
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
-        return done
 
     def _start_overlays(self, config: McpConfig) -> dict[str, ServerHandle]:
         """The overlay clients this preparation uses, reusing those whose setup is unchanged."""
@@ -307,7 +384,7 @@ class SessionComposer(pykka.ThreadingActor):
             # The session keeps its previous working composition.
             logger.warning("MCP preparation failed; keeping the previous composition: %s", message.error)
             if done is not None:
-                done.set_exception(message.error)
+                fail(done, message.error)
             return
         if message.generation != self._generation:
             # A newer preparation was asked for; this one is stale. Let go of what the
@@ -315,7 +392,7 @@ class SessionComposer(pykka.ThreadingActor):
             # preparation hold their own counts on any client they share with it.
             self._release(message.composition.held)
             if done is not None:
-                done.set_result(self._composition)
+                resolve(done, self._composition)
             return
         if self._in_turn:
             # Ready during a turn: it waits for the turn's end (turn_ended swaps it in).
@@ -342,7 +419,7 @@ class SessionComposer(pykka.ThreadingActor):
         self._release(previous.held)
         self._schedule_probes(reset=True)
         if done is not None:
-            done.set_result(message.composition)
+            resolve(done, message.composition)
 
     def _refresh_after_turn(self) -> None:
         # Mid-turn or idle alike: the refresh runs when the (next) turn ends.

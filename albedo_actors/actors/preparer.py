@@ -9,10 +9,13 @@ composers) :class:`CatalogueSaved` when a background discovery found a catalogue
 differs from the saved one, and the registry :class:`SetOwner` (at start) and
 :class:`Release` (what a failed preparation was given).
 
+**Requests** (reply.py's pattern): :class:`Prepare` and :class:`BackgroundSettled`;
+each is handled at once and its ``reply`` resolves later.
+
 **Threads**: the preparer's own thread only decides; dials run on helper threads
-(one per server being prepared), which report back with messages. ``prepare`` returns
-a future at once; it resolves when every server without a usable saved catalogue has
-been dialled (each bounded by its ``startupTimeoutMs``).
+(one per server being prepared), which report back with messages. A :class:`Prepare`
+reply resolves when every server without a usable saved catalogue has been dialled
+(each bounded by its ``startupTimeoutMs``).
 
 The reference's "Saved catalogues": a server with a saved catalogue for its current
 fingerprint is advertised at once and dialled in the background; one without is
@@ -45,11 +48,12 @@ from ..catalogue.naming import (
     bound_description,
     server_prefix,
 )
-from ..errors import AlbedoError, ConfigError, NeedsSignIn, ServerError, SessionError, StoreError, Unavailable
+from ..errors import AlbedoError, ConfigError, NeedsSignIn, ServerError, SessionClosed, SessionError, StoreError, Unavailable
 from ..catalogue.saved import MAX_CATALOGUE_BYTES, fingerprint, load_current, save_if_changed, size_of
 from ..wire.text import printable
 from .client import CatalogueChanged, ServerHandle, ServerLost, connect_all
 from .registry import Release, SetOwner
+from .reply import Request, fail, fail_queued, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -225,6 +229,23 @@ class Composition:
         return self._model
 
 
+@dataclass(frozen=True, eq=False)
+class Prepare(Request):
+    """Prepare ``config``'s enabled servers. Handled at once (this mailbox never waits on
+    a dial); ``reply`` resolves with the :class:`Composition` once every server without
+    a usable saved catalogue has been dialled (each bounded by its startupTimeoutMs),
+    or fails with :class:`ConfigError` when the configuration is unusable (then nothing
+    changed: the caller keeps its previous composition). A reply cancelled meanwhile
+    gets nothing, and what was prepared for it is released."""
+
+    config: McpConfig
+
+
+@dataclass(frozen=True, eq=False)
+class BackgroundSettled(Request):
+    """``reply`` resolves (with None) once no background dial is pending (and its outcome handled)."""
+
+
 @dataclass(frozen=True)
 class CatalogueSaved:
     """Told to subscribers: a background discovery saved a catalogue that differs."""
@@ -288,22 +309,11 @@ class RuntimePreparer(pykka.ThreadingActor):
         if ref in self._subscribers:
             self._subscribers.remove(ref)
 
-    def background_settled(self) -> concurrent.futures.Future:
-        """A future that resolves once no background dial is pending (and its outcome handled)."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        if self._background_pending == 0:
-            future.set_result(None)
-        else:
-            self._settled.append(future)
-        return future
+    # Requests that answer later are the messages :class:`Prepare` and
+    # :class:`BackgroundSettled` (reply.py's pattern).
 
-    def prepare(self, config: McpConfig) -> concurrent.futures.Future:
-        """Start preparing ``config``'s enabled servers; a future of the :class:`Composition`.
-
-        The future fails with :class:`ConfigError` when the configuration is unusable
-        (then nothing changed: the caller keeps its previous composition).
-        """
-        result: concurrent.futures.Future = concurrent.futures.Future()
+    def _prepare(self, config: McpConfig, result: concurrent.futures.Future) -> None:
+        """Start preparing ``config``'s enabled servers; ``result`` gets the :class:`Composition`."""
         servers = config.enabled
         try:
             credentials = {s.name: self._credentials(s.name) for s in servers}
@@ -313,8 +323,8 @@ class RuntimePreparer(pykka.ThreadingActor):
                 else:
                     _check_named_env(server, self._environ)
         except (ConfigError, StoreError) as exc:
-            result.set_exception(exc)
-            return result
+            fail(result, exc)
+            return
         applied = self._registry.apply(servers, credentials).get(timeout=ASK_TIMEOUT)
         keys = {s.name: fingerprint(s, credentials[s.name], self._environ) for s in servers}
         self._keys.update(keys)
@@ -334,11 +344,24 @@ class RuntimePreparer(pykka.ThreadingActor):
         if background and self._background_dials:
             self._background_pending += len(background)
             self._start(self._background_all, background)
-        return result
 
     # -- messages from helper threads ------------------------------------------------------
 
     def on_receive(self, message: Any) -> Any:
+        if isinstance(message, Prepare):
+            try:
+                self._prepare(message.config, message.reply)
+            except Exception as exc:  # noqa: BLE001 - one failed preparation, never a hung session
+                logger.error("preparing the MCP servers failed: %s: %s", type(exc).__name__, exc)
+                fail(message.reply, exc if isinstance(exc, AlbedoError) else
+                     SessionError(f"preparing the MCP servers failed ({type(exc).__name__}); the previous servers stay in use"))
+            return None
+        if isinstance(message, BackgroundSettled):
+            if self._background_pending == 0:
+                resolve(message.reply, None)
+            else:
+                self._settled.append(message.reply)
+            return None
         if isinstance(message, CatalogueChanged):
             # A live client re-discovered after a list_changed: save it and tell.
             key = self._keys.get(message.server)
@@ -366,7 +389,7 @@ class RuntimePreparer(pykka.ThreadingActor):
             if self._background_pending == 0:
                 settled, self._settled = self._settled, []
                 for future in settled:
-                    future.set_result(None)
+                    resolve(future, None)
             return None
         return super().on_receive(message)
 
@@ -376,8 +399,17 @@ class RuntimePreparer(pykka.ThreadingActor):
         self._registry.actor_ref.tell(SetOwner(self.actor_ref))
 
     def on_stop(self) -> None:
+        fail_queued(self, lambda message: SessionClosed("the MCP runtime stopped; start a new session to use MCP again"))
+        # The helper threads wait on dials of the registry's clients only; a runtime
+        # that stops tells those clients to close first (runtime.py), so each dial ends
+        # at once and these joins are short.
         for thread in self._threads:
             thread.join(30)
+            if thread.is_alive():
+                logger.warning("a preparing thread (%s) did not end within 30 s of the stop; it ends on its own", thread.name)
+        settled, self._settled = self._settled, []
+        for future in settled:
+            resolve(future, None)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -408,11 +440,11 @@ class RuntimePreparer(pykka.ThreadingActor):
             # A failed preparation lets go of what apply() held for it, and nothing else,
             # before its caller hears of the failure.
             _tell(self._registry.actor_ref, Release(tuple(applied.handles.values())))
-        if not result.cancelled():
-            if error is not None:
-                result.set_exception(error)
-            else:
-                result.set_result(outcome.result(timeout=0))
+            fail(result, error)
+        elif not resolve(result, outcome.result(timeout=0)):
+            # Nobody waits for it any more (its session closed and cancelled it): let go
+            # of what apply() held for it, as its session would have.
+            _tell(self._registry.actor_ref, Release(tuple(applied.handles.values())))
 
     def _prepare_foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue],
                             result: Any, signin: dict[str, str] | None) -> None:
@@ -505,4 +537,4 @@ def _tell(ref: pykka.ActorRef, message: Any) -> None:
         pass
 
 
-__all__ = ["Composition", "CatalogueSaved", "RuntimePreparer"]
+__all__ = ["BackgroundSettled", "Composition", "CatalogueSaved", "Prepare", "RuntimePreparer"]

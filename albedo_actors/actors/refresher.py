@@ -1,9 +1,10 @@
 """TokenRefresher: the only code that talks to a token endpoint for a running server.
 
-One actor per daemon. ``refresh(server, seen)`` answers at once with a
-``concurrent.futures.Future`` of the server's new :class:`OAuthRecord`. Refreshes are
+One actor per daemon. A :class:`Refresh` request (told; reply.py's pattern) resolves
+its ``reply`` with the server's new :class:`OAuthRecord`; :func:`refresh_by` adapts the
+actor to the ``(server, seen) -> Future`` seam ServerAuth declares. Refreshes are
 keyed by server name *and URL*: while a refresh of that server at that URL is in
-flight every caller gets the same future (single-flight in this process), and a caller
+flight every caller's reply follows the same refresh (single-flight in this process), and a caller
 for another URL (the server was edited meanwhile) never joins it, so one URL's token
 never reaches the client of another. The refresh runs on a worker thread the actor
 owns, never in its mailbox (:func:`refresh_held`).
@@ -26,11 +27,14 @@ import pykka
 from ..auth.discovery import Challenge
 from ..auth.http import AuthHttp
 from ..auth.refresh import REFRESH_WAIT_S, default_http, refresh_held
-from ..auth.server_auth import ServerAuth
+from ..auth.server_auth import RefreshFn, ServerAuth
 from ..config import ServerConfig
 from ..errors import AuthError
+from .reply import Request, chain, fail, fail_queued
 
-__all__ = ["TokenRefresher", "oauth_for"]
+STOPPED = "the token refresher has stopped"
+
+__all__ = ["Refresh", "TokenRefresher", "oauth_for", "refresh_by"]
 
 
 class TokenRefresher(pykka.ThreadingActor):
@@ -46,19 +50,17 @@ class TokenRefresher(pykka.ThreadingActor):
         self._threads: set[threading.Thread] = set()
         self.requests = 0  # token requests made (tests and benchmarks read it)
 
-    def refresh(self, server: ServerConfig, seen: str | None) -> concurrent.futures.Future:
-        """The future of ``server``'s record after a refresh of the token ``seen``."""
+    def _refresh(self, server: ServerConfig, seen: str | None, reply: concurrent.futures.Future) -> None:
         key = (server.name, server.url)
         future = self._inflight.get(key)
-        if future is not None and not future.done():
-            return future  # a finished one (its _Finished not handled yet) is not in flight
-        future = concurrent.futures.Future()
-        self._inflight[key] = future
-        thread = threading.Thread(target=self._work, args=(server, seen, future), name=f"oauth-refresh-{server.name}",
-                                  daemon=True)
-        self._threads.add(thread)
-        thread.start()
-        return future
+        if future is None or future.done():  # a finished one (its _Finished not handled yet) is not in flight
+            future = concurrent.futures.Future()
+            self._inflight[key] = future
+            thread = threading.Thread(target=self._work, args=(server, seen, future), name=f"oauth-refresh-{server.name}",
+                                      daemon=True)
+            self._threads.add(thread)
+            thread.start()
+        chain(future, reply)
 
     def token_requests(self) -> int:
         return self.requests
@@ -72,6 +74,7 @@ class TokenRefresher(pykka.ThreadingActor):
             self.requests += 1
 
     def on_stop(self) -> None:
+        fail_queued(self, lambda message: AuthError(message.server.name if isinstance(message, Refresh) else "?", STOPPED))
         for thread in list(self._threads):
             thread.join(REFRESH_WAIT_S)
 
@@ -91,10 +94,23 @@ class TokenRefresher(pykka.ThreadingActor):
                 pass
 
     def on_receive(self, message: Any) -> Any:
+        if isinstance(message, Refresh):
+            self._refresh(message.server, message.seen, message.reply)
+            return None
         if isinstance(message, _Finished):
             self._finished(message.key, message.future, message.thread, message.requested)
             return None
         return super().on_receive(message)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Refresh(Request):
+    """Refresh ``server``'s token ``seen``; ``reply`` resolves with its new
+    :class:`OAuthRecord` (None: nothing stored for this URL), or fails with the
+    :class:`AuthError`, :class:`RefreshDeferred` or :class:`StoreError` that kept it."""
+
+    server: ServerConfig
+    seen: str | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,14 +121,31 @@ class _Finished:
     requested: bool
 
 
+def refresh_by(refresher: pykka.ActorRef) -> RefreshFn:
+    """The refresher as the seam :class:`ServerAuth` declares: ``(server, seen) -> Future``.
+
+    A stopped refresher answers with a future failed with :class:`AuthError` ("the token
+    refresher has stopped"), which ServerAuth turns into a one-line NeedsSignIn."""
+
+    def refresh(server: ServerConfig, seen: str | None) -> concurrent.futures.Future:
+        asked = Refresh(server, seen)
+        try:
+            refresher.tell(asked)
+        except pykka.ActorDeadError:
+            fail(asked.reply, AuthError(server.name, STOPPED))
+        return asked.reply
+
+    return refresh
+
+
 def oauth_for(store: Any, refresher: pykka.ActorRef,
               authorize: Callable[[ServerConfig, Challenge | None], Any] | None = None) -> Callable[[ServerConfig], Any]:
     """The factory a registry gives each HTTP client: its :class:`ServerAuth`."""
-    proxy = refresher.proxy()
+    refresh = refresh_by(refresher)
 
     def make(server: ServerConfig) -> ServerAuth | None:
         if server.type != "http":
             return None
-        return ServerAuth(server, store, proxy, authorize=authorize)
+        return ServerAuth(server, store, refresh, authorize=authorize)
 
     return make

@@ -7,8 +7,10 @@ it was started with, and the restart budget of each name.
 **Asks** nobody; it starts and stops ServerClient actors, never waiting on one inside a
 message handler (stops are asynchronous; only ``on_stop`` waits, bounded).
 
-**Tells** nobody. Its callers (the runtime preparer, later issues) ask it with timeouts,
-or tell it :class:`Release` (nothing to wait for).
+**Tells** its clients :class:`~albedo_actors.actors.client.Close` (on :class:`CloseAll`
+and when it stops: every server gets EOF at once). Its callers (the runtime preparer)
+ask it with timeouts, or tell it :class:`Release`, :class:`SetOwner` and
+:class:`CloseAll` (nothing to wait for).
 
 - :meth:`apply` makes the map match a configuration: new servers get a client, a server
   whose fingerprint changed gets a *new* client beside the old one, removed servers are
@@ -59,6 +61,12 @@ class Release:
 
 
 @dataclass(frozen=True)
+class CloseAll:
+    """Told by the runtime that stops: tell every client to close now (each server gets
+    EOF at once, all in parallel); the registry's own stop then waits for them."""
+
+
+@dataclass(frozen=True)
 class SetOwner:
     """Told by the preparer: clients started from now on tell ``owner`` their events."""
 
@@ -89,6 +97,7 @@ class ServerRegistry(pykka.ThreadingActor):
         self._holders: dict[int, int] = {}  # id(handle) -> compositions holding it
         self._stopping: list[pykka.Future] = []
         self._owner: pykka.ActorRef | None = None  # told by every client (the preparer)
+        self._closing = False  # told CloseAll: a client started from now on is closed at once
 
     # -- public API ---------------------------------------------------------------------
 
@@ -185,11 +194,17 @@ class ServerRegistry(pykka.ThreadingActor):
         if isinstance(message, SetOwner):
             self.set_owner(message.owner)
             return None
+        if isinstance(message, CloseAll):
+            self._close_all()
+            return None
         return super().on_receive(message)
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def on_stop(self) -> None:
+        # Every client closes first (a tell each: all servers get EOF now), then each is
+        # stopped; the waits below overlap, so N servers end in about the time of one.
+        self._close_all()
         futures = [entry[3].stop_async() for entry in self._entries.values()] + self._stopping
         self._entries = {}
         deadline = self._clock() + STOP_TIMEOUT + 5.0
@@ -201,9 +216,17 @@ class ServerRegistry(pykka.ThreadingActor):
 
     # -- internals ---------------------------------------------------------------------------
 
+    def _close_all(self) -> None:
+        self._closing = True
+        for entry in self._entries.values():
+            entry[3].close()
+
     def _start(self, server: ServerConfig, creds: Any) -> ServerHandle:
         auth = self._auth(server) if self._auth is not None else None
-        return ServerHandle.start(server, self._home, self._owner, credentials=creds, handlers=self._handlers, auth=auth)
+        handle = ServerHandle.start(server, self._home, self._owner, credentials=creds, handlers=self._handlers, auth=auth)
+        if self._closing:
+            handle.close()  # the runtime is stopping: its dials fail at once instead of running
+        return handle
 
 
 def _done(future: pykka.Future) -> bool:

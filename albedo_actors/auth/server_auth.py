@@ -3,6 +3,9 @@
 :class:`ServerAuth` is the per-server face an :class:`~albedo_actors.connection.http_link.HttpLink`
 uses from its POST worker threads: the ``Authorization`` value for the next request,
 what to do after a 401, and after a 403 ``insufficient_scope``.
+
+It refreshes tokens through the :class:`RefreshFn` seam it declares (the daemon's
+TokenRefresher, adapted by ``actors.refresher.refresh_by``); nothing here knows actors.
 """
 
 from __future__ import annotations
@@ -12,9 +15,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable
-
-import pykka
+from typing import Any, Callable, Protocol
 
 from ..config import ServerConfig
 from ..errors import AlbedoError, AuthError, NeedsSignIn, RefreshDeferred, StoreError
@@ -25,8 +26,19 @@ from .refresh import REFRESH_WAIT_S
 
 log = logging.getLogger(__name__)
 
-ASK_TIMEOUT = 5.0
 MAX_AUTHORIZATIONS = 3  # interactive sign-ins in a row for one request (step-up loops end)
+
+
+class RefreshFn(Protocol):
+    """The single-flight token refresh ServerAuth uses: ``refresh(server, seen)``.
+
+    Returns at once a future of ``server``'s record after a refresh of the token
+    ``seen`` (None: nothing stored for its URL). The future fails with
+    :class:`AuthError` (the refresh was refused, or the refresher has stopped),
+    :class:`RefreshDeferred` or :class:`StoreError`; it never holds another future.
+    """
+
+    def __call__(self, server: ServerConfig, seen: str | None, /) -> concurrent.futures.Future[OAuthRecord | None]: ...
 
 
 class ServerAuth:
@@ -38,11 +50,11 @@ class ServerAuth:
     with :class:`NeedsSignIn` and the user signs in with ``albedo-mcp sign-in``.
     """
 
-    def __init__(self, server: ServerConfig, store: Any, refresher: Any, *,
+    def __init__(self, server: ServerConfig, store: Any, refresh: RefreshFn, *,
                  authorize: Callable[[ServerConfig, Challenge | None], Any] | None = None) -> None:
         self.server = server
         self._store = store
-        self._refresher = refresher  # an ActorProxy of TokenRefresher
+        self._refresh_token = refresh
         self._authorize = authorize
         self._lock = threading.Lock()
         self._signing_in = threading.Lock()  # one interactive sign-in at a time per server
@@ -149,14 +161,11 @@ class ServerAuth:
 
     def _refresh(self, seen: str | None) -> OAuthRecord | None:
         try:
-            future = self._refresher.refresh(self.server, seen).get(timeout=ASK_TIMEOUT)
-            record = future.result(timeout=REFRESH_WAIT_S)
+            record = self._refresh_token(self.server, seen).result(timeout=REFRESH_WAIT_S)
         except concurrent.futures.TimeoutError:
             raise NeedsSignIn(self.server.name, "the token refresh took too long") from None
-        except pykka.ActorDeadError:
-            raise NeedsSignIn(self.server.name, "the token refresher has stopped") from None
-        except pykka.Timeout:
-            raise NeedsSignIn(self.server.name, "the token refresher did not answer in time") from None
+        except concurrent.futures.CancelledError:
+            raise NeedsSignIn(self.server.name, "the token refresh was abandoned") from None
         except StoreError as exc:
             raise NeedsSignIn(self.server.name, f"the stored tokens could not be read: {exc}") from None
         except RefreshDeferred:

@@ -24,6 +24,7 @@ import textwrap
 import time
 from typing import Callable, TextIO
 
+from ..actors.composer import ProbesSettled, TurnEnded
 from ..config import McpConfig, ServerConfig
 from ..runtime import Runtime
 
@@ -158,11 +159,9 @@ def _comes_back(home: str, config: McpConfig, store: object, say: Callable[..., 
         clock.now += with_late.retry_ms / 1000
         composer.turn_started().get(timeout=10)
         mcp.call("modern/echo", text="a turn")
-        composer.probes_settled().get(timeout=10).result(timeout=JOIN_TIMEOUT)
+        runtime.request(ProbesSettled(), timeout=JOIN_TIMEOUT)
         during = "late" in runtime.composition().catalogues
-        refreshed = composer.turn_ended().get(timeout=10)
-        if refreshed is not None:
-            refreshed.result(timeout=JOIN_TIMEOUT)
+        runtime.request(TurnEnded(), timeout=JOIN_TIMEOUT)  # the refresh it started, if any, has landed
         current = runtime.composition()
         joined = "late" in current.catalogues and not during
         if joined:

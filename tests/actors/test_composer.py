@@ -4,13 +4,13 @@ import sys
 
 import pytest
 
-from albedo_actors.actors.composer import SessionComposer
+from albedo_actors.actors.composer import Open, ProbesSettled, Reload, SessionComposer, SetEnabled, SetOverlays, SetOverlaysEnabled, TurnEnded
 from albedo_actors.actors.preparer import RuntimePreparer
 from albedo_actors.actors.registry import ServerRegistry
 from albedo_actors.config import McpConfig, ServerConfig
 from albedo_actors.errors import ConfigError
 from albedo_actors.store import open_store
-from helpers import Owner, fault_config, text_of
+from helpers import Owner, fault_config, request, sent, text_of
 
 
 class Clock:
@@ -45,10 +45,6 @@ def session(tmp_path):
         store.close()
 
 
-def wait(future_of_future, timeout=60):
-    return future_of_future.get(timeout=10).result(timeout=timeout)
-
-
 def test_the_extension_is_off_unless_the_session_or_the_configuration_turns_it_on(tmp_path):
     home = str(tmp_path / "home")
     store = open_store(home)
@@ -56,9 +52,9 @@ def test_the_extension_is_off_unless_the_session_or_the_configuration_turns_it_o
     preparer = RuntimePreparer.start(registry, store)
     composer = SessionComposer.start(preparer, registry, lambda: McpConfig(home=home, servers=(fault_config("f"),)))
     try:
-        assert wait(composer.proxy().open()).catalogues == {}
-        assert set(wait(composer.proxy().set_enabled(True)).catalogues) == {"f"}
-        assert wait(composer.proxy().set_enabled(False)).handles == {}
+        assert request(composer.proxy(), Open()).catalogues == {}
+        assert set(request(composer.proxy(), SetEnabled(True)).catalogues) == {"f"}
+        assert request(composer.proxy(), SetEnabled(False)).handles == {}
     finally:
         composer.stop(timeout=30)
         preparer.stop(timeout=30)
@@ -69,11 +65,11 @@ def test_the_extension_is_off_unless_the_session_or_the_configuration_turns_it_o
 def test_a_failed_reload_keeps_the_previous_composition(tmp_path, session):
     configs = [McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f"),))]
     composer = session(lambda: configs[-1])
-    first = wait(composer.open())
+    first = request(composer, Open())
     broken = ServerConfig(name="b", type="stdio", command=sys.executable, env={"T": "NOT_SET_ANYWHERE"})
     configs.append(McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f"), broken)))
     with pytest.raises(ConfigError):
-        wait(composer.reload())
+        request(composer, Reload())
     assert composer.composition().get(timeout=10) is first
     assert text_of(first.handles["f"].call_tool("echo", {"text": "still"})) == "still"
 
@@ -82,7 +78,7 @@ def test_a_changed_catalogue_refreshes_after_the_turn_not_during_it(tmp_path, se
     from albedo_actors.actors.preparer import CatalogueSaved
 
     composer = session(lambda: McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f", "--era", "legacy", "--probe", "error"),)))
-    first = wait(composer.open())
+    first = request(composer, Open())
     watcher = Owner.start()
     try:
         preparer = session.preparers[-1]
@@ -93,8 +89,7 @@ def test_a_changed_catalogue_refreshes_after_the_turn_not_during_it(tmp_path, se
         saved = events.get(timeout=30)  # the client re-discovered, the preparer saved and told
         assert isinstance(saved, CatalogueSaved) and "fresh" in {t["name"] for t in saved.catalogue.tools}
         assert composer.composition().get(timeout=10) is first  # not swapped mid-turn
-        refreshed = composer.turn_ended().get(timeout=10)
-        current = refreshed.result(timeout=60)
+        current = request(composer, TurnEnded())  # the one reply: the refreshed composition itself
         assert current is not first and composer.composition().get(timeout=10) is current
         assert "fresh" in {t["name"] for t in current.catalogues["f"].tools}
         assert composer.take_changes().get(timeout=10) is True
@@ -110,19 +105,18 @@ def test_a_server_that_comes_back_joins_after_the_turn_that_follows_its_return(t
     clock = Clock()
     config = McpConfig(home=str(tmp_path / "home"), servers=(fault_config("good"), switchable(tmp_path, "back")), retry_ms=30_000)
     composer = session(lambda: config, clock)
-    first = wait(composer.open())
+    first = request(composer, Open())
     assert set(first.catalogues) == {"good"} and "back" in first.left_out
     (tmp_path / "down").unlink()  # it comes back, but nothing happens without activity
     composer.turn_started().get(timeout=10)
-    composer.probes_settled().get(timeout=10).result(timeout=30)
+    request(composer, ProbesSettled(), 30)
     assert composer.composition().get(timeout=10) is first  # too early: retryMs has not passed
     clock.now += 30  # retryMs later, the next activity probes it
-    composer.turn_ended().get(timeout=10)
+    sent(composer, TurnEnded())
     composer.turn_started().get(timeout=10)
-    composer.probes_settled().get(timeout=10).result(timeout=30)
+    request(composer, ProbesSettled(), 30)
     assert composer.composition().get(timeout=10) is first  # found up mid-turn: waits
-    refreshed = composer.turn_ended().get(timeout=10)
-    current = refreshed.result(timeout=60)
+    current = request(composer, TurnEnded())
     assert set(current.catalogues) == {"good", "back"} and current.left_out == {}
     assert composer.take_changes().get(timeout=10) is True
 
@@ -131,11 +125,11 @@ def test_disabling_closes_every_connection(tmp_path, session):
     import _leaks
 
     composer = session(lambda: McpConfig(home=str(tmp_path / "home"), servers=(fault_config("a"), fault_config("b"))))
-    first = wait(composer.open())
+    first = request(composer, Open())
     for handle in first.handles.values():
         handle.call_tool("echo", {"text": "x"})
     assert any("fault_server.py" in _leaks.command_line(pid) for pid in _leaks.descendants())
-    off = wait(composer.set_enabled(False))
+    off = request(composer, SetEnabled(False))
     assert off.handles == {} and off.catalogues == {}
     for handle in first.handles.values():
         assert handle.wait_closed(30)  # released after the swap: stopped, its server ended
@@ -155,9 +149,9 @@ def test_editor_overlays_join_the_session_in_memory_only_and_follow_the_editor_d
     composer = SessionComposer.start(preparer, registry, lambda: configs[-1], enabled=True)
     try:
         proxy = composer.proxy()
-        wait(proxy.open())
+        request(proxy, Open())
         overlay = fault_config("editor")
-        with_overlay = wait(proxy.set_overlays((overlay,), {"editor": Credentials(env={"SECRET": "in-memory-only"})}))
+        with_overlay = request(proxy, SetOverlays((overlay,), {"editor": Credentials(env={"SECRET": "in-memory-only"})}))
         assert set(with_overlay.overlays) == {"editor"} and set(with_overlay.catalogues) == {"f"}
         names = {op.server for op in with_overlay.model_operations()}
         assert names == {"f", "editor-editor"}
@@ -167,11 +161,11 @@ def test_editor_overlays_join_the_session_in_memory_only_and_follow_the_editor_d
         assert "in-memory-only" in env
         # "editor-mcp": false turns overlays off by default; the session's choice wins.
         configs.append(McpConfig(home=home, servers=(fault_config("f"),), extensions={"mcp": True, "editor-mcp": False}))
-        off = wait(proxy.reload())
+        off = request(proxy, Reload())
         # Off: still discovered, but hidden from the model (issue 11; tests/actors/test_overlays.py).
         assert set(off.overlays) == {"editor"} and not off.overlays_shown
         assert {op.server for op in off.model_operations()} == {"f"}
-        on_again = wait(proxy.set_overlays_enabled(True))
+        on_again = request(proxy, SetOverlaysEnabled(True))
         assert set(on_again.overlays) == {"editor"}
     finally:
         composer.stop(timeout=30)

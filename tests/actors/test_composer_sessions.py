@@ -14,12 +14,12 @@ import textwrap
 
 import pytest
 
-from albedo_actors.actors.composer import PROBE_CAP, SessionComposer
+from albedo_actors.actors.composer import PROBE_CAP, Open, ProbesSettled, Reload, SessionComposer, SetEnabled, SetOverlays, TurnEnded
 from albedo_actors.actors.preparer import RuntimePreparer
 from albedo_actors.actors.registry import ServerRegistry
 from albedo_actors.config import McpConfig, ServerConfig
 from albedo_actors.store import open_store
-from helpers import FAULT_SERVER, Owner, fault_config, text_of
+from helpers import FAULT_SERVER, Owner, fault_config, request, sent, text_of
 
 # A door in front of the fault server: counts its starts (one line per start in
 # "starts-<name>"), refuses to start while "down-<name>" exists, and waits (bounded) for
@@ -91,10 +91,6 @@ def daemon(tmp_path):
     store.close()
 
 
-def wait(future_of_future, timeout=60):
-    return future_of_future.get(timeout=10).result(timeout=timeout)
-
-
 def works(handle, text="still"):
     return handle.alive and text_of(handle.call_tool("echo", {"text": text})) == text
 
@@ -102,9 +98,9 @@ def works(handle, text="still"):
 def test_two_preparations_in_flight_stop_nothing_the_newer_one_holds(tmp_path, daemon):
     config = McpConfig(home=daemon.home, servers=(fault_config("f"),))
     composer = daemon.session(lambda: config)
-    first = composer.open().get(timeout=10)  # preparation 1
+    first = sent(composer, Open())  # preparation 1
     # Preparation 2, held in flight by its overlay until the gate opens.
-    second = composer.set_overlays((door(tmp_path, "slow", gated=True),)).get(timeout=10)
+    second = sent(composer, SetOverlays((door(tmp_path, "slow", gated=True),)))
     stale = first.result(timeout=60)  # preparation 1 landed, stale: nothing was shown yet
     assert stale.handles == {}
     (tmp_path / "gate-slow").write_text("")
@@ -118,24 +114,24 @@ def test_two_sessions_share_clients_and_a_late_joiner_never_stops_the_others(tmp
     configs = [McpConfig(home=daemon.home, servers=(fault_config("x"),))]
     a = daemon.session(lambda: configs[-1])
     b = daemon.session(lambda: configs[-1], enabled=False)
-    shown_a = wait(a.open())
-    assert wait(b.open()).handles == {}
+    shown_a = request(a, Open())
+    assert request(b, Open()).handles == {}
     old = shown_a.handles["x"]
     assert works(old)
     # The configuration changes; B turns MCP on first: the registry retires A's client
     # (replaced), which A still holds, so it keeps running until A lets go.
     configs.append(McpConfig(home=daemon.home, servers=(fault_config("x", "--era", "legacy"),)))
-    shown_b = wait(b.set_enabled(True))
+    shown_b = request(b, SetEnabled(True))
     new = shown_b.handles["x"]
     assert new is not old and new.connect().era == "legacy"
     assert works(old)  # B released nothing it did not hold
     # A follows; both show the same new client, and the old one closes: nobody holds it.
-    shown_a = wait(a.reload())
+    shown_a = request(a, Reload())
     assert shown_a.handles["x"] is new and old.wait_closed(30)
     assert daemon.registry.proxy().held(new).get(timeout=10) == 2
-    wait(a.set_enabled(False))  # A off: B's connection stays
+    request(a, SetEnabled(False))  # A off: B's connection stays
     assert works(new) and daemon.registry.proxy().held(new).get(timeout=10) == 1
-    wait(b.set_enabled(False))
+    request(b, SetEnabled(False))
     assert new.wait_closed(30)  # nobody holds it any more
 
 
@@ -144,11 +140,16 @@ def test_one_session_switching_off_while_another_opens(tmp_path, daemon):
 
     config = McpConfig(home=daemon.home, servers=(fault_config("x"),))
     a = daemon.session(lambda: config)
-    shown_a = wait(a.open())
+    shown_a = request(a, Open())
     assert works(shown_a.handles["x"])
     b = daemon.session(lambda: config)
-    opening = b.set_overlays((door(tmp_path, "slow", gated=True),)).get(timeout=10)  # B opens, in flight
-    assert wait(a.set_enabled(False)).handles == {}  # A switches off meanwhile
+    opening = sent(b, SetOverlays((door(tmp_path, "slow", gated=True),)))  # B opens, in flight
+    # B's request is a tell: wait (on answers, not time) until B has told the preparer
+    # Prepare and the preparer has handled it, so the registry holds x for B.
+    b.composition().get(timeout=10)
+    daemon.preparer.proxy().unsubscribe(None).get(timeout=10)
+    assert daemon.registry.proxy().held(shown_a.handles["x"]).get(timeout=10) == 2
+    assert request(a, SetEnabled(False)).handles == {}  # A switches off meanwhile
     (tmp_path / "gate-slow").write_text("")
     shown_b = opening.result(timeout=60)
     assert shown_b.handles["x"] is shown_a.handles["x"]
@@ -162,7 +163,7 @@ def test_a_refresh_found_while_idle_is_applied_after_the_next_turn(tmp_path, dae
 
     config = McpConfig(home=daemon.home, servers=(fault_config("f", "--era", "legacy", "--probe", "error"),))
     composer = daemon.session(lambda: config)
-    first = wait(composer.open())
+    first = request(composer, Open())
     watcher = Owner.start()
     try:
         # The composer subscribed first, so it is told before the watcher.
@@ -174,9 +175,8 @@ def test_a_refresh_found_while_idle_is_applied_after_the_next_turn(tmp_path, dae
         assert composer.composition().get(timeout=10) is first  # idle: nothing swapped
         composer.turn_started().get(timeout=10)  # the next turn runs with what it had
         assert composer.composition().get(timeout=10) is first
-        refreshed = composer.turn_ended().get(timeout=10)
-        assert refreshed is not None  # the refresh starts after that turn, not before it
-        current = refreshed.result(timeout=60)
+        current = request(composer, TurnEnded())
+        assert current is not None and current is not first  # the refresh ran after that turn, not before it
         assert "fresh" in {t["name"] for t in current.catalogues["f"].tools}
         assert composer.composition().get(timeout=10) is current
     finally:
@@ -188,19 +188,19 @@ def test_a_preparation_ready_during_a_turn_waits_for_its_end(tmp_path, daemon):
 
     configs = [McpConfig(home=daemon.home, servers=(fault_config("f"),))]
     composer = daemon.session(lambda: configs[-1])
-    first = wait(composer.open())
+    first = request(composer, Open())
     composer.turn_started().get(timeout=10)
     configs.append(McpConfig(home=daemon.home, servers=(fault_config("f"), fault_config("g"))))
-    reloading = composer.reload().get(timeout=10)
+    reloading = sent(composer, Reload())
     deadline = time.monotonic() + 60
     while not composer.swap_waiting().get(timeout=10):  # bounded poll: ready, not swapped
         assert time.monotonic() < deadline, "the preparation never became ready"
         assert not reloading.done()
     assert composer.composition().get(timeout=10) is first and not reloading.done()
     assert works(first.handles["f"], "mid-turn")
-    landed = composer.turn_ended().get(timeout=10)
+    landed = request(composer, TurnEnded(), 10)
     current = reloading.result(timeout=10)
-    assert landed is reloading and set(current.catalogues) == {"f", "g"}
+    assert landed is current and set(current.catalogues) == {"f", "g"}
     assert composer.composition().get(timeout=10) is current
     assert composer.swap_waiting().get(timeout=10) is False
 
@@ -210,14 +210,14 @@ def test_probe_intervals_double_and_are_capped_at_twenty_times_retry_ms(tmp_path
     clock = Clock()
     config = McpConfig(home=daemon.home, servers=(door(tmp_path, "back"),), retry_ms=1000)
     composer = daemon.session(lambda: config, clock=clock)
-    first = wait(composer.open())
+    first = request(composer, Open())
     assert "back" in first.left_out
     prepared_at = clock.now
 
     def activity_probes():
         before = starts(tmp_path, "back")
         composer.turn_started().get(timeout=10)
-        composer.probes_settled().get(timeout=10).result(timeout=30)
+        request(composer, ProbesSettled(), 30)
         return starts(tmp_path, "back") > before
 
     expected = [1, 2, 4, 8, 16, 20, 20]  # seconds: doubling from retryMs, capped at 20 × retryMs
@@ -229,7 +229,7 @@ def test_probe_intervals_double_and_are_capped_at_twenty_times_retry_ms(tmp_path
         assert not activity_probes(), f"probed before {interval} s had passed"
         clock.now = due
         assert activity_probes(), f"no probe {interval} s after the last"
-    composer.turn_ended().get(timeout=10)
+    sent(composer, TurnEnded())
     assert composer.composition().get(timeout=10) is first  # still down: nothing changed
 
 
@@ -239,7 +239,7 @@ def test_a_lost_connection_is_an_event_its_receiver_handles(tmp_path, daemon):
     before = len(_leaks._unexpected.seen)
     config = McpConfig(home=daemon.home, servers=(fault_config("f"),))
     composer = daemon.session(lambda: config)
-    handle = wait(composer.open()).handles["f"]
+    handle = request(composer, Open()).handles["f"]
     with pytest.raises(Exception):
         handle.call_tool("die")  # the server exits: the client tells its owner ServerLost
     assert works(handle, "redialled")  # the next call dials it again
@@ -254,12 +254,12 @@ def test_a_failed_preparation_lets_go_of_what_it_was_given_and_nothing_else(tmp_
 
     configs = [McpConfig(home=daemon.home, servers=(fault_config("f"),))]
     composer = daemon.session(lambda: configs[-1])
-    shown = wait(composer.open())  # f's catalogue is saved now: not size-checked again
+    shown = request(composer, Open())  # f's catalogue is saved now: not size-checked again
     f = shown.handles["f"]
     monkeypatch.setattr(preparer_module, "MAX_CATALOGUE_BYTES", 1000)
     configs.append(McpConfig(home=daemon.home, servers=(fault_config("f"), fault_config("g"))))
     with pytest.raises(ConfigError, match="over the 1000-byte limit"):
-        wait(composer.reload())  # g's catalogue is over the limit: the whole preparation fails
+        request(composer, Reload())  # g's catalogue is over the limit: the whole preparation fails
     registry = daemon.registry.proxy()
     # The registry handles the failed preparation's Release before this ask.
     assert registry.held(f).get(timeout=10) == 1  # only the shown composition holds f

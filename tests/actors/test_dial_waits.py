@@ -16,12 +16,12 @@ import time
 
 import pytest
 
-from albedo_actors.actors.preparer import RuntimePreparer
+from albedo_actors.actors.preparer import Prepare, RuntimePreparer
 from albedo_actors.actors.registry import ServerRegistry
 from albedo_actors.config import McpConfig, ServerConfig
 from albedo_actors.errors import TimedOut, Unavailable
 from albedo_actors.store import open_store
-from helpers import FAULT_SERVER, flags_launcher, set_flags, text_of
+from helpers import FAULT_SERVER, flags_launcher, request, set_flags, text_of
 
 STARTUP_S = 3.0
 CALL_S = 2.0
@@ -47,10 +47,10 @@ def restarted(tmp_path):
 
     def start(*flags):
         set_flags(tmp_path)
-        daemon().prepare(config).get(timeout=10).result(timeout=60)  # dials and saves
+        request(daemon(), Prepare(config), 60)  # dials and saves
         set_flags(tmp_path, *flags)
         began = time.monotonic()
-        composition = daemon().prepare(config).get(timeout=10).result(timeout=60)
+        composition = request(daemon(), Prepare(config), 60)
         assert time.monotonic() - began < 1.0, "the saved catalogue was not used at once"
         assert "hang" in {t["name"] for t in composition.catalogues["f"].tools}
         return composition

@@ -12,13 +12,13 @@ import time
 
 import pytest
 
-from albedo_actors.actors.composer import SessionComposer
+from albedo_actors.actors.composer import Open, SessionComposer, SetOverlays, SetOverlaysEnabled
 from albedo_actors.actors.preparer import RuntimePreparer
 from albedo_actors.actors.registry import ServerRegistry
 from albedo_actors.binding import Mcp
 from albedo_actors.config import McpConfig, ServerConfig
 from albedo_actors.store import open_store
-from helpers import fault_config, read_record, text_of
+from helpers import fault_config, read_record, request, text_of
 
 OFF = {"mcp": True, "editor-mcp": False}
 
@@ -58,10 +58,6 @@ def daemon(tmp_path):
             one.stop()
 
 
-def wait(future_of_future, timeout=60):
-    return future_of_future.get(timeout=10).result(timeout=timeout)
-
-
 def missing_editor_server(name: str) -> ServerConfig:
     # What an overlay looks like when the editor state it pointed at is gone.
     return ServerConfig(name=name, type="stdio", command="/nonexistent/editor-state/mcp-server")
@@ -73,9 +69,9 @@ def test_with_editor_mcp_off_overlays_are_validated_and_discovered_but_hidden(tm
     config = McpConfig(home=daemon.home, servers=(fault_config("f"),), extensions=OFF)
     composer = one.session(config)
     proxy = composer.proxy()
-    wait(proxy.open())
+    request(proxy, Open())
     good = fault_config("good", "--record", str(record))
-    composition = wait(proxy.set_overlays((good, missing_editor_server("gone"))))
+    composition = request(proxy, SetOverlays((good, missing_editor_server("gone"))))
 
     # Discovered: its catalogue is there, read from the server itself.
     assert not composition.overlays_shown
@@ -91,7 +87,7 @@ def test_with_editor_mcp_off_overlays_are_validated_and_discovered_but_hidden(tm
 
     # The session turning editor-mcp on shows the same, already discovered client.
     handle = composition.overlay_handles["good"]
-    shown = wait(proxy.set_overlays_enabled(True))
+    shown = request(proxy, SetOverlaysEnabled(True))
     assert shown.overlays_shown and shown.overlay_handles["good"] is handle
     assert handle.status()["attempt"] == 1  # not dialled again
     assert {op.server for op in shown.model_operations()} == {"f", "editor-good"}
@@ -103,20 +99,20 @@ def test_missing_editor_state_does_not_block_execution_after_a_restart(tmp_path,
     config = McpConfig(home=daemon.home, servers=(fault_config("f"),), extensions=OFF)
     first = daemon()
     proxy = first.session(config).proxy()
-    wait(proxy.open())
-    wait(proxy.set_overlays((fault_config("editor"),)))
+    request(proxy, Open())
+    request(proxy, SetOverlays((fault_config("editor"),)))
     first.stop()
 
     # The restart: overlays lived in memory only, so the editor's state is gone.
     again = daemon()
     proxy = again.session(config).proxy()
     began = time.monotonic()
-    composition = wait(proxy.open())
+    composition = request(proxy, Open())
     assert time.monotonic() - began < 5, "opening waited for editor state"
     assert composition.overlays == {} and composition.overlays_left_out == {}
     assert "x" in text_of(composition.handles["f"].call_tool("echo", {"text": "x"}))
     # The editor attaching again with a server whose state is gone changes nothing else.
-    attached = wait(proxy.set_overlays((missing_editor_server("editor"),)))
+    attached = request(proxy, SetOverlays((missing_editor_server("editor"),)))
     assert set(attached.overlays_left_out) == {"editor"}
     assert {op.server for op in attached.model_operations()} == {"f"}
     assert not any("editor" in line for line in attached.context_lines())

@@ -5,10 +5,10 @@ import textwrap
 
 import pytest
 
-from albedo_actors.actors.preparer import CatalogueSaved
+from albedo_actors.actors.preparer import BackgroundSettled, CatalogueSaved, Prepare
 from albedo_actors.config import McpConfig, ServerConfig
 from albedo_actors.errors import ConfigError, Unavailable
-from helpers import FAULT_SERVER, Owner, fault_config
+from helpers import FAULT_SERVER, Owner, fault_config, request, sent
 
 INSTRUCTIONS = "Fault-injecting test server built on the albedo demo server."  # the fault server's instructions
 
@@ -31,7 +31,7 @@ def switchable(tmp_path, name, *flags):
 
 
 def prepare(preparer, config):
-    return preparer.prepare(config).get(timeout=10).result(timeout=60)
+    return request(preparer, Prepare(config), 60)
 
 
 def test_a_server_without_a_saved_catalogue_is_dialled_and_its_catalogue_saved(tmp_path, runtime):
@@ -77,7 +77,7 @@ def test_bad_configuration_fails_the_whole_preparation(tmp_path, runtime):
     _store, preparer = runtime()
     broken = ServerConfig(name="b", type="stdio", command=sys.executable, env={"TOKEN": "NOT_SET_ANYWHERE"})
     config = McpConfig(home=str(tmp_path / "home"), servers=(fault_config("good"), broken))
-    future = preparer.prepare(config).get(timeout=10)
+    future = sent(preparer, Prepare(config))
     with pytest.raises(ConfigError, match=r"\$NOT_SET_ANYWHERE"):
         future.result(timeout=10)
 
@@ -89,7 +89,7 @@ def test_a_background_discovery_that_differs_is_saved_and_told_one_that_matches_
     prepare(preparer, config)
     # The client told the preparer its first catalogue before the dial ended; once the
     # preparer answers this, it has handled that.
-    preparer.background_settled().get(timeout=10)
+    assert request(preparer, BackgroundSettled(), 30) is None
     # Pretend the saved catalogue is older: drop a tool from it.
     saved = store.load_catalogue("f")
     older = dict(saved.catalogue)
@@ -106,14 +106,14 @@ def test_a_background_discovery_that_differs_is_saved_and_told_one_that_matches_
         assert isinstance(event, CatalogueSaved) and event.server == "f"
         assert "echo" in {t["name"] for t in event.catalogue.tools}
         assert "echo" in {t["name"] for t in store.load_catalogue("f").catalogue["tools"]}
-        preparer2.background_settled().get(timeout=10).result(timeout=30)
+        request(preparer2, BackgroundSettled(), 30)
         assert events.empty()  # told once
         # A third start finds the saved catalogue current: its background dial tells nothing.
         saved_at = store.load_catalogue("f").saved_at
         _store3, preparer3 = runtime()
         preparer3.subscribe(owner).get(timeout=10)
         prepare(preparer3, config)
-        preparer3.background_settled().get(timeout=10).result(timeout=30)
+        request(preparer3, BackgroundSettled(), 30)
         owner.proxy().events.get(timeout=10)  # the owner has handled all it was told
         assert events.empty()
         assert store.load_catalogue("f").saved_at == saved_at
@@ -131,4 +131,4 @@ def test_a_catalogue_over_the_size_limit_fails_the_whole_preparation(tmp_path, r
     _store, preparer = runtime()
     config = McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f"),))
     with pytest.raises(ConfigError, match=r"server 'f': its catalogue is \d+ bytes, over the 1000-byte limit"):
-        preparer.prepare(config).get(timeout=10).result(timeout=60)
+        request(preparer, Prepare(config), 60)

@@ -20,9 +20,10 @@ import time
 
 import pytest
 
+from albedo_actors.actors.preparer import Prepare
 from albedo_actors.connection import negotiation as connection_module
 from albedo_actors.config import McpConfig, ServerConfig
-from helpers import FAULT_SERVER, flags_launcher, set_flags, read_record, text_of
+from helpers import FAULT_SERVER, flags_launcher, read_record, request, set_flags, text_of
 
 INIT_FAULT_SERVER = FAULT_SERVER.replace("fault_server.py", "init_fault_server.py")
 
@@ -43,7 +44,7 @@ def switchable(tmp_path, record, *flags, startup_ms: int = 20_000) -> ServerConf
 
 
 def prepare(preparer, config):
-    return preparer.prepare(config).get(timeout=10).result(timeout=60)
+    return request(preparer, Prepare(config), 60)
 
 
 def methods(record) -> list[str]:

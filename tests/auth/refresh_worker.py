@@ -32,7 +32,7 @@ import os
 import select
 import sys
 
-from albedo_actors.actors.refresher import TokenRefresher
+from albedo_actors.actors.refresher import TokenRefresher, refresh_by
 from albedo_actors.auth.refresh import refresh_held
 from albedo_actors.auth.http import AuthHttp
 from albedo_actors.auth.record import from_credentials
@@ -99,8 +99,7 @@ def main() -> None:
         elif mode == "refresher":
             ref = TokenRefresher.start(AnnouncingStore(store), {}, http_factory)
             try:
-                future = ref.proxy().refresh(config, seen).get(timeout=WAIT_S)
-                record, requested = future.result(timeout=WAIT_S), None
+                record, requested = refresh_by(ref)(config, seen).result(timeout=WAIT_S), None
             finally:
                 ref.stop(timeout=WAIT_S)
         else:

@@ -19,7 +19,7 @@ import requests
 
 from albedo_actors.actors.client import ServerHandle
 from albedo_actors.auth.server_auth import MAX_AUTHORIZATIONS, ServerAuth
-from albedo_actors.actors.refresher import TokenRefresher
+from albedo_actors.actors.refresher import TokenRefresher, refresh_by
 from albedo_actors.auth.record import from_credentials
 from albedo_actors.auth.signin import SignIn, authorizer, follow_redirect_agent
 from albedo_actors.config import ServerConfig
@@ -390,7 +390,7 @@ def test_redirects_to_a_canary_are_not_followed(fault, store, canary, endpoint, 
 
 
 def _connect_with_authorizer(server, store, refresher, handles, tmp_path):
-    auth = ServerAuth(config(server), store, refresher.proxy(),
+    auth = ServerAuth(config(server), store, refresh_by(refresher),
                       authorize=authorizer(store, environ=NO_BROWSER, agent=follow_redirect_agent(), port=0,
                                            lifetime=15))
     handle = ServerHandle.start(config(server), str(tmp_path), auth=auth)
@@ -444,7 +444,7 @@ def test_401_with_a_jsonrpc_error_body_needs_sign_in_without_oauth(fault, store,
 
 def test_401_with_a_jsonrpc_error_body_needs_sign_in_with_server_auth(fault, store, refresher, handles, tmp_path):
     server = fault(mcp="always_401", jsonrpc_401_body=True)
-    auth = ServerAuth(config(server), store, refresher.proxy())  # no interactive sign-in
+    auth = ServerAuth(config(server), store, refresh_by(refresher))  # no interactive sign-in
     handle = ServerHandle.start(config(server), str(tmp_path), auth=auth)
     handles.append(handle)
     with pytest.raises(NeedsSignIn) as caught:
@@ -473,7 +473,7 @@ def test_configured_bearer_refused_on_a_call_is_http_refused(fault, store, refre
     monkeypatch.setenv("HOSTILE_AUTH_TOKEN", "configured-secret")
     server = fault(mcp="tools_401")
     cfg = config(server, bearer_token_env_var="HOSTILE_AUTH_TOKEN")
-    auth = ServerAuth(cfg, store, refresher.proxy(),
+    auth = ServerAuth(cfg, store, refresh_by(refresher),
                       authorize=authorizer(store, environ=NO_BROWSER, agent=RecordingAgent(), port=0, lifetime=15))
     handle = ServerHandle.start(cfg, str(tmp_path), auth=auth)
     handles.append(handle)
@@ -495,7 +495,7 @@ def test_configured_bearer_refused_everywhere_makes_no_oauth_requests(fault, sto
     monkeypatch.setenv("HOSTILE_AUTH_TOKEN", "configured-secret")
     server = fault(mcp="always_401")
     cfg = config(server, bearer_token_env_var="HOSTILE_AUTH_TOKEN")
-    auth = ServerAuth(cfg, store, refresher.proxy(),
+    auth = ServerAuth(cfg, store, refresh_by(refresher),
                       authorize=authorizer(store, environ=NO_BROWSER, agent=RecordingAgent(), port=0, lifetime=15))
     handle = ServerHandle.start(cfg, str(tmp_path), auth=auth)
     handles.append(handle)

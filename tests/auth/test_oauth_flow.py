@@ -22,7 +22,7 @@ from albedo_actors import config as albedo_config
 from albedo_actors.actors.client import ServerHandle
 from albedo_actors.errors import RefreshDeferred
 from albedo_actors.auth.server_auth import ServerAuth
-from albedo_actors.actors.refresher import TokenRefresher
+from albedo_actors.actors.refresher import TokenRefresher, refresh_by
 from albedo_actors.auth.refresh import refresh_held
 from albedo_actors.auth.http import AuthHttp
 from albedo_actors.auth.record import from_credentials
@@ -73,7 +73,7 @@ class Kit:
         return ref
 
     def handle(self, config: ServerConfig, *, authorize=None, environ: dict | None = None) -> ServerHandle:
-        auth = ServerAuth(config, self.store, self.refresher(environ).proxy(), authorize=authorize)
+        auth = ServerAuth(config, self.store, refresh_by(self.refresher(environ)), authorize=authorize)
         handle = ServerHandle.start(config, self.home, auth=auth)
         self.handles.append(handle)
         return handle
@@ -367,7 +367,7 @@ def test_an_unreachable_token_endpoint_keeps_the_tokens(kit, oauth_server):
     server.stop()
     with pytest.raises(RefreshDeferred):
         refresh_held(kit.store, config, signed.access_token, {}, lambda s: AuthHttp(timeout=5))
-    future = kit.refresher().proxy().refresh(config, signed.access_token).get(timeout=5)
+    future = refresh_by(kit.refresher())(config, signed.access_token)
     with pytest.raises(RefreshDeferred):
         future.result(timeout=30)
     record = kit.record()

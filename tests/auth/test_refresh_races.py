@@ -31,7 +31,7 @@ import requests
 
 from albedo_actors.actors.client import ServerHandle
 from albedo_actors.auth.server_auth import ServerAuth
-from albedo_actors.actors.refresher import TokenRefresher
+from albedo_actors.actors.refresher import TokenRefresher, refresh_by
 from albedo_actors.auth.refresh import refresh_held
 from albedo_actors.auth.http import AuthHttp
 from albedo_actors.auth.record import from_credentials
@@ -132,41 +132,30 @@ def assert_refresh_token_rotated_away(config, old):
 
 
 class CountingRefresher:
-    """The TokenRefresher proxy ServerAuth is given, counting ``refresh`` asks and keeping
-    the refresh futures they were answered with.
+    """The refresh seam ServerAuth is given (``refresh_by`` a TokenRefresher), counting
+    refresh requests and keeping the reply futures they were answered with.
 
-    The count goes up only after the ask is in the actor's mailbox, so an ask counted
-    before a refresh finishes is handled by the actor before that refresh's completion.
+    The count goes up only after the request is in the actor's mailbox, so a request
+    counted before a refresh finishes is handled by the actor before that refresh's completion.
     """
 
-    def __init__(self, proxy):
-        self._proxy = proxy
+    def __init__(self, ref):
+        self._refresh = refresh_by(ref)
         self._changed = threading.Condition()
         self.asks = 0
         self.futures = []
 
-    def refresh(self, server, seen):
-        answer = self._proxy.refresh(server, seen)
+    def __call__(self, server, seen):
+        reply = self._refresh(server, seen)
         with self._changed:
             self.asks += 1
+            self.futures.append(reply)
             self._changed.notify_all()
-        return _Kept(answer, self.futures)
+        return reply
 
     def wait_for_asks(self, n) -> bool:
         with self._changed:
             return self._changed.wait_for(lambda: self.asks >= n, WAIT_S)
-
-
-class _Kept:
-    """A pykka future whose answer (the refresh future) is kept in ``into``."""
-
-    def __init__(self, answer, into):
-        self._answer, self._into = answer, into
-
-    def get(self, timeout=None):
-        future = self._answer.get(timeout=timeout)
-        self._into.append(future)
-        return future
 
 
 class GatedHttp:
@@ -194,8 +183,8 @@ def test_threads_after_a_401_make_one_refresh_and_share_its_token(oauth_server, 
     config, old = sign_in(server, store)
     http = GatedHttp()
     ref = refresher(http)
-    auths = [ServerAuth(config, store, ref.proxy())] * n if shared else \
-        [ServerAuth(config, store, ref.proxy()) for _ in range(n)]
+    auths = [ServerAuth(config, store, refresh_by(ref))] * n if shared else \
+        [ServerAuth(config, store, refresh_by(ref)) for _ in range(n)]
     for auth in auths:
         assert auth.header() == f"Bearer {old.access_token}"
     assert accepted(server, f"Bearer {old.access_token}")
@@ -226,7 +215,7 @@ def test_tool_calls_through_handles_sharing_a_refresher_make_one_refresh(oauth_s
     try:
         for _ in range(n):
             handles.append(ServerHandle.start(config, str(tmp_path / "home"),
-                                              auth=ServerAuth(config, store, ref.proxy())))
+                                              auth=ServerAuth(config, store, refresh_by(ref))))
         for handle in handles:
             handle.connect(timeout=WAIT_S)
         assert refreshes(server) == 0
@@ -256,7 +245,7 @@ def test_a_thread_that_saw_the_old_token_after_the_refresh_makes_no_request(oaut
     config, old = sign_in(server, store)
     http = GatedHttp()
     ref = refresher(http)
-    first, late = ServerAuth(config, store, ref.proxy()), ServerAuth(config, store, ref.proxy())
+    first, late = ServerAuth(config, store, refresh_by(ref)), ServerAuth(config, store, refresh_by(ref))
     assert first.header() == late.header() == f"Bearer {old.access_token}"  # both hold the old record
     server.expire()
     header = first.unauthorized(sent=f"Bearer {old.access_token}", challenge=None, method="tools/call", attempt=0)
@@ -300,14 +289,15 @@ def test_threads_finding_the_token_expiring_make_one_refresh(oauth_server, store
     counting = None
     http = GatedHttp(lambda: counting.wait_for_asks(n))
     ref = refresher(http)
-    counting = CountingRefresher(ref.proxy())
+    counting = CountingRefresher(ref)
     auths = [ServerAuth(config, store, counting)] * n if shared else \
         [ServerAuth(config, store, counting) for _ in range(n)]
 
     headers = at_once(n, lambda i: auths[i].header())
 
     assert counting.asks == n
-    assert len(counting.futures) == n and len(set(map(id, counting.futures))) == 1  # all joined the one in flight
+    # All joined the one in flight: every reply holds the very record that one refresh made.
+    assert len(counting.futures) == n and len({id(f.result(timeout=0)) for f in counting.futures}) == 1
     assert refreshes(server) == 1 and http.requests == 1
     new = stored(store)
     assert new.state == "signed_in" and not new.expiring()

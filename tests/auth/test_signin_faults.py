@@ -35,7 +35,7 @@ import pytest
 
 from albedo_actors.errors import RefreshDeferred
 from albedo_actors.auth.server_auth import ServerAuth
-from albedo_actors.actors.refresher import TokenRefresher
+from albedo_actors.actors.refresher import TokenRefresher, refresh_by
 from albedo_actors.auth.refresh import refresh_held
 from albedo_actors.auth import callback
 from albedo_actors.auth.addresses import AddressGuard, AddressRefused
@@ -389,10 +389,10 @@ def test_a_refresh_for_one_url_is_never_handed_to_the_client_of_another(fault, s
     gate = Gate()
     ref = TokenRefresher.start(store, {}, gate)
     try:
-        proxy = ref.proxy()
-        in_flight = proxy.refresh(at_first, signed.access_token).get(timeout=5)
+        refresh = refresh_by(ref)
+        in_flight = refresh(at_first, signed.access_token)
         assert gate.entered.wait(WAIT_S)
-        other = proxy.refresh(at_second, signed.access_token).get(timeout=5)  # the server was edited meanwhile
+        other = refresh(at_second, signed.access_token)  # the server was edited meanwhile
         assert other is not in_flight
         assert other.result(timeout=WAIT_S) is None  # nothing for that URL: no token, no request
         assert gate.calls == 1
@@ -400,8 +400,8 @@ def test_a_refresh_for_one_url_is_never_handed_to_the_client_of_another(fault, s
         refreshed = in_flight.result(timeout=WAIT_S)
         assert refreshed.url == first.url and refreshed.access_token != signed.access_token
         # The client of the other URL never gets it.
-        assert ServerAuth(at_second, store, proxy).header() is None
-        assert ServerAuth(at_first, store, proxy).header() == f"Bearer {refreshed.access_token}"
+        assert ServerAuth(at_second, store, refresh).header() is None
+        assert ServerAuth(at_first, store, refresh).header() == f"Bearer {refreshed.access_token}"
     finally:
         gate.open()
         ref.stop(timeout=WAIT_S)

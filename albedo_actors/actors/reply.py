@@ -1,0 +1,99 @@
+"""Requests that answer later: the caller's one future, carried by a tell.
+
+An actor method that can answer at once is a proxy call: its pykka future holds the
+answer itself. A request whose answer comes later (a preparation, a dial, a token
+refresh) is a frozen :class:`Request` message sent with ``tell``; it carries the
+``reply`` future its sender made, and the sender waits on that future alone, with one
+bound (DESIGN.md rule 1: no future holds another future)::
+
+    message = Reload()
+    composer.tell(message)                 # ActorDeadError: the actor has stopped
+    composition = message.reply.result(timeout=60)
+
+:func:`request` does exactly that. Every reply resolves (rule 3): the receiving actor
+resolves it, and a request still queued when the actor stops is failed by
+:func:`fail_queued` from the actor's ``on_stop``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pykka
+
+Reply = concurrent.futures.Future
+
+
+@dataclass(frozen=True, eq=False)
+class Request:
+    """A message that answers later through ``reply`` (made by its sender)."""
+
+    reply: Reply = field(default_factory=concurrent.futures.Future, kw_only=True, repr=False)
+
+
+def request(ref: pykka.ActorRef, message: Request, timeout: float) -> Any:
+    """Tell ``message`` to ``ref`` and wait at most ``timeout`` s for its reply.
+
+    Raises:
+        pykka.ActorDeadError: the actor had stopped (nothing was sent).
+        concurrent.futures.TimeoutError: no reply within ``timeout``.
+        Whatever the actor failed the reply with.
+    """
+    ref.tell(message)
+    return message.reply.result(timeout=timeout)
+
+
+def resolve(reply: Reply, value: Any) -> bool:
+    """Set ``reply``'s result unless it is already done (or cancelled); True if set."""
+    try:
+        reply.set_result(value)
+        return True
+    except concurrent.futures.InvalidStateError:
+        return False
+
+
+def fail(reply: Reply, error: BaseException) -> bool:
+    """Fail ``reply`` unless it is already done (or cancelled); True if failed."""
+    try:
+        reply.set_exception(error)
+        return True
+    except concurrent.futures.InvalidStateError:
+        return False
+
+
+def chain(source: Reply, target: Reply) -> None:
+    """Resolve ``target`` as ``source`` resolves (at once if it already has)."""
+
+    def copy(done: Reply) -> None:
+        if done.cancelled():
+            target.cancel()
+            return
+        error = done.exception()
+        if error is not None:
+            fail(target, error)
+        else:
+            resolve(target, done.result())
+
+    source.add_done_callback(copy)
+
+
+def fail_queued(actor: pykka.Actor, error: Callable[[Request], BaseException]) -> None:
+    """From ``on_stop``: fail every :class:`Request` still in ``actor``'s inbox.
+
+    pykka drops told messages left in a stopped actor's inbox; a request's sender would
+    then wait for its whole bound. ``on_stop`` runs once the actor counts as stopped
+    (no tell gets in any more), so what is queued now is all there will be. Other
+    envelopes go back in order, for pykka to answer as usual.
+    """
+    kept = []
+    while not actor.actor_inbox.empty():  # only this (the actor's) thread takes from it
+        envelope = actor.actor_inbox.get()
+        message = getattr(envelope, "message", None)
+        if isinstance(message, Request):
+            fail(message.reply, error(message))
+        else:
+            kept.append(envelope)
+    for envelope in kept:
+        actor.actor_inbox.put(envelope)
