@@ -13,6 +13,7 @@ basic/transports/stdio ("Backward compatibility"), as the reference ports them:
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Any
 
 from .. import __version__
@@ -39,6 +40,30 @@ LIST_CHANGED = {
 }
 # subscriptions/listen filter field for each capability that can change.
 LISTEN_FILTERS = {"tools": "toolsListChanged", "resources": "resourcesListChanged", "prompts": "promptsListChanged"}
+
+
+@dataclass(frozen=True)
+class Negotiated:
+    """What a connection speaks: its era and protocol version, decided once per opening.
+
+    ``era`` is "modern" (2026-07-28: per-request ``_meta``, no session) or "legacy"
+    (the ``initialize`` handshake revisions). One frozen value: the connection holds it
+    and gives the same value to its link, so the two never disagree.
+    """
+
+    era: str
+    version: str
+
+    @property
+    def modern(self) -> bool:
+        return self.era == "modern"
+
+    @property
+    def legacy(self) -> bool:
+        return self.era == "legacy"
+
+
+MODERN = Negotiated("modern", MODERN_VERSION)
 
 
 class Verdict(enum.Enum):
