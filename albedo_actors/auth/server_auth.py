@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import pykka
 
@@ -23,10 +23,23 @@ from .discovery import Challenge
 from .record import OAuthRecord, from_credentials, usable
 from .refresh import REFRESH_WAIT_S
 
+if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
+    from ..store.records import Credentials
+
 log = logging.getLogger(__name__)
 
 ASK_TIMEOUT = 5.0
 MAX_AUTHORIZATIONS = 3  # interactive sign-ins in a row for one request (step-up loops end)
+
+
+class CredentialStore(Protocol):
+    """The store as ServerAuth uses it (:class:`albedo_actors.store.Store` is one)."""
+
+    def get_credentials(self, server: str) -> Credentials:
+        """The server's credentials (``Credentials()`` when none); raises StoreError."""
+
+    def update_credentials(self, server: str, fn: Callable[[Credentials], Credentials]) -> Credentials:
+        """Read, ``fn(old)``, write back, in one short transaction; the new ones. Raises StoreError."""
 
 
 class ServerAuth:
@@ -38,7 +51,7 @@ class ServerAuth:
     with :class:`NeedsSignIn` and the user signs in with ``albedo-mcp sign-in``.
     """
 
-    def __init__(self, server: ServerConfig, store: Any, refresher: Any, *,
+    def __init__(self, server: ServerConfig, store: CredentialStore, refresher: Any, *,
                  authorize: Callable[[ServerConfig, Challenge | None], Any] | None = None) -> None:
         self.server = server
         self._store = store
@@ -58,11 +71,12 @@ class ServerAuth:
             return None
         if record.expiring():
             try:
-                record = self._refresh(record.access_token)
+                fresh = self._refresh(record.access_token)
             except NeedsSignIn:
                 return None if record.expiring(time.time() - 60) else f"Bearer {record.access_token}"
-            if record is None or not record.access_token:
+            if fresh is None or not fresh.access_token:
                 return None
+            return f"Bearer {fresh.access_token}"
         return f"Bearer {record.access_token}"
 
     def unauthorized(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
@@ -186,8 +200,10 @@ class ServerAuth:
 
     def _update(self, change: Callable[[OAuthRecord], OAuthRecord], create: bool = False) -> None:
         url = self.server.url
+        if url is None:
+            return  # not an HTTP server: it has no OAuth record
 
-        def apply(credentials: Any) -> Any:
+        def apply(credentials: Credentials) -> Credentials:
             record = usable(from_credentials(credentials), url)
             if record is None:
                 if not create:
@@ -204,7 +220,7 @@ class ServerAuth:
             self._record, self._loaded = usable(from_credentials(new), url), time.monotonic()
 
 
-def sign_in_needed(server: ServerConfig, credentials: Any) -> str | None:
+def sign_in_needed(server: ServerConfig, credentials: Credentials | None) -> str | None:
     """Why ``server`` must not be dialled until the user signs in; None when it may be.
 
     A stored record for this URL that is ``needs_sign_in`` or ``signed_out`` (a

@@ -114,7 +114,7 @@ class Store:
     Use :func:`open_store` to get one, and :meth:`close` it when every thread is done.
     """
 
-    def __init__(self, db: peewee.Database, where: str) -> None:
+    def __init__(self, db: _SqliteDatabase | _PostgresqlDatabase, where: str) -> None:
         self._db = db
         self._where = where
         self._pg = isinstance(db, PostgresqlDatabase)
@@ -209,7 +209,7 @@ class Store:
 
     # --- catalogues -----------------------------------------------------------
 
-    def save_catalogue(self, server: str, fingerprint: str, era: str, catalogue: dict) -> None:
+    def save_catalogue(self, server: str, fingerprint: str, era: str, catalogue: dict[str, Any]) -> None:
         """Save the server's catalogue, replacing the one saved before.
 
         Raises:
@@ -257,7 +257,7 @@ class Store:
 
     # --- OAuth client registrations -------------------------------------------
 
-    def put_oauth_client(self, issuer: str, redirect_uri: str, client: dict) -> None:
+    def put_oauth_client(self, issuer: str, redirect_uri: str, client: dict[str, Any]) -> None:
         """Save the client registration for (issuer, redirect URI), replacing any before.
 
         Raises:
@@ -273,7 +273,7 @@ class Store:
                 conflict_target=[OAuthClientRow.issuer, OAuthClientRow.redirect_uri],
                 preserve=[OAuthClientRow.client, OAuthClientRow.saved_at]).execute(self._db)
 
-    def get_oauth_client(self, issuer: str, redirect_uri: str) -> dict | None:
+    def get_oauth_client(self, issuer: str, redirect_uri: str) -> dict[str, Any] | None:
         """The client registration for (issuer, redirect URI) as a fresh dict, or None.
 
         Raises:
@@ -417,7 +417,7 @@ class _Tracked:
         self._conns_lock = threading.Lock()
         self._conns: dict[int, tuple[threading.Thread, Any]] = {}
 
-    def _connect(self):  # type: ignore[no-untyped-def]
+    def _connect(self) -> Any:  # a DB-API connection of the driver (sqlite3, psycopg2)
         conn = super()._connect()  # type: ignore[misc]
         stale = []
         with self._conns_lock:
@@ -432,7 +432,7 @@ class _Tracked:
                 old.close()
         return conn
 
-    def _close(self, conn):  # type: ignore[no-untyped-def]
+    def _close(self, conn: Any) -> None:
         with self._conns_lock:
             self._conns.pop(id(conn), None)
         super()._close(conn)  # type: ignore[misc]
@@ -471,7 +471,7 @@ class _SqliteDatabase(_Tracked, SqliteDatabase):
             check_same_thread=False,
         )
 
-    def _connect(self):  # type: ignore[no-untyped-def]
+    def _connect(self) -> Any:
         _restrict(self.database)  # before SQLite opens them by name (FileRefused)
         conn = super()._connect()
         _restrict(self.database)
@@ -566,7 +566,7 @@ def _credentials(row: CredentialRow | None) -> Credentials:
 _REMEDY = {"credentials": "; save them again (albedo-mcp edit NAME, or sign-in NAME)"}
 
 
-def _json_object(text: str, what: str, name: str) -> dict:
+def _json_object(text: str, what: str, name: str) -> dict[str, Any]:
     """A stored JSON object, read with bounded nesting: a row nested deeper than the
     wire's MAX_DEPTH is damaged like any other unreadable row, never a RecursionError
     (json.loads, and freezing the value afterwards, recurse once per level)."""

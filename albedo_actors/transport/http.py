@@ -77,7 +77,7 @@ def _shutdown(sock: socket.socket | None) -> None:
             pass
 
 
-class _Tracking:
+class _Tracking(HTTPConnection):
     """Connection mixin: tell the thread's current Exchange which socket it uses."""
 
     def request(self, *args: Any, **kwargs: Any) -> Any:

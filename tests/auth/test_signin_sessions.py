@@ -19,7 +19,7 @@ import urllib.parse
 import pytest
 import requests
 
-from albedo_actors.actors import refresher as refresher_module
+from albedo_actors.auth import server_auth as server_auth_module
 from albedo_actors.auth.signin import follow_redirect_agent
 from albedo_actors.config import load
 from albedo_actors.errors import NeedsSignIn
@@ -183,7 +183,7 @@ def _sign_in_mid_session_then_probe(home, store, server, shifted: ShiftedTime | 
 
 def test_after_the_user_signs_in_the_server_joins_on_the_next_probe(home, store, oauth_server, monkeypatch):
     shifted = ShiftedTime()
-    monkeypatch.setattr(refresher_module, "time", shifted)
+    monkeypatch.setattr(server_auth_module, "time", shifted)
     _sign_in_mid_session_then_probe(home, store, oauth_server(), shifted)
 
 
