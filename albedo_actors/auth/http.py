@@ -115,7 +115,7 @@ class _ResponseSocket:
     def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
         self._reader = io.BufferedReader(_DeadlineReader(sock, deadline), _CHUNK)
 
-    def makefile(self, mode: str, *args: Any, **kwargs: Any) -> io.BufferedReader:
+    def makefile(self, mode: str, *args: Any, **kwargs: Any) -> io.BufferedReader[_DeadlineReader]:
         return self._reader
 
 

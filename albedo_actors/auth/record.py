@@ -92,7 +92,7 @@ class OAuthRecord:
         tokens = self.tokens
         if tokens is None or tokens.expires_at is None:
             return False
-        margin = REFRESH_MARGIN
+        margin: float = REFRESH_MARGIN
         if self.obtained_at is not None and tokens.expires_at > self.obtained_at:
             margin = min(margin, (tokens.expires_at - self.obtained_at) / 2)
         return needs_refresh(tokens, time.time() if now is None else now, margin)
