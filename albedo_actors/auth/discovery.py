@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
+from ..wire.jsonrpc import Json
+
 __all__ = [
     "AuthDiscoveryError",
     "AuthServerMetadata",
@@ -277,7 +279,7 @@ def bearer_challenge(headers: Any) -> Challenge | None:
 # ---------------------------------------------------------------------------
 # Protected Resource Metadata (RFC 9728; digest 7.1 step 2)
 
-def _http_url(url: Any) -> SplitResult | None:
+def _http_url(url: Json) -> SplitResult | None:
     """urlsplit of an absolute http(s) URL with a host, else None."""
     if not isinstance(url, str) or not url or len(url) > MAX_URL:
         return None
@@ -347,7 +349,7 @@ def _resource_matches(resource: SplitResult, server: SplitResult) -> bool:
     return spath == rpath or spath.startswith(rpath + "/")
 
 
-def _str_list(value: Any, limit: int, max_len: int) -> tuple[str, ...]:
+def _str_list(value: Json, limit: int, max_len: int) -> tuple[str, ...]:
     if not isinstance(value, list):
         return ()
     out: list[str] = []
@@ -359,11 +361,11 @@ def _str_list(value: Any, limit: int, max_len: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _scopes(value: Any) -> tuple[str, ...]:
+def _scopes(value: Json) -> tuple[str, ...]:
     return tuple(s for s in _str_list(value, MAX_SCOPES, MAX_SCOPE_TOKEN) if _SCOPE_TOKEN.match(s))
 
 
-def check_resource_metadata(doc: Any, server_url: str) -> ResourceMetadata:
+def check_resource_metadata(doc: Json, server_url: str) -> ResourceMetadata:
     """Check a Protected Resource Metadata document (RFC 9728 2, 3.3; digest 7.1 step 2).
 
     ``resource`` must be the server URL or a prefix of it ending on a path
@@ -454,7 +456,7 @@ def _required_endpoint(doc: dict[str, Any], name: str, allow_http: bool) -> str:
     return value
 
 
-def check_authorization_server_metadata(doc: Any, issuer: str, mcp_url: str) -> AuthServerMetadata:
+def check_authorization_server_metadata(doc: Json, issuer: str, mcp_url: str) -> AuthServerMetadata:
     """Check RFC 8414 / OIDC metadata (RFC 8414 3.3, digest 7.1 steps 3-4, 7.3).
 
     ``issuer`` must equal the issuer the URL was built from, exactly;

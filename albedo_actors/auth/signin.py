@@ -32,6 +32,7 @@ from .http import AuthHttp, AuthHttpError, AuthReply
 from .record import OAuthRecord, from_credentials, usable
 from .registration import ClientRegistration, RegistrationError
 from .tokens import TokenError, TokenSet
+from ..wire.jsonrpc import Json
 
 if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
     from ..store.records import Credentials
@@ -107,7 +108,7 @@ def probe_challenge(http: AuthHttp, server: ServerConfig) -> Challenge | None:
     return None
 
 
-def _get_json(http: AuthHttp, name: str, url: str) -> tuple[AuthReply | None, Any]:
+def _get_json(http: AuthHttp, name: str, url: str) -> tuple[AuthReply | None, Json]:
     try:
         reply = http.get(url)
     except AuthHttpError as exc:

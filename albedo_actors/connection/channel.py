@@ -35,7 +35,7 @@ from typing import Any, Callable, Protocol
 
 from ..errors import ProtocolViolation, RemoteError, ServerError, TimedOut, Unavailable, UnknownOutcome
 from ..wire import jsonrpc, mcp
-from ..wire.jsonrpc import WireError
+from ..wire.jsonrpc import Json, WireError
 
 logger = logging.getLogger(__name__)
 
@@ -277,7 +277,7 @@ class RpcChannel:
             return
         self.feed_message(message, len(line))
 
-    def feed_message(self, message: Any, size: int = 0) -> None:
+    def feed_message(self, message: Json, size: int = 0) -> None:
         """One parsed JSON value from the server, ``size`` bytes on the wire. Never raises."""
         if self._poisoned:
             return

@@ -51,7 +51,7 @@ from .channel import LinkClosed, Pending, RpcChannel
 from ..transport.http import ACCEPT_BOTH, Exchange, HttpFailed, HttpTransport, Reply, decode_message
 from ..wire import headers as mcp_headers
 from ..wire import jsonrpc, mcp
-from ..wire.jsonrpc import WireError
+from ..wire.jsonrpc import Json, WireError
 from ..wire.sse import SseParser
 
 logger = logging.getLogger(__name__)
@@ -514,13 +514,14 @@ class HttpLink:
                 headers.update(mcp_headers.param_headers(paths, params.get("arguments")))
         return headers
 
-    def _stream_headers(self, last_event_id: str | None = None) -> dict[str, Any]:
+    def _stream_headers(self, last_event_id: str | None = None) -> dict[str, str | bytes]:
         """Headers of a GET stream; ``Last-Event-ID`` when resuming after that id.
 
         Raises:
             InvalidHeaderValue: the id cannot go into a header.
         """
-        headers: dict[str, Any] = self._auth_header({"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers})
+        headers: dict[str, str | bytes] = {**self._auth_header(
+            {"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers})}
         if self.session_id is not None:
             headers["Mcp-Session-Id"] = self.session_id
         if last_event_id:  # WHATWG: an empty last event ID string sends no header
@@ -620,7 +621,7 @@ class HttpLink:
         return heard, parser.retry_ms, False
 
 
-def _real_notification(message: Any) -> bool:
+def _real_notification(message: Json) -> bool:
     """A JSON-RPC notification (a method, no id) other than the listen acknowledgement."""
     return (
         isinstance(message, dict)

@@ -36,7 +36,7 @@ import peewee
 from peewee import PostgresqlDatabase, SqliteDatabase
 
 from ..errors import StoreError
-from ..wire.jsonrpc import MAX_DEPTH  # the wire's nesting bound (store may import wire: it is pure)
+from ..wire.jsonrpc import MAX_DEPTH, Json  # the wire's nesting bound (store may import wire: it is pure)
 from ..safefiles import FileRefused, check_not_link, make_private_dirs, open_private
 from . import migrations
 from .models import CatalogueRow, CredentialRow, OAuthClientRow
@@ -335,7 +335,7 @@ class Store:
             log.warning("%s", message)
             raise StoreError(message) from None
 
-    def _write(self) -> Any:
+    def _write(self) -> peewee._atomic:
         # BEGIN IMMEDIATE takes SQLite's write lock up front, so the busy timeout
         # applies (a deferred transaction upgrading to a writer fails at once instead).
         return self._db.atomic() if self._pg else self._db.atomic("IMMEDIATE")
@@ -583,7 +583,7 @@ def _json_object(text: str, what: str, name: str) -> dict[str, Any]:
     return value
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
+def _deeper_than(value: Json, limit: int) -> bool:
     """True if ``value`` nests more than ``limit`` levels of objects and arrays (level by
     level, no recursion). Everything albedo saves came through the wire's bound, so a
     deeper row was not written by albedo."""
@@ -591,7 +591,7 @@ def _deeper_than(value: Any, limit: int) -> bool:
     while level:
         if depth > limit:
             return True
-        below: list[Any] = []
+        below: list[Json] = []
         for node in level:
             below.extend(c for c in (node.values() if isinstance(node, dict) else node) if isinstance(c, (dict, list)))
         level, depth = below, depth + 1

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import __version__
-from .jsonrpc import UNSUPPORTED_PROTOCOL_VERSION
+from .jsonrpc import UNSUPPORTED_PROTOCOL_VERSION, Json
 
 MODERN_VERSION = "2026-07-28"
 MODERN_VERSIONS = (MODERN_VERSION,)
@@ -105,7 +105,7 @@ def initialize_params(capabilities: dict[str, Any] | None = None) -> dict[str, A
     return {"protocolVersion": LEGACY_VERSION, "capabilities": capabilities or {}, "clientInfo": CLIENT_INFO}
 
 
-def _verdict_for_versions(versions: Any) -> Verdict | None:
+def _verdict_for_versions(versions: Json) -> Verdict | None:
     if not isinstance(versions, list):
         return None
     if any(v in MODERN_VERSIONS for v in versions):
@@ -115,7 +115,7 @@ def _verdict_for_versions(versions: Any) -> Verdict | None:
     return Verdict.REFUSE
 
 
-def judge_discover_result(result: Any) -> Verdict:
+def judge_discover_result(result: Json) -> Verdict:
     """The era a successful ``server/discover`` answer shows."""
     if isinstance(result, dict):
         verdict = _verdict_for_versions(result.get("supportedVersions"))
