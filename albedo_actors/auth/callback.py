@@ -101,7 +101,7 @@ class _Server(http.server.HTTPServer):
         self.listener = listener
         self._conns_lock = threading.Lock()
         # connection socket -> [its thread, the monotonic time it must be done by, answering yet]
-        self._conns: dict[Any, list[Any]] = {}
+        self._conns: dict[socket.socket, list[Any]] = {}
         super().__init__(address, _Handler)
 
     def handle_error(self, request, client_address):  # pragma: no cover - never print request data

@@ -13,6 +13,7 @@ from typing import Any
 from ..catalogue import Catalogue
 from ..errors import ProtocolViolation, RemoteError
 from ..wire import jsonrpc
+from ..wire.jsonrpc import Json
 from .negotiation import Connection
 
 MAX_PAGES = 100
@@ -145,7 +146,7 @@ class _Kept:
         self._unnamed = 0  # entries without an identifier
         self._more = 0  # further left-out entries past MAX_NAMED_WARNINGS
 
-    def add(self, page: list[Any]) -> None:
+    def add(self, page: list[Json]) -> None:
         key, field, seen = self.key, self._field, self._seen
         for item in page:
             ident = item.get(field) if type(item) is dict else None
