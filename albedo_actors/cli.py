@@ -86,7 +86,7 @@ import os
 import shlex
 import sys
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NoReturn, Sequence
 
 import pykka
 
@@ -118,7 +118,7 @@ class _Usage(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would exit; we report one line
+    def error(self, message: str) -> NoReturn:  # argparse would exit; we report one line
         raise _Usage(message)
 
 
@@ -641,12 +641,14 @@ def _print_result(result: dict[str, Any]) -> None:
         elif kind == "resource_link":
             _out(f"[link {block.get('uri', '?')}]")
         elif kind == "resource":
-            resource = block.get("resource") if isinstance(block.get("resource"), dict) else {}
+            resource = block.get("resource")
+            resource = resource if isinstance(resource, dict) else {}
             _out(resource["text"] if isinstance(resource.get("text"), str) else f"[resource {resource.get('uri', '?')}]")
         else:
             _out(f"[{kind} content]")
         printed = True
-    for item in result.get("contents") if isinstance(result.get("contents"), list) else []:  # resources/read
+    contents = result.get("contents")
+    for item in contents if isinstance(contents, list) else []:  # resources/read
         if isinstance(item, dict):
             if isinstance(item.get("text"), str):
                 _out(item["text"])
@@ -654,9 +656,11 @@ def _print_result(result: dict[str, Any]) -> None:
                 size = len(item.get("blob") or "") * 3 // 4
                 _out(f"[resource {item.get('uri', '?')} {item.get('mimeType', '?')}, about {size} bytes]")
             printed = True
-    for message in result.get("messages") if isinstance(result.get("messages"), list) else []:  # prompts/get
+    messages = result.get("messages")
+    for message in messages if isinstance(messages, list) else []:  # prompts/get
         if isinstance(message, dict):
-            block = message.get("content") if isinstance(message.get("content"), dict) else {}
+            block = message.get("content")
+            block = block if isinstance(block, dict) else {}
             text = block.get("text") if block.get("type") == "text" and isinstance(block.get("text"), str) else f"[{block.get('type', '?')} content]"
             _out(f"{message.get('role', '?')}: {text}")
             printed = True

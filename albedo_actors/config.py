@@ -23,10 +23,13 @@ import os
 import re
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .errors import ConfigError
 from .safefiles import FileRefused, read_text
+
+if TYPE_CHECKING:  # the record's type only: config stays a leaf at run time
+    from .store.records import Credentials
 
 DEFAULT_STARTUP_TIMEOUT_MS = 30_000
 DEFAULT_CALL_TIMEOUT_MS = 60_000
@@ -318,6 +321,10 @@ def _timeout(entry: dict, key: str, default: int, where: str) -> int:
 def _variable(value: Any, where: str, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
+    return _required_variable(value, where)
+
+
+def _required_variable(value: Any, where: str) -> str:
     if not isinstance(value, str) or not _ENV_NAME.match(value):
         raise ConfigError(f"{where} must name an environment variable of the host")
     return value
@@ -335,7 +342,7 @@ def _named(entry: dict, key: str, where: str, pattern: re.Pattern, what: str) ->
             raise ConfigError(
                 f'{where}: "{key}.{name}" must be {{"env": "VARIABLE"}}: secrets are named, never written into extensions.json'
             )
-        out[name] = _variable(ref["env"], f'{where}: "{key}.{name}.env"')
+        out[name] = _required_variable(ref["env"], f'{where}: "{key}.{name}.env"')
     return out
 
 
@@ -360,12 +367,12 @@ def _url(value: Any, where: str) -> str:
     return value
 
 
-def http_headers(server: ServerConfig, environ: Mapping[str, str] = os.environ, credentials: Any = None) -> dict[str, str]:
+def http_headers(server: ServerConfig, environ: Mapping[str, str] = os.environ,
+                 credentials: Credentials | None = None) -> dict[str, str]:
     """The credentials an HTTP server gets on every request, read from named variables.
 
-    Stored ``credentials`` (a :class:`albedo_actors.store.Credentials`: its
-    ``bearer_token`` and its one ``header``, a (name, value) pair) are added, and win
-    over a named variable for the same header.
+    Stored ``credentials`` (their ``bearer_token`` and their one ``header``, a
+    (name, value) pair) are added, and win over a named variable for the same header.
 
     Raises:
         ConfigError: a named variable is not set, or its value cannot be a header.
@@ -383,12 +390,12 @@ def http_headers(server: ServerConfig, environ: Mapping[str, str] = os.environ, 
             raise ConfigError(f"{where}: ${variable} holds a line break, which cannot go into an HTTP header")
         out[header] = f"Bearer {value}" if header == "Authorization" and variable == server.bearer_token_env_var else value
     stored = []
-    bearer = getattr(credentials, "bearer_token", None)
+    bearer = credentials.bearer_token if credentials is not None else None
     if bearer:
         stored.append(("Authorization", f"Bearer {bearer}"))
-    header = getattr(credentials, "header", None)
-    if header:
-        stored.append((header[0], header[1]))
+    pair = credentials.header if credentials is not None else None
+    if pair:
+        stored.append(pair)
     for name, value in stored:
         if any(ch in value for ch in "\r\n\0") or not _HEADER_NAME.match(name):
             raise ConfigError(f"{where}: the stored {name} header cannot be sent (a line break or a bad name)")

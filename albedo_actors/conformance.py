@@ -15,6 +15,7 @@ with the requested schema's defaults. The exit status is 0 when every step worke
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -59,7 +60,8 @@ def example_value(schema: Any, root: dict[str, Any], depth: int = 0) -> Any:
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object":
         return example_arguments(schema, root, depth + 1)
-    return {"integer": 1, "number": 1, "boolean": True, "array": [], "null": None}.get(kind, "example")
+    examples: dict[Any, Any] = {"integer": 1, "number": 1, "boolean": True, "array": [], "null": None}
+    return examples.get(kind, "example")
 
 
 def example_arguments(schema: Any, root: dict[str, Any] | None = None, depth: int = 0) -> dict[str, Any]:
@@ -67,8 +69,10 @@ def example_arguments(schema: Any, root: dict[str, Any] | None = None, depth: in
     if not isinstance(schema, dict):
         return {}
     root = schema if root is None else root
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    required = schema.get("required")
+    required = required if isinstance(required, list) else []
     return {name: example_value(properties.get(name), root, depth) for name in required if isinstance(name, str)}
 
 
@@ -102,19 +106,19 @@ def exercise_everything(handle: ServerHandle, catalogue: Catalogue, context: dic
     steps: list[tuple[str, Callable[[], Any]]] = []
     for tool in catalogue.tools:
         args = example_arguments(tool.get("inputSchema"))
-        steps.append((f"tools/call {tool['name']}", lambda t=tool, a=args: handle.call_tool(t["name"], a)))
+        steps.append((f"tools/call {tool['name']}", functools.partial(handle.call_tool, tool["name"], args)))
     for resource in catalogue.resources:
-        steps.append((f"resources/read {resource['uri']}", lambda r=resource: handle.read_resource(r["uri"])))
+        steps.append((f"resources/read {resource['uri']}", functools.partial(handle.read_resource, resource["uri"])))
     for prompt in catalogue.prompts:
         args = {a["name"]: "example" for a in prompt.get("arguments") or [] if a.get("required")}
-        steps.append((f"prompts/get {prompt['name']}", lambda p=prompt, a=args: handle.get_prompt(p["name"], a)))
+        steps.append((f"prompts/get {prompt['name']}", functools.partial(handle.get_prompt, prompt["name"], args)))
     return _run(steps)
 
 
 def call_given_tools(handle: ServerHandle, catalogue: Catalogue, context: dict[str, Any]) -> list[str]:
     """http-custom-headers: call exactly the tools and arguments the context names."""
     calls = context.get("toolCalls") or []
-    return _run([(f"tools/call {c['name']}", lambda c=c: handle.call_tool(c["name"], c.get("arguments"))) for c in calls])
+    return _run([(f"tools/call {c['name']}", functools.partial(handle.call_tool, c["name"], c.get("arguments"))) for c in calls])
 
 
 def list_only(handle: ServerHandle, catalogue: Catalogue, context: dict[str, Any]) -> list[str]:
@@ -169,7 +173,8 @@ def oauth_settings(context: dict[str, Any]) -> tuple[OAuthSettings, dict[str, st
     if isinstance(context.get("private_key_pem"), str):
         key_var = "ALBEDO_CONFORMANCE_PRIVATE_KEY"
         environ[key_var] = context["private_key_pem"]
-    algorithm = context.get("signing_algorithm") if isinstance(context.get("signing_algorithm"), str) else "RS256"
+    algorithm = context.get("signing_algorithm")
+    algorithm = algorithm if isinstance(algorithm, str) else "RS256"
     return OAuthSettings(grant=grant, client_id=client_id, client_secret_env_var=secret_var, private_key_env_var=key_var,
                          signing_algorithm=algorithm), environ
 

@@ -48,8 +48,7 @@ C1 control, a bidi override or a line break from a server is an escape (``\\x1b`
 
 from __future__ import annotations
 
-from typing import Any
-
+from .wire.jsonrpc import Json
 from .wire.text import printable
 
 __all__ = [
@@ -190,7 +189,7 @@ class ProtocolViolation(ServerError):
 class RemoteError(ServerError):
     """The server answered the request with a JSON-RPC error."""
 
-    def __init__(self, server: str, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, server: str, code: int, message: str, data: Json = None) -> None:
         super().__init__(server, f"error {code}: {_one_line(message)}")
         self.code = code
         self.remote_message = message

@@ -602,13 +602,13 @@ def _apply_oauth_client(current: Any, secrets: SecretInput, url: Any, name: str)
         return current
     stored = from_credentials(current)
     record = usable(stored, url)
-    moved = record is None and stored is not None and stored.configured_client_id is not None
-    if moved:
-        record = OAuthRecord(url=url, state="none", configured_client_id=stored.configured_client_id,
-                             configured_client_secret=stored.configured_client_secret,
-                             bound_client_id=stored.bound_client_id, bound_issuer=stored.bound_issuer)
+    moved = None
+    if record is None and stored is not None and stored.configured_client_id is not None:
+        moved = record = OAuthRecord(url=url, state="none", configured_client_id=stored.configured_client_id,
+                                     configured_client_secret=stored.configured_client_secret,
+                                     bound_client_id=stored.bound_client_id, bound_issuer=stored.bound_issuer)
     if secrets.oauth_client is None:
-        return dataclasses.replace(current, oauth=record.to_json()) if moved else current
+        return dataclasses.replace(current, oauth=moved.to_json()) if moved is not None else current
     client_id, secret = secrets.oauth_client
     record = record or OAuthRecord(url=url, state="none")
     if client_id == REMOVE:

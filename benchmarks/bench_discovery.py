@@ -116,7 +116,7 @@ class AlbedoClient:
         if self.conn is not None:
             conn, self.conn = self.conn, None
             conn.close("benchmark done")
-            conn.transport.wait_closed()
+            conn.wait_closed()
 
 
 class SdkClient:

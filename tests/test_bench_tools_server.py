@@ -49,7 +49,7 @@ def _discover(tmp_path, *args: str):
         return conn, connection.discover(conn, 30)
     finally:
         conn.close("test done")
-        conn.transport.wait_closed()
+        conn.wait_closed()
 
 
 def test_fill_just_under_the_budget_is_read_whole(tmp_path):

@@ -37,8 +37,8 @@ from ..config import ServerConfig
 from ..connection.stdio_link import launch_spec
 from ..connection import Connection, Handlers, discover, open_http, open_stdio
 from ..errors import AlbedoError, SessionExpired, Unavailable
-from ..connection.channel import Pending
-from ..transport.stdio import LaunchSpec, StdioTransport
+from ..connection.channel import Link, Pending
+from ..transport.stdio import LaunchSpec
 from ..wire import mcp
 from .reply import Request, chain, fail, fail_queued, resolve
 
@@ -217,6 +217,7 @@ class ServerClient(pykka.ThreadingActor):
                 future.set_exception(message.error)
             return
         connection = message.connection
+        assert connection is not None  # a dial without an error brings its connection
         if self._stopping:
             connection.close("client stopping")
             self._old.append(connection)
@@ -278,7 +279,7 @@ class ServerClient(pykka.ThreadingActor):
             fail(self._dial, Unavailable(self.config.name, "the client stopped"))
             self._dial = None
         for connection in self._old:
-            connection.transport.wait_closed()
+            connection.wait_closed()
         self._old = []
         if self._closed_event is not None:
             self._closed_event.set()
@@ -346,7 +347,7 @@ class ServerClient(pykka.ThreadingActor):
                         # 2025-11-25 basic/transports: after a 404 the client MUST start a
                         # new session; a discovery under way does so once, at once.
                         connection.close("session ended")
-                        connection.transport.wait_closed()
+                        connection.wait_closed()
                         connection = None
                 else:
                     raise Unavailable(config.name, "ended two sessions in a row while being discovered")
@@ -357,11 +358,11 @@ class ServerClient(pykka.ThreadingActor):
                 error = Unavailable(config.name, f"could not connect ({type(exc).__name__}: {exc})")
             if error is not None and connection is not None:
                 connection.close("discovery failed")
-                connection.transport.wait_closed()
+                connection.wait_closed()
                 connection = None
             if not _tell(ref, _Dialled(attempt, connection, catalogue, error, listen)) and connection is not None:
                 connection.close("client stopped")
-                connection.transport.wait_closed()
+                connection.wait_closed()
 
         self._dialer = threading.Thread(target=dial, name=f"mcp-dial-{config.name}", daemon=True)
         self._dialer.start()
@@ -387,6 +388,7 @@ class ServerClient(pykka.ThreadingActor):
 
     def _start_discovery(self) -> None:
         connection, attempt, ref = self._connection, self._attempt, self.actor_ref
+        assert connection is not None  # a discovery runs on the live connection only
         timeout = self.config.startup_timeout
 
         def run() -> None:
@@ -413,19 +415,19 @@ class ServerClient(pykka.ThreadingActor):
 
 
 class _Opening:
-    """Transports of a dial in progress, so that stopping can close them.
+    """Links of a dial in progress, so that stopping can close them.
 
     Shared by the actor and its dialer thread; the lock makes "add unless closed"
-    and "close all" exclusive, so no transport escapes a stop.
+    and "close all" exclusive, so no link escapes a stop.
     """
 
     def __init__(self, server: str) -> None:
         self._server = server
         self._lock = threading.Lock()
-        self._transports: list[StdioTransport] = []
+        self._transports: list[Link] = []
         self._closed = False
 
-    def add(self, transport: StdioTransport) -> None:
+    def add(self, transport: Link) -> None:
         with self._lock:
             if self._closed:
                 raise Unavailable(self._server, "the client is stopping")
@@ -560,7 +562,7 @@ class ServerHandle:
         try:
             return self._ref.stop(block=False)
         except pykka.ActorDeadError:
-            done = pykka.ThreadingFuture()
+            done: pykka.ThreadingFuture[Any] = pykka.ThreadingFuture()
             done.set(True)
             return done
 

@@ -310,7 +310,8 @@ class SessionComposer(pykka.ThreadingActor):
                 logger.warning("a session thread (%s) did not end within 30 s of the stop; it ends on its own", thread.name)
         self._overlay_handles = {}
         if self._parked is not None:
-            self._release(self._parked.composition.held)
+            if self._parked.composition is not None:
+                self._release(self._parked.composition.held)
             self._parked = None
         self._release(self._composition.held)
         self._composition = Composition()
@@ -386,11 +387,13 @@ class SessionComposer(pykka.ThreadingActor):
             if done is not None:
                 fail(done, message.error)
             return
+        composition = message.composition
+        assert composition is not None  # a preparation without an error has its composition
         if message.generation != self._generation:
             # A newer preparation was asked for; this one is stale. Let go of what the
             # registry held for it, and only that: the shown composition and the newer
             # preparation hold their own counts on any client they share with it.
-            self._release(message.composition.held)
+            self._release(composition.held)
             if done is not None:
                 resolve(done, self._composition)
             return
@@ -401,12 +404,12 @@ class SessionComposer(pykka.ThreadingActor):
             if older is not None:
                 self._on_prepared(older)  # stale now: released
             return
-        previous, self._composition = self._composition, message.composition
-        self._published.composition = message.composition
-        if (previous.catalogues or previous.overlays) and not _same(previous, message.composition):
+        previous, self._composition = self._composition, composition
+        self._published.composition = composition
+        if (previous.catalogues or previous.overlays) and not _same(previous, composition):
             self._changed = True
         # Overlay clients this composition no longer uses end now (they are this session's).
-        kept = {id(h) for h in message.composition.overlay_handles.values()}
+        kept = {id(h) for h in composition.overlay_handles.values()}
         for name, (key, handle) in list(self._overlay_handles.items()):
             if id(handle) not in kept and name not in self._overlays_wanted:
                 del self._overlay_handles[name]
@@ -419,7 +422,7 @@ class SessionComposer(pykka.ThreadingActor):
         self._release(previous.held)
         self._schedule_probes(reset=True)
         if done is not None:
-            resolve(done, message.composition)
+            resolve(done, composition)
 
     def _refresh_after_turn(self) -> None:
         # Mid-turn or idle alike: the refresh runs when the (next) turn ends.

@@ -6,7 +6,10 @@ answers), ``record`` (what the store keeps). With I/O: ``addresses`` (which
 addresses a server's OAuth requests may reach, resolved and checked), ``http``
 (redirect-free requests, each with one total deadline), ``callback`` (the loopback
 listener), ``browser`` (a safe opener) and ``signin`` (the whole flow, refreshes and
-client credentials). The
-``TokenRefresher`` actor and the per-server ``ServerAuth`` an HTTP link uses live in
+client credentials), ``refresh`` (a token refresh under the row's lease) and
+``server_auth`` (the per-server ``ServerAuth`` an HTTP link uses, through the
+``LinkAuth`` Protocol that :mod:`albedo_actors.connection.http_link` declares). Each
+module that uses the store declares the Protocol of what it calls (``CredentialStore``,
+``RefreshStore``, ``SignInStore``). The ``TokenRefresher`` actor lives in
 :mod:`albedo_actors.actors.refresher`.
 """

@@ -71,7 +71,7 @@ class AddressRefused(Exception):
         self.reason = reason
 
 
-def _embedded_v4(ip: ipaddress._BaseAddress) -> ipaddress._BaseAddress:
+def _embedded_v4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.ipv4_mapped is not None:
             return ip.ipv4_mapped
@@ -82,7 +82,7 @@ def _embedded_v4(ip: ipaddress._BaseAddress) -> ipaddress._BaseAddress:
     return ip
 
 
-def address_kind(address: str | ipaddress._BaseAddress) -> str:
+def address_kind(address: str | ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     """``public``, ``metadata``, ``loopback``, ``unspecified``, ``link-local``, ``private`` or ``reserved``."""
     ip = ipaddress.ip_address(address.split("%", 1)[0] if isinstance(address, str) else address)
     if ip in METADATA_ADDRESSES:

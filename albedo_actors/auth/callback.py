@@ -101,7 +101,7 @@ class _Server(http.server.HTTPServer):
         self.listener = listener
         self._conns_lock = threading.Lock()
         # connection socket -> [its thread, the monotonic time it must be done by, answering yet]
-        self._conns: dict[Any, list[Any]] = {}
+        self._conns: dict[socket.socket, list[Any]] = {}
         super().__init__(address, _Handler)
 
     def handle_error(self, request, client_address):  # pragma: no cover - never print request data
@@ -164,6 +164,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     sys_version = ""
     timeout = REQUEST_TIMEOUT_S
     protocol_version = "HTTP/1.0"
+    server: _Server  # the listener's server (socketserver sets it)
 
     def log_message(self, format, *args):  # noqa: A002 - the code and state must never be logged
         pass
@@ -203,7 +204,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _own_host(self) -> bool:
         """Whether the request names this listener as its ``Host`` (RFC 9110 7.2), and is origin-form."""
         host = (self.headers.get("Host") or "").strip().lower()
-        port = self.server.server_address[1]
+        port = self.server.server_port
         own = {f"127.0.0.1:{port}", f"localhost:{port}", f"{self.server.listener._host.lower()}:{port}"}
         if host not in own or len(self.headers.get_all("Host") or []) != 1:
             return False

@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+from ..wire.jsonrpc import Json
 
 __all__ = [
     "AuthDiscoveryError",
@@ -277,7 +279,7 @@ def bearer_challenge(headers: Any) -> Challenge | None:
 # ---------------------------------------------------------------------------
 # Protected Resource Metadata (RFC 9728; digest 7.1 step 2)
 
-def _http_url(url: Any) -> Any:
+def _http_url(url: Json) -> SplitResult | None:
     """urlsplit of an absolute http(s) URL with a host, else None."""
     if not isinstance(url, str) or not url or len(url) > MAX_URL:
         return None
@@ -293,7 +295,7 @@ def _http_url(url: Any) -> Any:
     return parts
 
 
-def _origin(parts: Any) -> str:
+def _origin(parts: SplitResult) -> str:
     return f"{parts.scheme.lower()}://{parts.netloc}"
 
 
@@ -330,7 +332,7 @@ def _default_port(scheme: str) -> int:
     return 443 if scheme == "https" else 80
 
 
-def _resource_matches(resource: Any, server: Any) -> bool:
+def _resource_matches(resource: SplitResult, server: SplitResult) -> bool:
     if resource.scheme.lower() != server.scheme.lower():
         return False
     if (resource.hostname or "").lower() != (server.hostname or "").lower():
@@ -347,7 +349,7 @@ def _resource_matches(resource: Any, server: Any) -> bool:
     return spath == rpath or spath.startswith(rpath + "/")
 
 
-def _str_list(value: Any, limit: int, max_len: int) -> tuple[str, ...]:
+def _str_list(value: Json, limit: int, max_len: int) -> tuple[str, ...]:
     if not isinstance(value, list):
         return ()
     out: list[str] = []
@@ -359,11 +361,11 @@ def _str_list(value: Any, limit: int, max_len: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _scopes(value: Any) -> tuple[str, ...]:
+def _scopes(value: Json) -> tuple[str, ...]:
     return tuple(s for s in _str_list(value, MAX_SCOPES, MAX_SCOPE_TOKEN) if _SCOPE_TOKEN.match(s))
 
 
-def check_resource_metadata(doc: Any, server_url: str) -> ResourceMetadata:
+def check_resource_metadata(doc: Json, server_url: str) -> ResourceMetadata:
     """Check a Protected Resource Metadata document (RFC 9728 2, 3.3; digest 7.1 step 2).
 
     ``resource`` must be the server URL or a prefix of it ending on a path
@@ -379,7 +381,7 @@ def check_resource_metadata(doc: Any, server_url: str) -> ResourceMetadata:
         raise AuthDiscoveryError("the MCP server URL is not an http(s) URL")
     resource = doc.get("resource")
     rparts = _http_url(resource)
-    if rparts is None:
+    if rparts is None or not isinstance(resource, str):
         raise AuthDiscoveryError("protected resource metadata has no usable resource")
     if not _resource_matches(rparts, server):
         raise AuthDiscoveryError(
@@ -435,12 +437,17 @@ class AuthServerMetadata:
     client_id_metadata_document_supported: bool
 
 
-def _endpoint(doc: dict, name: str, allow_http: bool, required: bool) -> str | None:
+def _endpoint(doc: dict[str, Any], name: str, allow_http: bool, required: bool) -> str | None:
     value = doc.get(name)
     if value is None and not required:
         return None
+    return _required_endpoint(doc, name, allow_http)
+
+
+def _required_endpoint(doc: dict[str, Any], name: str, allow_http: bool) -> str:
+    value = doc.get(name)
     parts = _http_url(value)
-    if parts is None:
+    if parts is None or not isinstance(value, str):
         raise AuthDiscoveryError(f"authorization server metadata has no usable {name}")
     if parts.fragment:
         raise AuthDiscoveryError(f"authorization server {name} has a fragment")
@@ -449,7 +456,7 @@ def _endpoint(doc: dict, name: str, allow_http: bool, required: bool) -> str | N
     return value
 
 
-def check_authorization_server_metadata(doc: Any, issuer: str, mcp_url: str) -> AuthServerMetadata:
+def check_authorization_server_metadata(doc: Json, issuer: str, mcp_url: str) -> AuthServerMetadata:
     """Check RFC 8414 / OIDC metadata (RFC 8414 3.3, digest 7.1 steps 3-4, 7.3).
 
     ``issuer`` must equal the issuer the URL was built from, exactly;
@@ -469,8 +476,8 @@ def check_authorization_server_metadata(doc: Any, issuer: str, mcp_url: str) -> 
     methods = _str_list(doc.get("code_challenge_methods_supported"), MAX_LIST, 64)
     if "S256" not in methods:
         raise AuthDiscoveryError("authorization server does not support PKCE S256")
-    authorization = _endpoint(doc, "authorization_endpoint", allow_http, True)
-    token = _endpoint(doc, "token_endpoint", allow_http, True)
+    authorization = _required_endpoint(doc, "authorization_endpoint", allow_http)
+    token = _required_endpoint(doc, "token_endpoint", allow_http)
     registration = _endpoint(doc, "registration_endpoint", allow_http, False)
     return AuthServerMetadata(
         issuer=got,

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from ..wire.jsonrpc import WireError, parse_line
+from ..wire.jsonrpc import Json, WireError, parse_line
 from .addresses import AddressGuard, AddressRefused, resolve
 
 MAX_BODY = 64 * 1024
@@ -66,7 +66,7 @@ class AuthReply:
     location: str | None = None
     www_authenticate: str | None = None
 
-    def json(self) -> Any:
+    def json(self) -> Json:
         """The body as JSON, or None when it is not JSON (bounded as MCP messages are:
         strict UTF-8 and JSON, bounded nesting, no lone surrogates)."""
         try:
@@ -115,7 +115,7 @@ class _ResponseSocket:
     def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
         self._reader = io.BufferedReader(_DeadlineReader(sock, deadline), _CHUNK)
 
-    def makefile(self, mode: str, *args: Any, **kwargs: Any) -> io.BufferedReader:
+    def makefile(self, mode: str, *args: Any, **kwargs: Any) -> io.BufferedReader[_DeadlineReader]:
         return self._reader
 
 
@@ -136,7 +136,7 @@ class AuthHttp:
         sent.update(headers or {})
         return self._send("POST", url, sent, urlencode(form).encode("utf-8"))
 
-    def post_json(self, url: str, document: Any, headers: dict[str, str] | None = None) -> AuthReply:
+    def post_json(self, url: str, document: Json, headers: dict[str, str] | None = None) -> AuthReply:
         sent = {"Accept": "application/json", "Content-Type": "application/json", **(headers or {})}
         return self._send("POST", url, sent, json.dumps(document).encode("utf-8"))
 

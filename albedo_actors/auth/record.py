@@ -10,9 +10,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .tokens import REFRESH_MARGIN, TokenSet, needs_refresh
+
+if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
+    from ..store.records import Credentials
 
 STATES = ("none", "needs_sign_in", "signed_in", "signed_out")
 
@@ -89,7 +92,7 @@ class OAuthRecord:
         tokens = self.tokens
         if tokens is None or tokens.expires_at is None:
             return False
-        margin = REFRESH_MARGIN
+        margin: float = REFRESH_MARGIN
         if self.obtained_at is not None and tokens.expires_at > self.obtained_at:
             margin = min(margin, (tokens.expires_at - self.obtained_at) / 2)
         return needs_refresh(tokens, time.time() if now is None else now, margin)
@@ -128,8 +131,8 @@ class OAuthRecord:
 NO_AUTH_VIEW = {"state": "none", "account": None, "expires_at": None, "scope": None, "step_up": None, "reason": None, "client": None}
 
 
-def from_credentials(credentials: Any) -> OAuthRecord | None:
-    return OAuthRecord.from_json(getattr(credentials, "oauth", None))
+def from_credentials(credentials: Credentials | None) -> OAuthRecord | None:
+    return OAuthRecord.from_json(credentials.oauth if credentials is not None else None)
 
 
 def usable(record: OAuthRecord | None, url: str | None) -> OAuthRecord | None:

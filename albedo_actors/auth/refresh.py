@@ -46,7 +46,8 @@ import dataclasses
 import logging
 import time
 import uuid
-from typing import Any, Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 from ..config import ServerConfig
 from ..errors import RefreshDeferred, StoreError
@@ -54,6 +55,10 @@ from .addresses import AddressGuard
 from .http import TIMEOUT_S, AuthHttp
 from .record import OAuthRecord, from_credentials, usable
 from .tokens import TokenError
+
+if TYPE_CHECKING:  # the records' types only: no layer below actors/ loads the store
+    from ..store.records import Credentials
+    from ..store.store import Lease
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +68,34 @@ LEASE_S = 2.5 * TIMEOUT_S
 # (each store transaction is short; they wait at most the busy timeout when contended).
 REFRESH_WAIT_S = LEASE_S + TIMEOUT_S + 10.0
 POLL_FIRST_S, POLL_MAX_S = 0.02, 0.25  # how often a loser looks at the lease holder's row
+
+
+class LeaseWriter(Protocol):
+    """The ``put`` of a held credentials row: writes inside its transaction."""
+
+    lease: Lease | None  # the row's refresh lease as read under the lock
+
+    def __call__(self, new: Credentials) -> None:
+        """Replace the credentials (the lease stays as it is)."""
+
+    def take_lease(self, owner: str, until: float) -> None: ...
+
+    def drop_lease(self, owner: str) -> None:
+        """Clear the lease if ``owner`` holds it."""
+
+
+class RefreshStore(Protocol):
+    """The store as a refresh uses it (:class:`albedo_actors.store.Store` is one); each
+    method raises StoreError when the database fails."""
+
+    def holding_credentials(self, server: str) -> AbstractContextManager[tuple[Credentials, LeaseWriter]]:
+        """Hold the server's credentials row for one short read-decide-write."""
+
+    def credentials_and_lease(self, server: str) -> tuple[Credentials, Lease | None]:
+        """The credentials and the refresh lease, read without a lock."""
+
+    def delete_oauth_client(self, issuer: str, client_id: str) -> int:
+        """Forget the registrations of ``client_id`` at ``issuer``; how many."""
 
 
 def default_http(server: ServerConfig) -> AuthHttp:
@@ -83,7 +116,7 @@ def _carry_tokens(onto: OAuthRecord, fresh: OAuthRecord) -> OAuthRecord:
     return onto.replace(**{name: getattr(fresh, name) for name in _TOKEN_FIELDS})
 
 
-def refresh_held(store: Any, server: ServerConfig, seen: str | None, environ: Mapping[str, str],
+def refresh_held(store: RefreshStore, server: ServerConfig, seen: str | None, environ: Mapping[str, str],
                  http_factory: Callable[[ServerConfig], AuthHttp]) -> tuple[OAuthRecord | None, bool]:
     """Refresh under the row's refresh lease (module docstring); returns (the record now stored,
     whether a token request was made). No database lock is held during the request."""
@@ -124,11 +157,13 @@ def refresh_held(store: Any, server: ServerConfig, seen: str | None, environ: Ma
                                              reason="the authorization server no longer accepts the client albedo "
                                                     "registered (invalid_client); the next sign-in registers again")
         else:
+            assert fresh is not None  # not refused: the request answered
             result = _carry_tokens(current, fresh)
         put(dataclasses.replace(credentials, oauth=result.to_json()))
-    if forget_client is not None and forget_client[0] and forget_client[1]:
+    issuer, client_id = forget_client or (None, None)
+    if issuer and client_id:
         try:
-            store.delete_oauth_client(*forget_client)
+            store.delete_oauth_client(issuer, client_id)
         except (StoreError, AttributeError) as exc:
             log.warning("server %r: could not forget the refused client registration: %s", server.name, exc)
     return result, True
@@ -139,7 +174,7 @@ class _Claimed:
     record: OAuthRecord
 
 
-def _claim(store: Any, server: ServerConfig, seen: str | None, owner: str) -> Any:
+def _claim(store: RefreshStore, server: ServerConfig, seen: str | None, owner: str) -> _Claimed | OAuthRecord | None:
     """Step 1 and 2: ``_Claimed`` (we hold the lease) or the stored record that answers the caller."""
     give_up = time.monotonic() + LEASE_S + 2.0
     while True:
@@ -158,7 +193,7 @@ def _claim(store: Any, server: ServerConfig, seen: str | None, owner: str) -> An
                                                "the tokens are kept")
 
 
-def _wait_for_holder(store: Any, server: ServerConfig, seen: str | None, lease: Any, give_up: float) -> bool:
+def _wait_for_holder(store: RefreshStore, server: ServerConfig, seen: str | None, lease: Lease, give_up: float) -> bool:
     """Poll (bounded) until ``lease`` is no longer the row's live lease or the tokens changed; False on give-up."""
     pause = POLL_FIRST_S
     while True:
@@ -178,7 +213,7 @@ def _wait_for_holder(store: Any, server: ServerConfig, seen: str | None, lease: 
             return True
 
 
-def _release(store: Any, server: ServerConfig, owner: str) -> None:
+def _release(store: RefreshStore, server: ServerConfig, owner: str) -> None:
     try:
         with store.holding_credentials(server.name) as (_credentials, put):
             put.drop_lease(owner)

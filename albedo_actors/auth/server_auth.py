@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..config import ServerConfig
 from ..errors import AlbedoError, AuthError, NeedsSignIn, RefreshDeferred, StoreError
@@ -23,6 +23,9 @@ from . import discovery
 from .discovery import Challenge
 from .record import OAuthRecord, from_credentials, usable
 from .refresh import REFRESH_WAIT_S
+
+if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
+    from ..store.records import Credentials
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,16 @@ class RefreshFn(Protocol):
     def __call__(self, server: ServerConfig, seen: str | None, /) -> concurrent.futures.Future[OAuthRecord | None]: ...
 
 
+class CredentialStore(Protocol):
+    """The store as ServerAuth uses it (:class:`albedo_actors.store.Store` is one)."""
+
+    def get_credentials(self, server: str) -> Credentials:
+        """The server's credentials (``Credentials()`` when none); raises StoreError."""
+
+    def update_credentials(self, server: str, fn: Callable[[Credentials], Credentials]) -> Credentials:
+        """Read, ``fn(old)``, write back, in one short transaction; the new ones. Raises StoreError."""
+
+
 class ServerAuth:
     """The tokens of one server for its HTTP link; called from the link's worker threads.
 
@@ -50,7 +63,7 @@ class ServerAuth:
     with :class:`NeedsSignIn` and the user signs in with ``albedo-mcp sign-in``.
     """
 
-    def __init__(self, server: ServerConfig, store: Any, refresh: RefreshFn, *,
+    def __init__(self, server: ServerConfig, store: CredentialStore, refresh: RefreshFn, *,
                  authorize: Callable[[ServerConfig, Challenge | None], Any] | None = None) -> None:
         self.server = server
         self._store = store
@@ -70,11 +83,12 @@ class ServerAuth:
             return None
         if record.expiring():
             try:
-                record = self._refresh(record.access_token)
+                fresh = self._refresh(record.access_token)
             except NeedsSignIn:
                 return None if record.expiring(time.time() - 60) else f"Bearer {record.access_token}"
-            if record is None or not record.access_token:
+            if fresh is None or not fresh.access_token:
                 return None
+            return f"Bearer {fresh.access_token}"
         return f"Bearer {record.access_token}"
 
     def unauthorized(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
@@ -197,8 +211,10 @@ class ServerAuth:
 
     def _update(self, change: Callable[[OAuthRecord], OAuthRecord], create: bool = False) -> None:
         url = self.server.url
+        if url is None:
+            return  # not an HTTP server: it has no OAuth record
 
-        def apply(credentials: Any) -> Any:
+        def apply(credentials: Credentials) -> Credentials:
             record = usable(from_credentials(credentials), url)
             if record is None:
                 if not create:
@@ -215,7 +231,7 @@ class ServerAuth:
             self._record, self._loaded = usable(from_credentials(new), url), time.monotonic()
 
 
-def sign_in_needed(server: ServerConfig, credentials: Any) -> str | None:
+def sign_in_needed(server: ServerConfig, credentials: Credentials | None) -> str | None:
     """Why ``server`` must not be dialled until the user signs in; None when it may be.
 
     A stored record for this URL that is ``needs_sign_in`` or ``signed_out`` (a

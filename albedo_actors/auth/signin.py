@@ -19,7 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from urllib.parse import urlsplit
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from ..config import OAuthSettings, ServerConfig
 from ..errors import AuthError, ConfigError, StoreError
@@ -32,6 +32,10 @@ from .http import AuthHttp, AuthHttpError, AuthReply
 from .record import OAuthRecord, from_credentials, usable
 from .registration import ClientRegistration, RegistrationError
 from .tokens import TokenError, TokenSet
+from ..wire.jsonrpc import Json
+
+if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
+    from ..store.records import Credentials
 
 CLIENT_NAME = "albedo_actors"
 JWT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
@@ -47,6 +51,32 @@ __all__ = [
     "check_client_issuer",
     "store_record",
 ]
+
+
+class SignInStore(Protocol):
+    """The store as a sign-in uses it (:class:`albedo_actors.store.Store` is one); each
+    method raises StoreError when the database fails."""
+
+    def get_credentials(self, server: str) -> Credentials: ...
+
+    def update_credentials(self, server: str, fn: Callable[[Credentials], Credentials]) -> Credentials: ...
+
+    def get_oauth_client(self, issuer: str, redirect_uri: str) -> dict[str, Any] | None: ...
+
+    def put_oauth_client(self, issuer: str, redirect_uri: str, client: dict[str, Any]) -> None: ...
+
+    def delete_oauth_client(self, issuer: str, client_id: str) -> int: ...
+
+
+def _url(server: ServerConfig) -> str:
+    """The server's URL: only an HTTP server signs in.
+
+    Raises:
+        AuthError: it has none.
+    """
+    if server.type != "http" or not server.url:
+        raise AuthError(server.name, "only HTTP servers sign in with OAuth")
+    return server.url
 
 
 @dataclass(frozen=True)
@@ -70,7 +100,7 @@ def probe_challenge(http: AuthHttp, server: ServerConfig) -> Challenge | None:
     """POST an unauthenticated request and return the ``Bearer`` challenge of a 401, if any."""
     body = {"jsonrpc": "2.0", "id": 0, "method": "ping"}
     try:
-        reply = http.post_json(server.url, body, headers={"Accept": "application/json, text/event-stream"})
+        reply = http.post_json(_url(server), body, headers={"Accept": "application/json, text/event-stream"})
     except AuthHttpError as exc:
         raise AuthError(server.name, f"the server could not be asked: {exc.reason}") from None
     if reply.status in (401, 403):
@@ -78,7 +108,7 @@ def probe_challenge(http: AuthHttp, server: ServerConfig) -> Challenge | None:
     return None
 
 
-def _get_json(http: AuthHttp, name: str, url: str) -> tuple[AuthReply | None, Any]:
+def _get_json(http: AuthHttp, name: str, url: str) -> tuple[AuthReply | None, Json]:
     try:
         reply = http.get(url)
     except AuthHttpError as exc:
@@ -88,7 +118,7 @@ def _get_json(http: AuthHttp, name: str, url: str) -> tuple[AuthReply | None, An
 
 def discover(http: AuthHttp, server: ServerConfig, challenge: Challenge | None) -> Discovered:
     """Protected Resource Metadata, then the first authorization server's metadata."""
-    name, url = server.name, server.url
+    name, url = server.name, _url(server)
     hint = challenge.resource_metadata if challenge is not None else None
     resource = None
     for where in discovery.protected_resource_metadata_urls(url, hint):
@@ -128,12 +158,13 @@ def _discover_2025_03_26(http: AuthHttp, server: ServerConfig) -> Discovered:
     authorization server (RFC 8414 metadata there, else the default ``/authorize``,
     ``/token`` and ``/register``). Nothing leaves the MCP server's own origin, and no
     ``resource`` parameter is sent (that revision has none)."""
-    parts = urlsplit(server.url)
+    url = _url(server)
+    parts = urlsplit(url)
     origin = f"{parts.scheme.lower()}://{parts.netloc}"
     reply, doc = _get_json(http, server.name, origin + "/.well-known/oauth-authorization-server")
     if isinstance(doc, dict):
         try:
-            metadata = discovery.check_authorization_server_metadata(doc, origin, server.url)
+            metadata = discovery.check_authorization_server_metadata(doc, origin, url)
         except AuthDiscoveryError as exc:
             raise AuthError(server.name, f"it publishes no OAuth protected resource metadata, and the authorization "
                                          f"server metadata at its origin is not usable: {exc}") from None
@@ -181,7 +212,7 @@ def _registration_method(metadata: AuthServerMetadata) -> str:
     return "none"
 
 
-def choose_client(http: AuthHttp, store: Any, server: ServerConfig, found: Discovered, redirect_uri: str,
+def choose_client(http: AuthHttp, store: SignInStore | None, server: ServerConfig, found: Discovered, redirect_uri: str,
                   environ: Mapping[str, str]) -> Client:
     """A configured client (``extensions.json``, else the settings), else a Client ID
     Metadata Document, else a kept or new registration."""
@@ -228,7 +259,7 @@ def choose_client(http: AuthHttp, store: Any, server: ServerConfig, found: Disco
     return Client("registered", client.client_id, client.client_secret, client.token_endpoint_auth_method)
 
 
-def check_client_issuer(store: Any, server: ServerConfig, client_id: str, issuer: str) -> None:
+def check_client_issuer(store: SignInStore | None, server: ServerConfig, client_id: str, issuer: str) -> None:
     """Refuse a configured client at another issuer than the one it was first used with.
 
     A client registered by hand (``oauth.clientId``, or given to the settings) belongs to
@@ -282,7 +313,7 @@ def _assertion(client_id: str, audience: str, settings: OAuthSettings | None, en
 
     variable = settings.private_key_env_var if settings else None
     key = environ.get(variable) if variable else None
-    if not key:
+    if settings is None or not key:
         raise ConfigError(f"server {name!r}: oauth.privateKeyEnvVar names ${variable}, which is not set in the host's environment")
     now = int(time.time())
     claims = {"iss": client_id, "sub": client_id, "aud": audience, "iat": now, "exp": now + ASSERTION_LIFETIME_S,
@@ -304,14 +335,14 @@ def _token_request(http: AuthHttp, name: str, endpoint: str, form: dict, headers
 # -- storing ----------------------------------------------------------------------------------
 
 
-def store_record(store: Any, name: str, record: OAuthRecord) -> None:
+def store_record(store: SignInStore | None, name: str, record: OAuthRecord) -> None:
     """Write ``record`` as the server's OAuth record, keeping its other credentials."""
     if store is None:
         return
     store.update_credentials(name, lambda old: dataclasses.replace(old, oauth=record.to_json()))
 
 
-def forget_registration(store: Any, issuer: str, client_id: str) -> str:
+def forget_registration(store: SignInStore | None, issuer: str, client_id: str) -> str:
     """Forget a kept registration the authorization server refused (``invalid_client``); what to tell the user."""
     if store is None:
         return "sign in again to register afresh"
@@ -322,7 +353,7 @@ def forget_registration(store: Any, issuer: str, client_id: str) -> str:
     return "albedo forgot its registration there: sign in again to register afresh"
 
 
-def current_record(store: Any, server: ServerConfig) -> OAuthRecord | None:
+def current_record(store: SignInStore | None, server: ServerConfig) -> OAuthRecord | None:
     if store is None:
         return None
     return usable(from_credentials(store.get_credentials(server.name)), server.url)
@@ -346,7 +377,7 @@ class SignIn:
     def __init__(
         self,
         server: ServerConfig,
-        store: Any,
+        store: SignInStore | None,
         *,
         environ: Mapping[str, str] | None = None,
         agent: Agent | None = None,
@@ -355,8 +386,7 @@ class SignIn:
         lifetime: float = DEFAULT_LIFETIME_S,
         http: AuthHttp | None = None,
     ) -> None:
-        if server.type != "http" or not server.url:
-            raise AuthError(server.name, "only HTTP servers sign in with OAuth")
+        self.url = _url(server)
         self.server = server
         self.store = store
         self.environ = dict(os.environ) if environ is None else dict(environ)
@@ -391,7 +421,7 @@ class SignIn:
         own_http = self._http is None
         # Every request of the sign-in goes only where the server's own kind of address allows
         # (a public server cannot send albedo to a link-local, private or metadata address).
-        http = self._http or AuthHttp(verify=self.server.ca_file or True, guard=AddressGuard(self.server.url))
+        http = self._http or AuthHttp(verify=self.server.ca_file or True, guard=AddressGuard(self.url))
         try:
             previous = current_record(self.store, self.server)
             if challenge is None and previous is not None and (previous.resource_metadata or previous.challenge_scope):
@@ -457,8 +487,8 @@ class SignIn:
         if result.get("error"):
             # The redirect can come from anyone: only a well-formed RFC 6749 error code is
             # shown; error_description (free text) is not repeated.
-            code = tokens._error_code(result["error"]) or "an unreadable error"
-            raise AuthError(name, f"the authorization server refused: {code}")
+            refusal = tokens._error_code(result["error"]) or "an unreadable error"
+            raise AuthError(name, f"the authorization server refused: {refusal}")
         code = result.get("code")
         if not code:
             raise AuthError(name, "the authorization response carried no code")
@@ -470,7 +500,7 @@ class SignIn:
             if exc.error == "invalid_client" and client.kind == "registered":
                 raise AuthError(name, f"{exc}; {forget_registration(self.store, metadata.issuer, client.client_id)}") from None
             raise AuthError(name, str(exc)) from None
-        base = previous or OAuthRecord(url=self.server.url)
+        base = previous or OAuthRecord(url=self.url)
         record = base.replace(
             url=self.server.url, resource=found.resource.resource or None, issuer=metadata.issuer,
             token_endpoint=metadata.token_endpoint, client_kind=client.kind, client_id=client.client_id,
@@ -510,7 +540,7 @@ def follow_redirect_agent(http_factory: Callable[[], AuthHttp] = AuthHttp) -> Ag
     return agent
 
 
-def authorizer(store: Any, *, environ: Mapping[str, str] | None = None, agent: Agent | None = None,
+def authorizer(store: SignInStore | None, *, environ: Mapping[str, str] | None = None, agent: Agent | None = None,
                announce: Callable[[str], None] | None = None, port: int = DEFAULT_PORT,
                lifetime: float = DEFAULT_LIFETIME_S) -> Callable[[ServerConfig, Challenge | None], OAuthRecord]:
     """A sign-in a link may run by itself when a server asks (see ``ServerAuth``)."""
@@ -535,21 +565,35 @@ def _scope_for_credentials(server: ServerConfig, found: Discovered, challenge: C
 
 
 def client_credentials_record(http: AuthHttp, server: ServerConfig, found: Discovered, challenge: Challenge | None,
-                              environ: Mapping[str, str], previous: OAuthRecord | None, store: Any = None) -> OAuthRecord:
+                              environ: Mapping[str, str], previous: OAuthRecord | None,
+                              store: SignInStore | None = None) -> OAuthRecord:
     """A token for the ``client_credentials`` grant (RFC 6749 4.4), no user involved."""
     metadata = found.server
-    check_client_issuer(store, server, server.oauth.client_id, metadata.issuer)
+    (settings, client_id), url = _credentials_client(server), _url(server)
+    check_client_issuer(store, server, client_id, metadata.issuer)
     scope = _scope_for_credentials(server, found, challenge, previous)
-    base = (previous or OAuthRecord(url=server.url)).replace(
-        url=server.url, resource=found.resource.resource or None, issuer=metadata.issuer, token_endpoint=metadata.token_endpoint,
-        client_kind="client_credentials", client_id=server.oauth.client_id, client_secret=None,
-        auth_method=_credentials_method(server.oauth, metadata), step_up=None, requested_scope=scope,
+    base = (previous or OAuthRecord(url=url)).replace(
+        url=url, resource=found.resource.resource or None, issuer=metadata.issuer, token_endpoint=metadata.token_endpoint,
+        client_kind="client_credentials", client_id=client_id, client_secret=None,
+        auth_method=_credentials_method(settings, metadata), step_up=None, requested_scope=scope,
         resource_metadata=challenge.resource_metadata if challenge else None,
         challenge_scope=challenge.scope if challenge else None,
     )
     granted = _credentials_grant(http, server, base, environ)
-    base = dataclasses.replace(base, bound_client_id=server.oauth.client_id, bound_issuer=metadata.issuer)
+    base = dataclasses.replace(base, bound_client_id=client_id, bound_issuer=metadata.issuer)
     return base.with_tokens(granted, requested_scope=scope)
+
+
+def _credentials_client(server: ServerConfig) -> tuple[OAuthSettings, str]:
+    """The ``oauth`` settings of a client credentials server and the client id they name.
+
+    Raises:
+        AuthError: they name none (parse() refuses such an entry; a hand-made one may not).
+    """
+    settings = server.oauth
+    if settings is None or not settings.client_id:
+        raise AuthError(server.name, 'the client_credentials grant needs "oauth": {"clientId": ...}')
+    return settings, settings.client_id
 
 
 def _credentials_method(settings: OAuthSettings, metadata: AuthServerMetadata) -> str:
@@ -561,9 +605,11 @@ def _credentials_method(settings: OAuthSettings, metadata: AuthServerMetadata) -
 
 
 def _credentials_grant(http: AuthHttp, server: ServerConfig, record: OAuthRecord, environ: Mapping[str, str]) -> TokenSet:
-    settings = server.oauth
+    settings, client_id = _credentials_client(server)
+    if not record.token_endpoint:
+        raise AuthError(server.name, "its record lacks the token endpoint; sign in again")
     secret = _secret(settings, environ, server.name) if record.auth_method != "private_key_jwt" else None
-    client = Client("client_credentials", settings.client_id, secret, record.auth_method)
+    client = Client("client_credentials", client_id, secret, record.auth_method)
     form = {"grant_type": "client_credentials", **({"resource": record.resource} if record.resource else {})}
     if record.requested_scope:
         form["scope"] = record.requested_scope
@@ -599,8 +645,10 @@ def refresh_record(http: AuthHttp, server: ServerConfig, record: OAuthRecord, en
         raise TokenError("the record lacks its token endpoint", error="incomplete_record", transient=False)
     form = tokens.refresh_grant(record.refresh_token, record.client_id, record.resource)
     if record.client_kind == "configured":
-        configured = server.oauth is not None and server.oauth.client_id == record.client_id
-        secret = _secret(server.oauth, environ, server.name) if configured else record.configured_client_secret
+        if server.oauth is not None and server.oauth.client_id == record.client_id:
+            secret = _secret(server.oauth, environ, server.name)
+        else:
+            secret = record.configured_client_secret
     else:
         secret = record.client_secret
     client = Client(record.client_kind or "registered", record.client_id, secret, record.auth_method)

@@ -13,10 +13,9 @@ from __future__ import annotations
 import base64
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import quote_plus
 
-from ..wire.jsonrpc import parse_line
+from ..wire.jsonrpc import Json, parse_line
 
 __all__ = [
     "MAX_BODY",
@@ -85,7 +84,7 @@ class TokenSet:
                 f"has_refresh_token={self.has_refresh_token})")
 
 
-def _need(name: str, value: Any) -> str:
+def _need(name: str, value: Json) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{name} must be a non-empty string")
     return value
@@ -158,7 +157,7 @@ def client_auth(client_id: str, client_secret: str | None,
 
 
 
-def _load(body: bytes) -> Any:
+def _load(body: bytes) -> Json:
     if not isinstance(body, (bytes, bytearray, memoryview)):
         raise TypeError("token response body must be bytes")
     if len(body) > MAX_BODY:
@@ -166,14 +165,14 @@ def _load(body: bytes) -> Any:
     return parse_line(bytes(body))
 
 
-def _clean_text(value: Any) -> str | None:
+def _clean_text(value: Json) -> str | None:
     if not isinstance(value, str):
         return None
     text = "".join(c for c in value[:MAX_TEXT] if c.isprintable())
     return text or None
 
 
-def _error_code(value: Any) -> str | None:
+def _error_code(value: Json) -> str | None:
     # RFC 6749 5.2: error = 1*NQSCHAR; keep it short and printable.
     if isinstance(value, str) and 0 < len(value) <= 64 and all(
             0x20 <= ord(c) <= 0x7E and c not in '"\\' for c in value):
@@ -181,7 +180,7 @@ def _error_code(value: Any) -> str | None:
     return None
 
 
-def _check_token(name: str, value: Any, *, allow_space: bool) -> str:
+def _check_token(name: str, value: Json, *, allow_space: bool) -> str:
     # RFC 6749 A.12 / A.17: VSCHAR; the access token goes in an HTTP header
     # (RFC 6750 2.1), so no whitespace or control characters at all.
     low = 0x20 if allow_space else 0x21
@@ -266,7 +265,7 @@ def parse_token_response(body: bytes, status: int, now: float) -> TokenSet:
                     account=_account(data.get("id_token")))
 
 
-def _account(id_token: Any) -> str | None:
+def _account(id_token: Json) -> str | None:
     """Who signed in, for display: ``email``, ``preferred_username`` or ``sub`` of an
     OpenID Connect ``id_token``. Its signature is not checked: nothing is decided on it."""
     if not isinstance(id_token, str) or not id_token or len(id_token) > MAX_TOKEN:

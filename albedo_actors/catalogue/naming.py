@@ -66,7 +66,7 @@ import copy
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Final, Literal, Mapping
 
 from .model import Catalogue
 from ..config import ServerConfig
@@ -79,8 +79,8 @@ MAX_SCHEMA_NODES = 2000
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_DESCRIPTION = 1024
 
-READ_RESOURCE = "read_resource"
-GET_PROMPT = "get_prompt"
+READ_RESOURCE: Final = "read_resource"
+GET_PROMPT: Final = "get_prompt"
 
 Kind = Literal["tool", "read_resource", "get_prompt"]
 
@@ -273,7 +273,8 @@ def _prompt_description(server: str, catalogue: Catalogue) -> str:
         name = _one_line(prompt.get("name"))
         if not name:
             continue
-        arguments = prompt.get("arguments") if isinstance(prompt.get("arguments"), list) else []
+        arguments = prompt.get("arguments")
+        arguments = arguments if isinstance(arguments, list) else []
         names = [_one_line(a.get("name"), 40) + ("" if a.get("required") else "?") for a in arguments if isinstance(a, dict) and _one_line(a.get("name"))]
         summary = _one_line(prompt.get("description"), 80)
         items.append(f"{name}({', '.join(names)})" + (f": {summary}" if summary else ""))

@@ -6,7 +6,7 @@ changed) is not used. The fingerprint is a SHA-256 over a canonical JSON of ever
 field that can change what the server offers, with secret values hashed first, so
 nothing secret can be read back from it.
 
-Pure code: no store, no threads.
+Pure code: no threads, and the store only through :class:`CatalogueStore`.
 """
 
 from __future__ import annotations
@@ -14,25 +14,36 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from .model import Catalogue
 from ..config import ServerConfig
 from ..errors import StoreError
 
+if TYPE_CHECKING:  # the records' types only: no layer below actors/ loads the store
+    from ..store.records import Credentials, SavedCatalogue
+
 FINGERPRINT_VERSION = 1
 MAX_CATALOGUE_BYTES = 8 * 1024 * 1024  # the store refuses larger (store.MAX_CATALOGUE_BYTES)
+
+
+class CatalogueStore(Protocol):
+    """The store as saved catalogues use it (:class:`albedo_actors.store.Store` is one);
+    each method raises StoreError when the database fails."""
+
+    def load_catalogue(self, server: str) -> SavedCatalogue | None: ...
+
+    def save_catalogue(self, server: str, fingerprint: str, era: str, catalogue: dict[str, Any]) -> None: ...
 
 
 def _digest(value: str) -> str:
     return hashlib.sha256(value.encode("utf-8")).hexdigest()
 
 
-def fingerprint(server: ServerConfig, credentials: Any = None, environ: Mapping[str, str] | None = None) -> str:
+def fingerprint(server: ServerConfig, credentials: Credentials | None = None, environ: Mapping[str, str] | None = None) -> str:
     """The key a catalogue of ``server`` is saved under.
 
-    ``credentials`` is the server's stored :class:`~albedo_actors.store.Credentials`
-    (or None); ``environ`` gives the values of the variables the configuration names,
+    ``credentials`` is the server's stored credentials (or None); ``environ`` gives the values of the variables the configuration names,
     so that changing a named secret also changes the fingerprint.
     """
     config = dataclasses.asdict(server)
@@ -80,7 +91,7 @@ def size_of(catalogue: Catalogue) -> int:
     return len(json.dumps(to_json(catalogue), ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
-def load_current(store: Any, server: str, key: str) -> Catalogue | None:
+def load_current(store: CatalogueStore, server: str, key: str) -> Catalogue | None:
     """The catalogue ``store`` holds for ``server`` if it was saved under ``key``.
 
     Raises:
@@ -90,7 +101,7 @@ def load_current(store: Any, server: str, key: str) -> Catalogue | None:
     return from_json(server, saved.catalogue) if saved is not None and saved.fingerprint == key else None
 
 
-def save_if_changed(store: Any, server: str, key: str, catalogue: Catalogue) -> bool:
+def save_if_changed(store: CatalogueStore, server: str, key: str, catalogue: Catalogue) -> bool:
     """Save ``catalogue`` under ``key`` unless the same listing, era and version are saved there; True if saved.
 
     Raises:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Protocol
 
 from ..errors import ProtocolViolation, RemoteError, ServerError, TimedOut, Unavailable, UnknownOutcome
 from ..wire import jsonrpc, mcp
-from ..wire.jsonrpc import WireError
+from ..wire.jsonrpc import Json, WireError
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,9 @@ class LinkClosed(Exception):
 
 
 class Link(Protocol):
-    """How a channel reaches its server: stdio (:class:`~.stdio_link.StdioLink`) or HTTP."""
+    """How a channel reaches its server: stdio (:class:`~.stdio_link.StdioLink`) or HTTP
+    (:class:`~.http_link.HttpLink`). A connection uses its link through this alone: it
+    never asks which transport it has."""
 
     def send_request(self, pending: Pending, message: dict[str, Any]) -> None:
         """Send a request; raise LinkClosed if nothing was sent."""
@@ -63,8 +65,36 @@ class Link(Protocol):
     def forget(self, pending: Pending) -> None:
         """The request's answer no longer matters (it is not cancelled)."""
 
-    def close(self, reason: str) -> None: ...
+    def close(self, reason: str) -> None:
+        """Begin closing; returns at once (:meth:`wait_closed` waits for the end)."""
 
+    @property
+    def closed(self) -> bool:
+        """True once closing began."""
+
+    def wait_closed(self, timeout: float | None = None) -> bool:
+        """After :meth:`close`: wait (at most ``timeout`` s, None: the link's own bound)
+        for its threads and process to end; True if they did."""
+
+    def use(self, negotiated: mcp.Negotiated) -> None:
+        """Speak as ``negotiated`` (era and version) from the next message on."""
+
+    def listen(self, filters: dict[str, bool]) -> Pending | None:
+        """Open the listening stream for list changes, as the transport and era want.
+
+        ``filters`` are the ``subscriptions/listen`` notifications the server's
+        capabilities say can change (possibly none). Returns the held-open request when
+        the channel holds it (stdio), None when the link holds the stream itself (HTTP)
+        or there is nothing to listen for.
+        """
+
+    def set_tool_headers(self, tools: tuple[dict[str, Any], ...], warnings: list[str]) -> tuple[dict[str, Any], ...]:
+        """Adopt a discovered tool list; return the tools this link can call.
+
+        Over modern HTTP each tool's ``x-mcp-header`` annotations become its
+        ``Mcp-Param-*`` headers, and a tool whose annotations break the spec's rules is
+        left out with a warning (2026-07-28 server/tools). Elsewhere: the tools as they are.
+        """
 
 
 class Pending:
@@ -78,12 +108,13 @@ class Pending:
         self.size = 0  # bytes of the answer on the wire, once resolved (0: not known)
         self._lock = threading.Lock()
         self._lock.acquire()
-        self._result: Any = None
+        self._result: dict[str, Any] = {}
         self._error: ServerError | None = None
         self._waker = waker
 
-    def resolve(self, result: Any = None, error: ServerError | None = None) -> None:
-        self._result = result
+    def resolve(self, result: dict[str, Any] | None = None, error: ServerError | None = None) -> None:
+        """End the request with its result (a JSON object) or ``error``."""
+        self._result = result if result is not None else {}
         self._error = error
         self._lock.release()
         if self._waker is not None:
@@ -100,8 +131,8 @@ class Pending:
     def done(self) -> bool:
         return not self._lock.locked()
 
-    def outcome(self) -> Any:
-        """The result of a resolved request.
+    def outcome(self) -> dict[str, Any]:
+        """The result (a JSON object) of a resolved request.
 
         Raises:
             ServerError: the server's error, or ours (unknown outcome, ...).
@@ -141,6 +172,11 @@ class RpcChannel:
     def attach(self, link: Link) -> None:
         self._link = link
 
+    def _attached(self) -> Link:
+        if self._link is None:  # not so once opened: a link is attached before the first request
+            raise LinkClosed()
+        return self._link
+
     # -- requests ------------------------------------------------------------------
 
     def start(self, method: str, params: dict[str, Any] | None, waker: threading.Event | None = None) -> Pending:
@@ -155,7 +191,7 @@ class RpcChannel:
             self._pending.pop(pending.id, None)
             raise Unavailable(self.server, f"not connected ({self._closed_reason}); {method} was not sent")
         try:
-            self._link.send_request(pending, jsonrpc.request(pending.id, method, params))
+            self._attached().send_request(pending, jsonrpc.request(pending.id, method, params))
         except LinkClosed:
             self._pending.pop(pending.id, None)
             raise Unavailable(self.server, f"the connection closed before {method} was sent") from None
@@ -179,7 +215,7 @@ class RpcChannel:
     def is_pending(self, pending: Pending) -> bool:
         return pending.id in self._pending
 
-    def wait(self, pending: Pending, timeout: float, *, cancel: bool = True) -> Any:
+    def wait(self, pending: Pending, timeout: float, *, cancel: bool = True) -> dict[str, Any]:
         """Wait for ``pending``'s answer for at most ``timeout`` seconds.
 
         On timeout the request is dropped and, when ``cancel``, cancelled the way
@@ -192,14 +228,14 @@ class RpcChannel:
         if not pending.wait(timeout):
             if self._pending.pop(pending.id, None) is not None:
                 if cancel:
-                    self._link.cancel(pending)
+                    self._attached().cancel(pending)
                 else:
-                    self._link.forget(pending)
+                    self._attached().forget(pending)
                 raise TimedOut(self.server, f"{pending.method} got no answer within {timeout:g} s; it was cancelled")
             pending.wait(1.0)  # answered as we gave up: it was resolved just now
         return pending.outcome()
 
-    def request(self, method: str, params: dict[str, Any] | None, timeout: float) -> Any:
+    def request(self, method: str, params: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
         """Send a request and wait for its result (see :meth:`start`, :meth:`wait`)."""
         return self.wait(self.start(method, params), timeout)
 
@@ -241,7 +277,7 @@ class RpcChannel:
             return
         self.feed_message(message, len(line))
 
-    def feed_message(self, message: Any, size: int = 0) -> None:
+    def feed_message(self, message: Json, size: int = 0) -> None:
         """One parsed JSON value from the server, ``size`` bytes on the wire. Never raises."""
         if self._poisoned:
             return
@@ -328,7 +364,7 @@ class RpcChannel:
         future.add_done_callback(self._handler_done)
         return True
 
-    def _handler_done(self, _future: concurrent.futures.Future) -> None:
+    def _handler_done(self, _future: concurrent.futures.Future[None]) -> None:
         self._backlog.release()
         self._refusing = False
 

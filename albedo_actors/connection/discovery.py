@@ -12,8 +12,8 @@ from typing import Any
 
 from ..catalogue import Catalogue
 from ..errors import ProtocolViolation, RemoteError
-from ..wire import headers as mcp_headers
 from ..wire import jsonrpc
+from ..wire.jsonrpc import Json
 from .negotiation import Connection
 
 MAX_PAGES = 100
@@ -52,8 +52,10 @@ def discover(connection: Connection, timeout: float) -> Catalogue:
             if method == "resources/templates/list" and exc.code == jsonrpc.METHOD_NOT_FOUND:
                 continue  # offering resources does not oblige a server to have templates
             raise
-    if connection.http and connection.modern and "tools" in lists:
-        lists["tools"] = _tools_with_valid_headers(connection, lists["tools"], warnings)
+    if "tools" in lists:
+        # The link keeps what it needs to call them (HTTP: the Mcp-Param headers) and
+        # says which it can call at all.
+        lists["tools"] = connection.link.set_tool_headers(lists["tools"], warnings)
     return Catalogue(
         server=connection.server,
         era=connection.era,
@@ -123,22 +125,6 @@ def _list_all(connection: Connection, method: str, key: str, deadline: float, wa
     return kept.done(warnings)
 
 
-def _tools_with_valid_headers(connection: Connection, tools: tuple[dict[str, Any], ...], warnings: list[str]):
-    """2026-07-28 server/tools "x-mcp-header": an HTTP client MUST leave out invalid tools."""
-    kept, paths = [], {}
-    for tool in tools:
-        try:
-            found = mcp_headers.tool_param_headers(tool)
-        except mcp_headers.InvalidToolHeaders as exc:
-            warnings.append(f"server {connection.server!r}: left out tool {tool['name'][:80]!r}: its x-mcp-header annotations break the spec's rules ({exc})")
-            continue
-        if found:
-            paths[tool["name"]] = found
-        kept.append(tool)
-    connection.transport.tool_headers = paths
-    return tuple(kept)
-
-
 _REQUIRED = {"tools": "name", "resources": "uri", "resourceTemplates": "uriTemplate", "prompts": "name"}
 MAX_NAMED_WARNINGS = 10  # entries of one list named in warnings; the rest are counted
 
@@ -160,7 +146,7 @@ class _Kept:
         self._unnamed = 0  # entries without an identifier
         self._more = 0  # further left-out entries past MAX_NAMED_WARNINGS
 
-    def add(self, page: list[Any]) -> None:
+    def add(self, page: list[Json]) -> None:
         key, field, seen = self.key, self._field, self._seen
         for item in page:
             ident = item.get(field) if type(item) is dict else None

@@ -42,15 +42,16 @@ import concurrent.futures
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Callable, Protocol
 
 from ..auth import discovery as auth_discovery
+from ..auth.discovery import Challenge
 from ..errors import HttpRefused, HttpServerFailed, NeedsSignIn, ProtocolViolation, SessionExpired, Unavailable, UnknownOutcome
 from .channel import LinkClosed, Pending, RpcChannel
 from ..transport.http import ACCEPT_BOTH, Exchange, HttpFailed, HttpTransport, Reply, decode_message
 from ..wire import headers as mcp_headers
 from ..wire import jsonrpc, mcp
-from ..wire.jsonrpc import WireError
+from ..wire.jsonrpc import Json, WireError
 from ..wire.sse import SseParser
 
 logger = logging.getLogger(__name__)
@@ -70,21 +71,35 @@ LISTEN_OPEN_WAIT = 2.0  # for the first opening's answer before the connection i
 MAX_AUTH_ROUNDS = 4  # one refresh and three sign-ins, then the request fails
 
 
+class LinkAuth(Protocol):
+    """The OAuth of one server as its link uses it, from the link's worker threads
+    (implemented by :class:`albedo_actors.auth.server_auth.ServerAuth`)."""
+
+    def header(self) -> str | None:
+        """The ``Authorization`` value for the next request; None to send none."""
+
+    def unauthorized(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
+        """After a 401 to a request that sent ``sent``: the header to post it again
+        with, or raise :class:`~albedo_actors.errors.NeedsSignIn`."""
+
+    def forbidden(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
+        """After a 403 ``insufficient_scope``: as :meth:`unauthorized`, for a step-up."""
+
+
 class HttpLink:
     """Thread-safe; ``close()`` once, then ``wait_closed()`` from a thread that is not a worker."""
 
     def __init__(self, channel: RpcChannel, transport: HttpTransport, server: str, headers: dict[str, str],
-                 auth: Any = None) -> None:
+                 auth: LinkAuth | None = None) -> None:
         self._channel = channel
         self._transport = transport
         self._server = server
         self._static_headers = headers  # configured credentials: never logged
-        # OAuth (a refresher.ServerAuth) unless the configuration gives its own Authorization.
+        # OAuth (a ServerAuth) unless the configuration gives its own Authorization.
         self._auth = None if any(h.lower() == "authorization" for h in headers) else auth
-        self.era: str | None = None  # None while probing (modern headers)
-        self.version = mcp.MODERN_VERSION
+        self._negotiated: mcp.Negotiated | None = None  # the connection's (use()); None: probing, modern headers
         self.session_id: str | None = None
-        self.tool_headers: dict[str, dict[str, tuple[str, ...]]] = {}
+        self._tool_headers: dict[str, dict[str, tuple[str, ...]]] = {}  # tool -> Mcp-Param header -> path
         self._exchanges: dict[int, Exchange] = {}
         self._others: set[Exchange] = set()  # notifications and responses being POSTed
         self._lock = threading.Lock()
@@ -161,10 +176,11 @@ class HttpLink:
         self._pool.shutdown(wait=False)
         self._channel.connection_lost(reason, local=True)
 
-    def wait_closed(self, timeout: float = 5.0) -> bool:
-        """End the session (DELETE) and wait for the workers and the listener."""
+    def wait_closed(self, timeout: float | None = None) -> bool:
+        """End the session (DELETE) and wait for the workers and the listener (``timeout``: 5 s)."""
+        timeout = 5.0 if timeout is None else timeout
         if self.session_id is not None and self.era == "legacy":
-            self._delete_session()
+            self._delete_session(self.session_id)
         if self._listener is not None and self._listener is not threading.current_thread():
             self._listener.join(timeout)
         self._pool.shutdown(wait=True)
@@ -177,9 +193,21 @@ class HttpLink:
 
     # -- era-aware helpers (called by the connection) ------------------------------------------
 
-    def set_era(self, era: str, version: str) -> None:
-        self.era = era
-        self.version = version
+    def use(self, negotiated: mcp.Negotiated | None) -> None:
+        """Speak as ``negotiated`` (None: probing again, with modern headers); outside
+        the legacy era there is no session."""
+        self._negotiated = negotiated
+        if negotiated is None or not negotiated.legacy:
+            self.session_id = None
+
+    @property
+    def era(self) -> str | None:
+        """"modern", "legacy", or None while the opening probes."""
+        return self._negotiated.era if self._negotiated is not None else None
+
+    @property
+    def version(self) -> str:
+        return self._negotiated.version if self._negotiated is not None else mcp.MODERN_VERSION
 
     def notify_accepted(self, method: str, params: dict[str, Any] | None = None) -> None:
         """Send a notification the server must accept (e.g. notifications/initialized).
@@ -192,8 +220,9 @@ class HttpLink:
         except LinkClosed:
             raise Unavailable(self._server, f"did not accept {method}") from None
 
-    def start_listening(self, filters: dict[str, bool] | None, wait: float = LISTEN_OPEN_WAIT) -> None:
-        """Open the listening stream: GET (older session) or subscriptions/listen (modern).
+    def listen(self, filters: dict[str, bool], wait: float = LISTEN_OPEN_WAIT) -> None:
+        """Open the listening stream: GET (older session) or subscriptions/listen for
+        ``filters`` (modern, only when some list can change). The link holds it: None.
 
         Waits up to ``wait`` seconds for the server's answer to the first opening, so
         that the stream is there before the connection is used: a server may send its
@@ -202,14 +231,38 @@ class HttpLink:
         """
         if self.era == "legacy" or filters:
             self._listener = threading.Thread(
-                target=self._listen_loop, args=(filters,), name=f"mcp-listen-{self._server}", daemon=True
+                target=self._listen_loop, args=(None if self.era == "legacy" else filters,),
+                name=f"mcp-listen-{self._server}", daemon=True
             )
             self._listener.start()
             self._listen_answered.wait(wait)
+        return None
+
+    def set_tool_headers(self, tools: tuple[dict[str, Any], ...], warnings: list[str]) -> tuple[dict[str, Any], ...]:
+        """2026-07-28 server/tools "x-mcp-header": an HTTP client MUST leave out invalid tools.
+
+        A modern link records each kept tool's ``Mcp-Param-*`` paths for its
+        ``tools/call`` requests; an older session sends no such headers.
+        """
+        if self.era != "modern":
+            return tools
+        kept, paths = [], {}
+        for tool in tools:
+            try:
+                found = mcp_headers.tool_param_headers(tool)
+            except mcp_headers.InvalidToolHeaders as exc:
+                warnings.append(f"server {self._server!r}: left out tool {tool['name'][:80]!r}: "
+                                f"its x-mcp-header annotations break the spec's rules ({exc})")
+                continue
+            if found:
+                paths[tool["name"]] = found
+            kept.append(tool)
+        self._tool_headers = paths
+        return tuple(kept)
 
     # -- workers ------------------------------------------------------------------------------------
 
-    def _submit(self, fn: Any, *args: Any) -> None:
+    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
         try:
             self._pool.submit(fn, *args)
         except RuntimeError:
@@ -367,17 +420,19 @@ class HttpLink:
                     self._server, f"sent an SSE event id that {exc}, so its stream cannot be resumed; "
                                   f"{pending.method} may or may not have run"))
                 return
+            resumed: Reply | None
             try:
-                reply = self._transport.send("GET", headers, exchange)
+                resumed = self._transport.send("GET", headers, exchange)
             except HttpFailed as exc:
-                reply = None
+                resumed = None
                 problem = str(exc)
-            if reply is None or reply.status != 200 or not reply.is_sse:
-                if reply is not None:
-                    reply.close()
-                    problem = f"resuming the stream was refused (HTTP {reply.status})"
+            if resumed is None or resumed.status != 200 or not resumed.is_sse:
+                if resumed is not None:
+                    resumed.close()
+                    problem = f"resuming the stream was refused (HTTP {resumed.status})"
                 self._channel.fail(pending, UnknownOutcome(self._server, f"{problem}; {pending.method} may or may not have run"))
                 return
+            reply = resumed
             parser = SseParser(max_retry_ms=RESUME_MAX_MS)
 
     def _refused(self, pending: Pending, reply: Reply) -> None:
@@ -396,7 +451,8 @@ class HttpLink:
         if not configured and (status == 401 or (challenge is not None and challenge.error == "insufficient_scope")):
             # Whatever its body says: the request did not run, and a sign-in would help.
             reply.close()
-            why = "the server asks for a sign-in" if status == 401 else f"the server needs more scope ({challenge.scope or 'unnamed'})"
+            scope = challenge.scope if challenge is not None else None
+            why = "the server asks for a sign-in" if status == 401 else f"the server needs more scope ({scope or 'unnamed'})"
             self._channel.fail(pending, NeedsSignIn(self._server, why, pending.method, step_up=status == 403))
             return
         try:
@@ -426,8 +482,8 @@ class HttpLink:
         self.session_id = None
         self.close("the server ended the session (HTTP 404)")
 
-    def _delete_session(self) -> None:
-        headers = self._auth_header({"Mcp-Session-Id": self.session_id, "MCP-Protocol-Version": self.version, **self._static_headers})
+    def _delete_session(self, session_id: str) -> None:
+        headers = self._auth_header({"Mcp-Session-Id": session_id, "MCP-Protocol-Version": self.version, **self._static_headers})
         try:
             self._transport.send("DELETE", headers, Exchange(), read_timeout=DELETE_TIMEOUT).close()
         except HttpFailed:
@@ -452,18 +508,20 @@ class HttpLink:
         version = params.get("_meta", {}).get(mcp.META_PROTOCOL_VERSION, self.version)
         headers.update(mcp_headers.request_headers(method, params, version))
         if method == "tools/call":
-            paths = self.tool_headers.get(params.get("name"))
+            name = params.get("name")
+            paths = self._tool_headers.get(name) if isinstance(name, str) else None
             if paths:
                 headers.update(mcp_headers.param_headers(paths, params.get("arguments")))
         return headers
 
-    def _stream_headers(self, last_event_id: str | None = None) -> dict[str, Any]:
+    def _stream_headers(self, last_event_id: str | None = None) -> dict[str, str | bytes]:
         """Headers of a GET stream; ``Last-Event-ID`` when resuming after that id.
 
         Raises:
             InvalidHeaderValue: the id cannot go into a header.
         """
-        headers: dict[str, Any] = self._auth_header({"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers})
+        headers: dict[str, str | bytes] = {**self._auth_header(
+            {"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers})}
         if self.session_id is not None:
             headers["Mcp-Session-Id"] = self.session_id
         if last_event_id:  # WHATWG: an empty last event ID string sends no header
@@ -534,7 +592,7 @@ class HttpLink:
                 self._channel.drop(pending)
             logger.debug("server %r: no listening stream (HTTP %s)", self._server, reply.status)
             return False, None, True
-        parser = SseParser(max_retry_ms=LISTEN_MAX_WAIT * 1000)
+        parser = SseParser(max_retry_ms=int(LISTEN_MAX_WAIT * 1000))
         heard = False
         try:
             for event in reply.events(parser):
@@ -563,7 +621,7 @@ class HttpLink:
         return heard, parser.retry_ms, False
 
 
-def _real_notification(message: Any) -> bool:
+def _real_notification(message: Json) -> bool:
     """A JSON-RPC notification (a method, no id) other than the listen acknowledgement."""
     return (
         isinstance(message, dict)

@@ -22,10 +22,11 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..config import ServerConfig, http_headers
 from ..errors import (
+    ConfigError,
     HttpRefused,
     HttpServerFailed,
     Incompatible,
@@ -36,13 +37,16 @@ from ..errors import (
     Unavailable,
     UnknownOutcome,
 )
-from .http_link import HttpLink
-from .channel import Pending, RpcChannel
+from .http_link import HttpLink, LinkAuth
+from .channel import Link, Pending, RpcChannel
 from .stdio_link import StdioLink
 from ..transport.http import HttpTransport
-from ..transport.stdio import LaunchFailed, LaunchSpec, StdioTransport, TransportClosed, WriteTimeout
+from ..transport.stdio import LaunchFailed, LaunchSpec, StdioTransport
 from ..wire import jsonrpc, mcp
-from ..wire.mcp import Verdict
+from ..wire.mcp import Negotiated, Verdict
+
+if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
+    from ..store.records import Credentials
 
 logger = logging.getLogger(__name__)
 
@@ -53,27 +57,37 @@ NotificationSink = Callable[[str, dict[str, Any]], None]
 # A host's answers to server requests, by kind ("elicitation", "sampling", "roots").
 Handlers = dict[str, Callable[[dict[str, Any]], dict[str, Any]]]
 ClosedSink = Callable[[str], None]
+# Told every link as soon as it exists, so that an owner that is stopping can close a
+# connection still being opened.
+LinkSink = Callable[[Link], None]
 
 
 class Connection:
     """One open connection whose era is known. Thread-safe; used by any caller thread."""
 
-    def __init__(self, channel: RpcChannel, transport: StdioTransport, era: str, version: str, opened: dict[str, Any]) -> None:
+    def __init__(self, channel: RpcChannel, link: Link, negotiated: Negotiated, opened: dict[str, Any]) -> None:
         self.channel = channel
-        self.transport = transport
+        self.link = link
         self.server = channel.server
-        self.era = era
-        self.version = version
+        self.negotiated = negotiated  # the one value of era and version; the link speaks it too
+        link.use(negotiated)
         capabilities = opened.get("capabilities")
         self.capabilities: dict[str, Any] = capabilities if isinstance(capabilities, dict) else {}
         instructions = opened.get("instructions")
         self.instructions = instructions if isinstance(instructions, str) else None
-        self.server_info = mcp.server_info_of(opened, era)
-        self.http = False
+        self.server_info = mcp.server_info_of(opened, self.era)
+
+    @property
+    def era(self) -> str:
+        return self.negotiated.era
+
+    @property
+    def version(self) -> str:
+        return self.negotiated.version
 
     @property
     def modern(self) -> bool:
-        return self.era == "modern"
+        return self.negotiated.modern
 
     @property
     def alive(self) -> bool:
@@ -114,7 +128,7 @@ class Connection:
                 return result
             if kind != "input_required":
                 raise ProtocolViolation(self.server, f"{method} returned an unknown resultType {str(kind)[:40]!r}")
-            retry = {key: value for key, value in params.items() if key not in ("inputResponses", "requestState")}
+            retry = {key: value for key, value in (params or {}).items() if key not in ("inputResponses", "requestState")}
             requests = result.get("inputRequests")
             if requests:
                 retry["inputResponses"] = self._answer_inputs(method, requests)
@@ -151,28 +165,21 @@ class Connection:
         return answers
 
     def start_listen(self) -> Pending | None:
-        """Start listening for list changes, as the transport and era want.
-
-        stdio, modern: ``subscriptions/listen`` for the lists that can change (2026-07-28
-        basic/patterns/subscriptions); the request stays open until the server ends it
-        or the connection closes, and is returned. HTTP: see ``HttpLink.start_listening``.
-        """
+        """Start listening for the lists that can change, as the link and era want
+        (:meth:`Link.listen`); the held-open request when the channel holds it."""
         filters = {
             field: True
             for capability, field in mcp.LISTEN_FILTERS.items()
             if isinstance(self.capabilities.get(capability), dict) and self.capabilities[capability].get("listChanged")
         }
-        if self.http:
-            # Over HTTP the link holds the stream: the GET stream of an older session,
-            # or subscriptions/listen for a modern server whose lists can change.
-            self.transport.start_listening(filters if self.modern else None)
-            return None
-        if not self.modern or not filters:
-            return None
-        return self.channel.start("subscriptions/listen", self.params({"notifications": filters}))
+        return self.link.listen(filters)
 
     def close(self, reason: str = "closed") -> None:
         self.channel.close(reason)
+
+    def wait_closed(self, timeout: float | None = None) -> bool:
+        """After :meth:`close`: wait (bounded) for the link's threads and process to end."""
+        return self.link.wait_closed(timeout)
 
 
 # -- opening a stdio connection --------------------------------------------------------
@@ -189,13 +196,13 @@ def open_stdio(
     on_closed: ClosedSink,
     timeout: float,
     *,
-    track: Callable[[StdioTransport], None] = lambda transport: None,
+    track: LinkSink = lambda link: None,
     handlers: Handlers | None = None,
     era: str | None = None,
 ) -> Connection:
     """Launch a stdio server and negotiate its era within ``timeout`` seconds.
 
-    ``track`` is told every transport as soon as it exists, so that an owner that is
+    ``track`` is told every link as soon as it exists, so that an owner that is
     stopping can close a connection that is still being opened.
 
     ``era`` is the era a saved catalogue of this configuration recorded ("legacy" or
@@ -233,7 +240,7 @@ def _open_once(
     deadline: float,
     *,
     probe: bool,
-    track: Callable[[StdioTransport], None],
+    track: LinkSink,
     handlers: Handlers | None,
     first: str = "discover",
     grace: float = PROBE_GRACE,
@@ -249,14 +256,15 @@ def _open_once(
 
     channel = RpcChannel(server, on_notification, closed, handlers)
     transport = StdioTransport(spec, channel.feed_line, channel.connection_lost, name=server)
-    channel.attach(StdioLink(channel, transport, (TransportClosed, WriteTimeout)))
-    track(transport)
+    link = StdioLink(channel, transport)
+    channel.attach(link)
+    track(link)
     try:
         transport.start()
     except LaunchFailed as exc:
         raise Unavailable(server, f"cannot start: {exc}") from None
     try:
-        era, version, opened = _negotiate(channel, server, deadline, probe, first, grace)
+        negotiated, opened = _negotiate(channel, server, deadline, probe, first, grace)
     except _ProbeLost:
         transport.close()
         transport.wait_closed()
@@ -265,7 +273,7 @@ def _open_once(
         transport.close()
         transport.wait_closed()
         raise
-    connection = Connection(channel, transport, era, version, opened)
+    connection = Connection(channel, link, negotiated, opened)
     opening.set()
     if lost:  # it died between answering and now
         on_closed(lost[0])
@@ -273,8 +281,8 @@ def _open_once(
 
 
 def _negotiate(channel: RpcChannel, server: str, deadline: float, probe: bool, first: str = "discover",
-               grace: float = PROBE_GRACE) -> tuple[str, str, dict[str, Any]]:
-    """Return (era, version, DiscoverResult or InitializeResult).
+               grace: float = PROBE_GRACE) -> tuple[Negotiated, dict[str, Any]]:
+    """Return (era and version, DiscoverResult or InitializeResult).
 
     ``probe`` False: ``initialize`` only (the process exited on an earlier probe).
     Otherwise both openings may be tried on this connection, ``first`` first; the other
@@ -306,7 +314,7 @@ def _negotiate(channel: RpcChannel, server: str, deadline: float, probe: bool, f
                 verdict, opened = _judge_probe(probe_p, server, init_p is None)
                 probe_p, probe_judged = None, True
                 if verdict is Verdict.MODERN:
-                    return "modern", mcp.MODERN_VERSION, _discover_result(channel, server, opened, deadline)
+                    return mcp.MODERN, _discover_result(channel, server, opened, deadline)
                 if init_refused is not None:
                     raise Unavailable(server, f"refused initialize: {init_refused}")
                 if init_p is None:
@@ -318,7 +326,7 @@ def _negotiate(channel: RpcChannel, server: str, deadline: float, probe: bool, f
                     if mcp.judge_error(_error_dict(exc)) is Verdict.MODERN:
                         # It had locked itself modern before initialize arrived, or is
                         # modern although a saved catalogue said legacy.
-                        return "modern", mcp.MODERN_VERSION, _discover_result(channel, server, None, deadline)
+                        return mcp.MODERN, _discover_result(channel, server, None, deadline)
                     init_p, init_refused = None, exc.detail
                     if probe and probe_p is None and not probe_judged:
                         probe_p = start_probe()  # the saved era was wrong: probe after all
@@ -330,7 +338,7 @@ def _negotiate(channel: RpcChannel, server: str, deadline: float, probe: bool, f
                     raise _ProbeLost() from None
                 version = _accept_initialize(server, result)
                 channel.notify("notifications/initialized")
-                return "legacy", version, result
+                return Negotiated("legacy", version), result
             now = time.monotonic()
             if now >= deadline:
                 waited = "server/discover or initialize" if probe else "initialize"
@@ -395,7 +403,7 @@ def _accept_initialize(server: str, result: dict[str, Any]) -> str:
         )
     if not isinstance(result.get("capabilities"), dict):
         raise ProtocolViolation(server, "its initialize result has no capabilities object")
-    return version
+    return str(version)
 
 
 def _error_dict(exc: RemoteError) -> dict[str, Any]:
@@ -412,10 +420,10 @@ def open_http(
     timeout: float,
     *,
     environ: Mapping[str, str] = os.environ,
-    track: Callable[[Any], None] = lambda link: None,
+    track: LinkSink = lambda link: None,
     handlers: Handlers | None = None,
-    credentials: Any = None,
-    auth: Any = None,
+    credentials: Credentials | None = None,
+    auth: LinkAuth | None = None,
     era: str | None = None,
 ) -> Connection:
     """Connect to a streamable HTTP server and find out its era within ``timeout`` seconds.
@@ -432,6 +440,8 @@ def open_http(
         Incompatible: it speaks no protocol revision we speak.
     """
     server = config.name
+    if config.url is None:  # parse() refuses such an entry; a hand-made ServerConfig may not
+        raise ConfigError(f"server {server!r}: an http server needs a \"url\"")
     deadline = time.monotonic() + timeout
     headers = http_headers(config, environ, credentials)
     opened_event = threading.Event()
@@ -445,15 +455,13 @@ def open_http(
     channel.attach(link)
     track(link)
     try:
-        era, version, opened = _negotiate_http(channel, link, server, deadline, era)
+        negotiated, opened = _negotiate_http(channel, link, server, deadline, era)
     except BaseException:
         link.close("could not open")
         link.wait_closed()
         raise
     opened_event.set()
-    connection = Connection(channel, link, era, version, opened)
-    connection.http = True
-    return connection
+    return Connection(channel, link, negotiated, opened)
 
 
 def _remaining(deadline: float) -> float:
@@ -461,12 +469,12 @@ def _remaining(deadline: float) -> float:
 
 
 def _negotiate_http(channel: RpcChannel, link: HttpLink, server: str, deadline: float,
-                    saved_era: str | None = None) -> tuple[str, str, dict[str, Any]]:
+                    saved_era: str | None = None) -> tuple[Negotiated, dict[str, Any]]:
     """2026-07-28 basic/transports/streamable-http "Backward Compatibility"."""
     if saved_era == "legacy":
-        opened = _initialize_saved_legacy(channel, link, server, deadline)
-        if opened is not None:
-            return opened
+        saved = _initialize_saved_legacy(channel, link, server, deadline)
+        if saved is not None:
+            return saved
     verdict, opened = Verdict.HANDSHAKE, None
     for attempt in range(2):
         try:
@@ -499,9 +507,9 @@ def _negotiate_http(channel: RpcChannel, link: HttpLink, server: str, deadline: 
         versions = ", ".join(mcp.supported_versions(opened or {})) or "(none named)"
         raise Incompatible(server, f"it supports protocol versions {versions}; this client speaks {', '.join(mcp.MODERN_VERSIONS + mcp.LEGACY_VERSIONS)}")
     if verdict is Verdict.MODERN:
-        link.set_era("modern", mcp.MODERN_VERSION)
-        return "modern", mcp.MODERN_VERSION, opened
-    link.set_era("legacy", mcp.LEGACY_VERSION)
+        link.use(mcp.MODERN)
+        return mcp.MODERN, opened or {}
+    link.use(Negotiated("legacy", mcp.LEGACY_VERSION))
     try:
         result = channel.request("initialize", mcp.initialize_params(channel.capabilities), _remaining(deadline))
     except HttpRefused as exc:
@@ -510,22 +518,22 @@ def _negotiate_http(channel: RpcChannel, link: HttpLink, server: str, deadline: 
         raise Unavailable(server, f"refused initialize (HTTP {exc.status}); is the URL its MCP endpoint?") from None
     except (RemoteError, TimedOut, UnknownOutcome) as exc:
         raise Unavailable(server, f"initialize failed: {exc.detail}") from None
-    version = _accept_initialize(server, result)
-    link.set_era("legacy", version)
+    negotiated = Negotiated("legacy", _accept_initialize(server, result))
+    link.use(negotiated)
     # Over HTTP the server must accept notifications/initialized before any request.
     link.notify_accepted("notifications/initialized")
-    return "legacy", version, result
+    return negotiated, result
 
 
 def _initialize_saved_legacy(channel: RpcChannel, link: HttpLink, server: str,
-                             deadline: float) -> tuple[str, str, dict[str, Any]] | None:
+                             deadline: float) -> tuple[Negotiated, dict[str, Any]] | None:
     """``initialize`` straight away for a server saved as legacy; None: it refused, probe it.
 
     Raises:
         HttpRefused: 401 or 403 (its message names the refused credentials).
         Unavailable: it did not answer.
     """
-    link.set_era("legacy", mcp.LEGACY_VERSION)
+    link.use(Negotiated("legacy", mcp.LEGACY_VERSION))
     try:
         result = channel.request("initialize", mcp.initialize_params(channel.capabilities), _remaining(deadline))
         version = _accept_initialize(server, result)
@@ -538,12 +546,12 @@ def _initialize_saved_legacy(channel: RpcChannel, link: HttpLink, server: str,
     except (TimedOut, UnknownOutcome) as exc:
         raise Unavailable(server, f"did not answer initialize: {exc.detail}") from None
     else:
-        link.set_era("legacy", version)
+        negotiated = Negotiated("legacy", version)
+        link.use(negotiated)
         link.notify_accepted("notifications/initialized")
-        return "legacy", version, result
+        return negotiated, result
     logger.info("server %r: saved as legacy but refused initialize (%s); finding out its era again", server, reason)
-    link.set_era(None, mcp.MODERN_VERSION)  # back to probing: modern headers, no session
-    link.session_id = None
+    link.use(None)  # back to probing: modern headers, no session
     return None
 
 

@@ -9,26 +9,28 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..config import INHERITED_ENV, ServerConfig
 from ..errors import ConfigError, Unavailable
 from ..safefiles import make_private_dirs
-from ..transport.stdio import LaunchSpec
-from ..wire import jsonrpc
+from ..transport.stdio import LaunchSpec, StdioTransport, TransportClosed, WriteTimeout
+from ..wire import jsonrpc, mcp
 from .channel import WRITE_TIMEOUT, LinkClosed, Pending, RpcChannel
+
+if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
+    from ..store.records import Credentials
 
 
 def launch_spec(
-    server: ServerConfig, home: str, environ: Mapping[str, str] = os.environ, credentials: Any = None
+    server: ServerConfig, home: str, environ: Mapping[str, str] = os.environ, credentials: Credentials | None = None
 ) -> LaunchSpec:
     """Resolve what to run for a stdio server: exact executable, directory, environment.
 
     The environment is HOME, PATH and TMPDIR of the host plus the named values, plus
-    the ``KEY=value`` entries stored for the server (``credentials.env``, a
-    :class:`albedo_actors.store.Credentials` or anything with an ``env`` mapping),
-    which win over a named value of the same key; nothing else of the host's
-    environment reaches the server.
+    the ``KEY=value`` entries stored for the server (``credentials.env``), which win
+    over a named value of the same key; nothing else of the host's environment
+    reaches the server.
 
     Raises:
         ConfigError: a named variable is not set, or the directory does not exist.
@@ -43,7 +45,7 @@ def launch_spec(
             raise ConfigError(f"{where}: env {key} names ${variable}, which is not set in the host's environment")
         env[key] = environ[variable]
         secrets.append(environ[variable])
-    for key, value in (getattr(credentials, "env", None) or {}).items():
+    for key, value in (credentials.env if credentials is not None else {}).items():
         env[key] = value
         secrets.append(value)
     cwd = server.cwd
@@ -56,6 +58,8 @@ def launch_spec(
     elif not os.path.isdir(cwd):
         raise ConfigError(f'{where}: "cwd" {cwd} is not a directory')
     command = server.command
+    if command is None:  # parse() refuses such an entry; a hand-made ServerConfig may not
+        raise ConfigError(f'{where}: a stdio server needs a "command"')
     if os.sep in command:
         executable = os.path.normpath(os.path.join(cwd, os.path.expanduser(command)))
         if not (os.path.isfile(executable) and os.access(executable, os.X_OK)):
@@ -79,10 +83,12 @@ def _searchable(path: str) -> str:
 class StdioLink:
     """A channel's link over a stdio transport: every message is one line."""
 
-    def __init__(self, channel: RpcChannel, transport: Any, closed_errors: tuple[type[Exception], ...]) -> None:
+    def __init__(self, channel: RpcChannel, transport: StdioTransport,
+                 closed_errors: tuple[type[Exception], ...] = (TransportClosed, WriteTimeout)) -> None:
         self._channel = channel
         self.transport = transport
         self._closed_errors = closed_errors
+        self._negotiated: mcp.Negotiated | None = None  # until the opening decides; what is sent does not depend on it
 
     def send_request(self, pending: Pending, message: dict[str, Any]) -> None:
         self.send_other(message)
@@ -102,3 +108,25 @@ class StdioLink:
 
     def close(self, reason: str) -> None:
         self.transport.close(reason)
+
+    @property
+    def closed(self) -> bool:
+        return self.transport.closed
+
+    def wait_closed(self, timeout: float | None = None) -> bool:
+        return self.transport.wait_closed() if timeout is None else self.transport.wait_closed(timeout)
+
+    def use(self, negotiated: mcp.Negotiated) -> None:
+        self._negotiated = negotiated
+
+    def listen(self, filters: dict[str, bool]) -> Pending | None:
+        """Modern: ``subscriptions/listen`` for the lists that can change (2026-07-28
+        basic/patterns/subscriptions), held open on the channel until the server ends it
+        or the connection closes. An older server's notifications need no stream."""
+        if self._negotiated is None or not self._negotiated.modern or not filters:
+            return None
+        params = mcp.modern_params({"notifications": filters}, self._negotiated.version, self._channel.capabilities)
+        return self._channel.start("subscriptions/listen", params)
+
+    def set_tool_headers(self, tools: tuple[dict[str, Any], ...], warnings: list[str]) -> tuple[dict[str, Any], ...]:
+        return tools  # stdio carries no headers: x-mcp-header means nothing here

@@ -14,7 +14,7 @@ migration exactly once.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from peewee import CompositeKey, Database, DoubleField, IntegerField, Model, PostgresqlDatabase, TextField
 
@@ -24,7 +24,7 @@ __all__ = ["MIGRATIONS", "migrate", "applied_versions"]
 _PG_LOCK_KEY = 0x616C6265646F
 
 
-def _schema_version(db: Database) -> type[Model]:
+def _schema_version(db: Database) -> type[Any]:  # a Model bound to ``db``; its fields are peewee's descriptors
     class SchemaVersion(Model):
         version = IntegerField(primary_key=True)
         applied_at = DoubleField()

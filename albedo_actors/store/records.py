@@ -102,7 +102,7 @@ class SavedCatalogue:
     server: str
     fingerprint: str
     era: str
-    catalogue: dict
+    catalogue: dict[str, Any]
     saved_at: float
 
     def __repr__(self) -> str:

@@ -36,7 +36,7 @@ import peewee
 from peewee import PostgresqlDatabase, SqliteDatabase
 
 from ..errors import StoreError
-from ..wire.jsonrpc import MAX_DEPTH  # the wire's nesting bound (store may import wire: it is pure)
+from ..wire.jsonrpc import MAX_DEPTH, Json  # the wire's nesting bound (store may import wire: it is pure)
 from ..safefiles import FileRefused, check_not_link, make_private_dirs, open_private
 from . import migrations
 from .models import CatalogueRow, CredentialRow, OAuthClientRow
@@ -116,7 +116,7 @@ class Store:
     Use :func:`open_store` to get one, and :meth:`close` it when every thread is done.
     """
 
-    def __init__(self, db: peewee.Database, where: str) -> None:
+    def __init__(self, db: _SqliteDatabase | _PostgresqlDatabase, where: str) -> None:
         self._db = db
         self._where = where
         self._pg = isinstance(db, PostgresqlDatabase)
@@ -211,7 +211,7 @@ class Store:
 
     # --- catalogues -----------------------------------------------------------
 
-    def save_catalogue(self, server: str, fingerprint: str, era: str, catalogue: dict) -> None:
+    def save_catalogue(self, server: str, fingerprint: str, era: str, catalogue: dict[str, Any]) -> None:
         """Save the server's catalogue, replacing the one saved before.
 
         Raises:
@@ -259,7 +259,7 @@ class Store:
 
     # --- OAuth client registrations -------------------------------------------
 
-    def put_oauth_client(self, issuer: str, redirect_uri: str, client: dict) -> None:
+    def put_oauth_client(self, issuer: str, redirect_uri: str, client: dict[str, Any]) -> None:
         """Save the client registration for (issuer, redirect URI), replacing any before.
 
         Raises:
@@ -275,7 +275,7 @@ class Store:
                 conflict_target=[OAuthClientRow.issuer, OAuthClientRow.redirect_uri],
                 preserve=[OAuthClientRow.client, OAuthClientRow.saved_at]).execute(self._db)
 
-    def get_oauth_client(self, issuer: str, redirect_uri: str) -> dict | None:
+    def get_oauth_client(self, issuer: str, redirect_uri: str) -> dict[str, Any] | None:
         """The client registration for (issuer, redirect URI) as a fresh dict, or None.
 
         Raises:
@@ -337,7 +337,7 @@ class Store:
             log.warning("%s", message)
             raise StoreError(message) from None
 
-    def _write(self) -> Any:
+    def _write(self) -> peewee._atomic:
         # BEGIN IMMEDIATE takes SQLite's write lock up front, so the busy timeout
         # applies (a deferred transaction upgrading to a writer fails at once instead).
         return self._db.atomic() if self._pg else self._db.atomic("IMMEDIATE")
@@ -419,7 +419,7 @@ class _Tracked:
         self._conns_lock = threading.Lock()
         self._conns: dict[int, tuple[threading.Thread, Any]] = {}
 
-    def _connect(self):  # type: ignore[no-untyped-def]
+    def _connect(self) -> Any:  # a DB-API connection of the driver (sqlite3, psycopg2)
         conn = super()._connect()  # type: ignore[misc]
         stale = []
         with self._conns_lock:
@@ -434,7 +434,7 @@ class _Tracked:
                 old.close()
         return conn
 
-    def _close(self, conn):  # type: ignore[no-untyped-def]
+    def _close(self, conn: Any) -> None:
         with self._conns_lock:
             self._conns.pop(id(conn), None)
         super()._close(conn)  # type: ignore[misc]
@@ -473,7 +473,7 @@ class _SqliteDatabase(_Tracked, SqliteDatabase):
             check_same_thread=False,
         )
 
-    def _connect(self):  # type: ignore[no-untyped-def]
+    def _connect(self) -> Any:
         _restrict(self.database)  # before SQLite opens them by name (FileRefused)
         conn = super()._connect()
         _restrict(self.database)
@@ -568,7 +568,7 @@ def _credentials(row: CredentialRow | None) -> Credentials:
 _REMEDY = {"credentials": "; save them again (albedo-mcp edit NAME, or sign-in NAME)"}
 
 
-def _json_object(text: str, what: str, name: str) -> dict:
+def _json_object(text: str, what: str, name: str) -> dict[str, Any]:
     """A stored JSON object, read with bounded nesting: a row nested deeper than the
     wire's MAX_DEPTH is damaged like any other unreadable row, never a RecursionError
     (json.loads, and freezing the value afterwards, recurse once per level)."""
@@ -585,7 +585,7 @@ def _json_object(text: str, what: str, name: str) -> dict:
     return value
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
+def _deeper_than(value: Json, limit: int) -> bool:
     """True if ``value`` nests more than ``limit`` levels of objects and arrays (level by
     level, no recursion). Everything albedo saves came through the wire's bound, so a
     deeper row was not written by albedo."""
@@ -593,7 +593,7 @@ def _deeper_than(value: Any, limit: int) -> bool:
     while level:
         if depth > limit:
             return True
-        below: list[Any] = []
+        below: list[Json] = []
         for node in level:
             below.extend(c for c in (node.values() if isinstance(node, dict) else node) if isinstance(c, (dict, list)))
         level, depth = below, depth + 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 import socket
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import requests
 import urllib3
@@ -27,7 +27,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from ..wire.headers import field_value_problem
-from ..wire.jsonrpc import MAX_MESSAGE_BYTES, WireError, parse_line
+from ..wire.jsonrpc import MAX_MESSAGE_BYTES, Json, WireError, parse_line
 from ..wire.sse import SseEvent, SseParser, SseTooLarge
 
 CONNECT_TIMEOUT = 10.0
@@ -77,7 +77,7 @@ def _shutdown(sock: socket.socket | None) -> None:
             pass
 
 
-class _Tracking:
+class _Tracking(HTTPConnection):
     """Connection mixin: tell the thread's current Exchange which socket it uses."""
 
     def request(self, *args: Any, **kwargs: Any) -> Any:
@@ -154,7 +154,7 @@ class Reply:
             self.close()
         return b"".join(chunks)
 
-    def json(self) -> Any:
+    def json(self) -> Json:
         """The body as one JSON value (bounded as :func:`parse_line` bounds it).
 
         Raises:
@@ -210,7 +210,7 @@ class HttpTransport:
     def send(
         self,
         method: str,
-        headers: dict[str, str],
+        headers: Mapping[str, str | bytes],
         exchange: Exchange,
         *,
         body: bytes | None = None,
@@ -290,7 +290,7 @@ def _connection_reason(exc: Exception) -> str:
     return "could not be reached (connection error)"
 
 
-def decode_message(data: str) -> Any:
+def decode_message(data: str) -> Json:
     """Parse one SSE event's data as a JSON-RPC message (bounded).
 
     Raises:

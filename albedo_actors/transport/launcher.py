@@ -38,6 +38,7 @@ its status channel close without an exit status and ends the server's group itse
 from __future__ import annotations
 
 import collections
+import io
 import json
 import os
 import select
@@ -45,19 +46,20 @@ import signal
 import subprocess
 import sys
 import threading
+from typing import Any
 
 TAIL_BYTES = 2048
 MIN_SECRET = 4  # shorter values are not redacted: they would blank ordinary text
 
 
-def _status(obj: dict) -> None:
+def _status(obj: dict[str, Any]) -> None:
     try:
         os.write(2, json.dumps(obj).encode() + b"\n")
     except OSError:
         pass  # the host is gone; nothing to tell
 
 
-def _read_spec(fd: int) -> dict:
+def _read_spec(fd: int) -> dict[str, Any]:
     chunks = []
     while True:
         chunk = os.read(fd, 65536)
@@ -65,7 +67,8 @@ def _read_spec(fd: int) -> dict:
             break
         chunks.append(chunk)
     os.close(fd)
-    return json.loads(b"".join(chunks))
+    spec: dict[str, Any] = json.loads(b"".join(chunks))  # the host wrote it: a JSON object
+    return spec
 
 
 class Tail:
@@ -80,7 +83,7 @@ class Tail:
         self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET}, key=len, reverse=True)
         self.limit = limit
         self.margin = max((len(s) for s in self.secrets), default=0)
-        self.chunks: collections.deque = collections.deque()
+        self.chunks: collections.deque[bytes] = collections.deque()
         self.size = 0
         self.cut = False
         self.lock = threading.Lock()
@@ -119,7 +122,7 @@ def redacted_tail(data: bytes, cut: bool, secrets: list[bytes], keep: int, limit
     return data[-limit:].decode("utf-8", "replace")
 
 
-def _keep_tail(stream, tail: Tail) -> None:
+def _keep_tail(stream: io.BufferedReader, tail: Tail) -> None:
     """Read the server's stderr to EOF into ``tail``."""
     for chunk in iter(lambda: stream.read1(4096), b""):
         tail.add(chunk)

@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import IO, Any, Callable
 
 from ..wire.framing import FrameTooLarge, LineFramer
 
@@ -90,14 +90,14 @@ class StdioTransport:
         self._name = name
         self._write_lock = threading.Lock()
         self._state_lock = threading.Lock()
-        self._launcher: subprocess.Popen | None = None
+        self._launcher: subprocess.Popen[bytes] | None = None
         self._stdin_fd = -1
         self._closing = False
         self._local_reason: str | None = None
         self._reader: threading.Thread | None = None
         self._watcher: threading.Thread | None = None
         self._status_buffer = b""  # what followed the first status line
-        self._exit_status: dict | None = None  # the launcher's {"exit": ...} line
+        self._exit_status: dict[str, Any] | None = None  # the launcher's {"exit": ...} line
         self._status_ready = threading.Event()  # set by that line, or when the launcher is gone
         self._pidfd: int | None = None
         self.server_pid: int | None = None  # also the server's process group id
@@ -266,20 +266,21 @@ class StdioTransport:
             self._launcher.wait()
 
     @staticmethod
-    def _release(*streams) -> None:
+    def _release(*streams: IO[bytes] | None) -> None:
         """Close our ends of launcher pipes (each by the one thread that reads it)."""
         for stream in streams:
             try:
-                stream.close()
+                if stream is not None:
+                    stream.close()
             except OSError:
                 pass
 
-    def _read_status(self, deadline: float) -> dict:
+    def _read_status(self, deadline: float) -> dict[str, Any]:
         """Read the first JSON status line from the launcher's stderr, by ``deadline``.
 
         What follows it is kept for the watcher.
         """
-        fd = self._launcher.stderr.fileno()
+        fd = self._started().stderr_fd
         buffer = b""
         while b"\n" not in buffer:
             remaining = deadline - time.monotonic()
@@ -294,8 +295,8 @@ class StdioTransport:
 
     def _watch_launcher(self) -> None:
         """Read the status channel to its end, reap the launcher, end an orphaned group."""
-        launcher = self._launcher
-        fd = launcher.stderr.fileno()
+        started = self._started()
+        launcher, fd = started.launcher, started.stderr_fd
         buffer, self._status_buffer = self._status_buffer, b""
         try:
             while True:
@@ -326,7 +327,7 @@ class StdioTransport:
                 self._pidfd = None
             self._release(launcher.stderr)
 
-    def _on_status(self, status: dict) -> None:
+    def _on_status(self, status: dict[str, Any]) -> None:
         if "exit" in status:
             self._exit_status = status
             self._status_ready.set()
@@ -349,13 +350,13 @@ class StdioTransport:
         pid = self.server_pid
         if pid is None:
             return
-        if not self._leader_ends_within(TERM_GRACE):
+        if not self._leader_ends_within(pid, TERM_GRACE):
             _signal_group(pid, signal.SIGTERM)
-            if not self._leader_ends_within(KILL_GRACE):
+            if not self._leader_ends_within(pid, KILL_GRACE):
                 _signal_group(pid, signal.SIGKILL)
         _signal_group(pid, signal.SIGKILL)
 
-    def _leader_ends_within(self, timeout: float) -> bool:
+    def _leader_ends_within(self, pid: int, timeout: float) -> bool:
         """Wait up to ``timeout`` for the server (leader of its group) to end; True if it did."""
         if self._pidfd is not None:
             # Readable once the process has ended (a zombie counts): no pid reuse can fool it.
@@ -363,7 +364,7 @@ class StdioTransport:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                os.kill(self.server_pid, 0)
+                os.kill(pid, 0)
             except ProcessLookupError:
                 return True
             except PermissionError:
@@ -373,7 +374,8 @@ class StdioTransport:
             time.sleep(POLL)
 
     def _read_loop(self) -> None:
-        fd = self._launcher.stdout.fileno()
+        started = self._started()
+        fd = started.stdout_fd
         framer = LineFramer()
         problem = None
         try:
@@ -398,7 +400,14 @@ class StdioTransport:
         try:
             self._on_closed(self._ending_reason(problem), local)
         finally:
-            self._release(self._launcher.stdout)
+            self._release(started.launcher.stdout)
+
+    def _started(self) -> _Started:
+        """The launcher and its pipes' descriptors, once :meth:`start` ran it."""
+        launcher = self._launcher
+        if launcher is None or launcher.stdout is None or launcher.stderr is None:
+            raise RuntimeError("the launcher has not been started")  # our bug: start() runs it first
+        return _Started(launcher, launcher.stdout.fileno(), launcher.stderr.fileno())
 
     def _ending_reason(self, problem: str | None) -> str:
         if problem is not None:
@@ -427,7 +436,14 @@ class StdioTransport:
         return "".join(ch if ch.isprintable() or ch in "\n\t" else "?" for ch in text)
 
 
-def _status_of(line: bytes) -> dict:
+@dataclass(frozen=True)
+class _Started:
+    launcher: subprocess.Popen[bytes]
+    stdout_fd: int
+    stderr_fd: int
+
+
+def _status_of(line: bytes) -> dict[str, Any]:
     try:
         status = json.loads(line)
     except ValueError:

@@ -30,6 +30,8 @@ import base64
 import re
 from typing import Any
 
+from .jsonrpc import Json
+
 HEADER_PROTOCOL_VERSION = "MCP-Protocol-Version"
 HEADER_METHOD = "Mcp-Method"
 HEADER_NAME = "Mcp-Name"
@@ -95,7 +97,7 @@ def encode_value(value: str) -> str:
     return SENTINEL_PREFIX + base64.b64encode(data).decode("ascii") + SENTINEL_SUFFIX
 
 
-def convert(value: Any) -> str | None:
+def convert(value: Json) -> str | None:
     """Convert an argument to header text, or ``None`` when no header is sent.
 
     A string as is; a boolean as ``true``/``false``; an integer (not a bool) in
@@ -148,7 +150,7 @@ def _show(text: Any, limit: int = 40) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def _check_header_name(name: Any, where: str) -> str:
+def _check_header_name(name: Json, where: str) -> str:
     """Return ``name`` if it is a valid ``x-mcp-header`` value, else raise."""
     if not isinstance(name, str):
         raise InvalidToolHeaders(f"x-mcp-header on {where} is a {type(name).__name__}, not a string")
@@ -193,12 +195,12 @@ def tool_param_headers(tool: dict[str, Any]) -> dict[str, tuple[str, ...]]:
     # Entries: (node, path, broken_by, kind). path is the chain of property names
     # so far; broken_by is the first keyword that left that chain (None while on
     # it); kind says whether node is a schema (or data) or a map of names.
-    stack: list[tuple[Any, tuple[str, ...], str | None, int]] = [(schema, (), None, _SCHEMA)]
+    stack: list[tuple[Json, tuple[str, ...], str | None, int]] = [(schema, (), None, _SCHEMA)]
     visited = 0
     while stack:
         node, path, broken_by, kind = stack.pop()
         visited += 1
-        children: list[tuple[Any, tuple[str, ...], str | None, int]] = []
+        children: list[tuple[Json, tuple[str, ...], str | None, int]] = []
         if isinstance(node, list):
             off = broken_by or "an array"
             children = [(item, path, off, _SCHEMA) for item in node if isinstance(item, (dict, list))]
@@ -270,7 +272,7 @@ def param_headers(paths: dict[str, tuple[str, ...]], arguments: dict[str, Any] |
         if name.lower() in seen:
             raise InvalidToolHeaders(f"x-mcp-header {_show(name)} given twice")
         seen.add(name.lower())
-        value: Any = arguments
+        value: Json = arguments
         for key in path:
             value = value.get(key) if isinstance(value, dict) else None
         text = convert(value)

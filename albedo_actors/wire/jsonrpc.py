@@ -22,7 +22,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, NoReturn
+
+# A decoded JSON value: None, bool, int, float, str, a list or a dict of them. Any, not a
+# recursive union: what a server sends is untrusted, and every reader checks at run time
+# the shape it needs before it relies on it.
+Json = Any
 
 # JSON-RPC 2.0 standard codes.
 PARSE_ERROR = -32700
@@ -80,7 +85,7 @@ def result_response(id_: int | str, result: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": id_, "result": result}
 
 
-def error_response(id_: int | str | None, code: int, message: str, data: Any = None) -> dict[str, Any]:
+def error_response(id_: int | str | None, code: int, message: str, data: Json = None) -> dict[str, Any]:
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
@@ -96,7 +101,7 @@ def _parse_float(text: str) -> float:
     return value
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise WireError(f"the non-JSON constant {name}")
 
 
@@ -106,7 +111,7 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 _DECODER = json.JSONDecoder(parse_float=_parse_float, parse_constant=_reject_constant)
 
 
-def parse_line(line: bytes) -> Any:
+def parse_line(line: bytes) -> Json:
     """Decode one line (without its newline) into a JSON value.
 
     Raises:
@@ -158,19 +163,19 @@ def _count_containers(line: bytes) -> int:
     return bare.count(b"{") + bare.count(b"[")
 
 
-def _check_depth(value: Any) -> None:
+def _check_depth(value: Json) -> None:
     """Refuse a value nested deeper than MAX_DEPTH (level by level, no recursion)."""
     level, depth = [value], 1
     while level:
         if depth > MAX_DEPTH:
             raise WireError(f"JSON nested deeper than {MAX_DEPTH} levels")
-        below: list[Any] = []
+        below: list[Json] = []
         for node in level:
             below.extend([c for c in (node.values() if type(node) is dict else node) if type(c) is dict or type(c) is list])
         level, depth = below, depth + 1
 
 
-def _check_text(value: Any) -> None:
+def _check_text(value: Json) -> None:
     """Refuse a value holding a lone surrogate anywhere (a key or a string value)."""
     try:
         _ENCODER.encode(value).encode("utf-8")
@@ -178,12 +183,12 @@ def _check_text(value: Any) -> None:
         raise WireError(f"a string holding a lone UTF-16 surrogate (U+{ord(exc.object[exc.start]):04X}), which is not text") from None
 
 
-def valid_id(value: Any) -> bool:
+def valid_id(value: Json) -> bool:
     """A JSON-RPC id we accept: a string, or an integer that is not a bool."""
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def classify(message: Any) -> str:
+def classify(message: Json) -> str:
     """Return REQUEST, NOTIFICATION or RESPONSE for a parsed message.
 
     Raises:

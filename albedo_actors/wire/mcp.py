@@ -13,10 +13,11 @@ basic/transports/stdio ("Backward compatibility"), as the reference ports them:
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Any
 
 from .. import __version__
-from .jsonrpc import UNSUPPORTED_PROTOCOL_VERSION
+from .jsonrpc import UNSUPPORTED_PROTOCOL_VERSION, Json
 
 MODERN_VERSION = "2026-07-28"
 MODERN_VERSIONS = (MODERN_VERSION,)
@@ -39,6 +40,30 @@ LIST_CHANGED = {
 }
 # subscriptions/listen filter field for each capability that can change.
 LISTEN_FILTERS = {"tools": "toolsListChanged", "resources": "resourcesListChanged", "prompts": "promptsListChanged"}
+
+
+@dataclass(frozen=True)
+class Negotiated:
+    """What a connection speaks: its era and protocol version, decided once per opening.
+
+    ``era`` is "modern" (2026-07-28: per-request ``_meta``, no session) or "legacy"
+    (the ``initialize`` handshake revisions). One frozen value: the connection holds it
+    and gives the same value to its link, so the two never disagree.
+    """
+
+    era: str
+    version: str
+
+    @property
+    def modern(self) -> bool:
+        return self.era == "modern"
+
+    @property
+    def legacy(self) -> bool:
+        return self.era == "legacy"
+
+
+MODERN = Negotiated("modern", MODERN_VERSION)
 
 
 class Verdict(enum.Enum):
@@ -80,7 +105,7 @@ def initialize_params(capabilities: dict[str, Any] | None = None) -> dict[str, A
     return {"protocolVersion": LEGACY_VERSION, "capabilities": capabilities or {}, "clientInfo": CLIENT_INFO}
 
 
-def _verdict_for_versions(versions: Any) -> Verdict | None:
+def _verdict_for_versions(versions: Json) -> Verdict | None:
     if not isinstance(versions, list):
         return None
     if any(v in MODERN_VERSIONS for v in versions):
@@ -90,7 +115,7 @@ def _verdict_for_versions(versions: Any) -> Verdict | None:
     return Verdict.REFUSE
 
 
-def judge_discover_result(result: Any) -> Verdict:
+def judge_discover_result(result: Json) -> Verdict:
     """The era a successful ``server/discover`` answer shows."""
     if isinstance(result, dict):
         verdict = _verdict_for_versions(result.get("supportedVersions"))

@@ -43,6 +43,8 @@ import json
 import re
 from typing import Any
 
+from .jsonrpc import Json
+
 __all__ = ["printable", "json_text", "ELLIPSIS"]
 
 ELLIPSIS = "…"
@@ -108,7 +110,7 @@ def _json_escape(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
 
 
-def json_text(value: Any, *, indent: int | None = 2) -> str:
+def json_text(value: Json, *, indent: int | None = 2) -> str:
     """``value`` as JSON text that is safe to print and exact.
 
     ``json.dumps`` with ``ensure_ascii=False`` (every script stays readable), then the

@@ -380,6 +380,18 @@ def test_a_legacy_call_that_times_out_is_cancelled_with_notifications_cancelled(
 # -- headers ----------------------------------------------------------------------------------------------
 
 
+def test_an_older_session_keeps_a_tool_whose_x_mcp_header_is_invalid(fault, clients):
+    # Only a modern HTTP link sends Mcp-Param headers (2026-07-28 server/tools), so only
+    # it leaves such a tool out; a 2025-11-25 session lists it and can call it.
+    server = fault(era="legacy")
+    handle = clients.start(http_config(server))
+    catalogue = handle.connect()
+    assert catalogue.era == "legacy" and "bad_header" in {tool["name"] for tool in catalogue.tools}
+    assert not any("x-mcp-header" in warning for warning in catalogue.warnings)
+    assert json.loads(text_of(handle.call_tool("bad_header", {"amount": 3}))) == {"amount": 3}
+    assert not any(name.lower().startswith("mcp-param-") for post in posts_of(server, "tools/call") for name, _ in post.headers)
+
+
 def test_every_modern_post_carries_the_standard_and_parameter_headers(fault, clients, caplog):
     caplog.set_level(logging.WARNING, logger="albedo_actors")
     server = fault()
