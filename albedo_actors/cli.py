@@ -86,7 +86,7 @@ import os
 import shlex
 import sys
 import time
-from typing import Any, Iterator, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, NoReturn, Sequence
 
 import pykka
 
@@ -107,6 +107,10 @@ from .catalogue.naming import Advertised, server_prefix
 from .binding import CLOSED
 from .runtime import Runtime
 from .wire.text import json_text, printable
+
+if TYPE_CHECKING:
+    from .settings import Settings
+    from .store import Store
 
 # The exit codes, one per error class: errors.EXIT_CODES (errors.exit_code looks one up).
 
@@ -157,7 +161,6 @@ _SECRETS_HELP = (
     "secrets are never taken from the command line: each is read without echo from the terminal, "
     "or as one line of standard input (order: bearer token, header value, env entries, OAuth client secret)"
 )
-
 
 def _place_options(sub: argparse.ArgumentParser) -> None:
     # --home and --database after the command too; SUPPRESS keeps a value given before it.
@@ -289,7 +292,7 @@ def _tools(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _runtime(config: McpConfig, store: Any) -> Runtime:
+def _runtime(config: McpConfig, store: Store | None) -> Runtime:
     """The runtime over ``config``'s servers; saved catalogues are not re-dialled in the background.
 
     The command line's session chooses the extension on (an admin tool works whatever
@@ -403,7 +406,7 @@ def _auth_text(auth: Any) -> str:
     return "; ".join(parts)
 
 
-def _sign_in(settings: Any, args: argparse.Namespace) -> int:
+def _sign_in(settings: Settings, args: argparse.Namespace) -> int:
     """Run a sign-in: print the URL, open the browser, race the listener with a pasted URL."""
     import select
     import threading
@@ -464,7 +467,7 @@ def _admin(args: argparse.Namespace) -> int:
 
     home = resolve_home(args.home)
     if args.command == "extension":
-        return _extension(Settings(home, None), args)
+        return _extension(Settings(home, None), args)  # type: ignore[arg-type]  # the extension switches never use the store
     secrets = _read_secrets(args) if args.command in ("add", "edit") else None
     store = open_store(home, url=args.database)
     try:
@@ -519,7 +522,7 @@ def _admin(args: argparse.Namespace) -> int:
         store.close()
 
 
-def _extension(settings: Any, args: argparse.Namespace) -> int:
+def _extension(settings: Settings, args: argparse.Namespace) -> int:
     """``extension``: list the defaults, or turn one on or off for every session."""
     if args.extension is None:
         defaults = settings.extensions()

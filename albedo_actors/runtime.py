@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pykka
 
@@ -38,6 +38,9 @@ from .binding import CLOSED, Mcp, ask, request
 from .config import McpConfig, load
 from .actors.reply import Request
 from .errors import SessionClosed
+
+if TYPE_CHECKING:
+    from .store import Store
 
 ASK_TIMEOUT = 10.0
 OPEN_TIMEOUT = 600.0  # a bound only: each server's dial is bounded by its startupTimeoutMs
@@ -51,7 +54,7 @@ class Runtime:
     def __init__(
         self,
         home: str,
-        store: Any = None,
+        store: Store | None = None,
         *,
         config: McpConfig | Callable[[], McpConfig] | None = None,
         background: bool = True,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .actors.client import ServerHandle
 from .catalogue import Catalogue
@@ -18,6 +18,9 @@ from .config import McpConfig, ServerConfig
 from .errors import ConfigError, ServerError, StoreError
 from .catalogue.naming import Advertised, advertise, advertised_name, server_prefix
 from .catalogue.saved import fingerprint, load_current, save_if_changed
+
+if TYPE_CHECKING:
+    from .store import Store
 
 
 # The advertised operations and their names live in albedo_actors.catalogue.naming.
@@ -36,7 +39,7 @@ class Session:
         warn: Callable[[str], None],
         credentials: Callable[[str], Any] | None = None,
         *,
-        store: Any = None,
+        store: Store | None = None,
         prefer_saved: bool = False,
     ) -> None:
         # ``credentials(name)`` gives a server's stored credentials (a plain record, see

@@ -41,7 +41,7 @@ import shlex
 import tempfile
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import pykka
 
@@ -54,6 +54,10 @@ from .auth.signin import SignIn
 from .errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
 from .safefiles import FileRefused, make_private_dirs, open_private, read_text
 from .catalogue.saved import fingerprint, save_if_changed
+
+if TYPE_CHECKING:
+    from .store import Store
+    from .store.records import Credentials
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +144,7 @@ class ServerView:
 class Settings:
     """Reads and writes one home's server settings and the store's credentials."""
 
-    def __init__(self, home: str, store: Any) -> None:
+    def __init__(self, home: str, store: Store) -> None:
         self.home = os.path.abspath(home)
         self.store = store
         self.path = os.path.join(self.home, FILE_NAME)
@@ -315,7 +319,7 @@ class Settings:
         config = parse(self._read_document(), self.home, source=self.path)
         server = config.server(name)
 
-        def forget(credentials: Any) -> Any:
+        def forget(credentials: Credentials) -> Credentials:
             record = usable(from_credentials(credentials), server.url) or OAuthRecord(url=server.url or "")
             # Signing out also forgets which issuer a configured client belongs to, for an
             # authorization server that has really moved (signin.check_client_issuer).
@@ -329,7 +333,7 @@ class Settings:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _save(self, name: str, document: dict, credentials: Any, try_connect: bool) -> None:
+    def _save(self, name: str, document: dict, credentials: Credentials | None, try_connect: bool) -> None:
         """Validate, write the file and the credentials, try the server; undo both on failure."""
         config = parse(document, self.home, source=self.path)  # raises before anything is written
         server = config.server(name)
@@ -374,7 +378,7 @@ class Settings:
             # The server is saved and works; only the head start is lost.
             logger.warning("server %r: its catalogue was not saved (%s)", server.name, exc)
 
-    def _try(self, server: ServerConfig, credentials: Any) -> Any:
+    def _try(self, server: ServerConfig, credentials: Credentials | None) -> Any:
         refresher = TokenRefresher.start(self.store) if server.type == "http" else None
         try:
             auth = oauth_for(self.store, refresher)(server) if refresher is not None else None
@@ -391,7 +395,7 @@ class Settings:
                     logger.warning("server %r: the token refresher did not stop within 10 s", server.name)
 
     def _mark_needs_sign_in(self, server: ServerConfig, why: str) -> None:
-        def mark(credentials: Any) -> Any:
+        def mark(credentials: Credentials) -> Credentials:
             record = usable(from_credentials(credentials), server.url)
             if record is not None and record.state == "signed_in" and record.access_token:
                 record = record.replace(reason=why)  # a step-up: the tokens stay
@@ -401,7 +405,7 @@ class Settings:
 
         self.store.update_credentials(server.name, mark)
 
-    def _put_credentials(self, name: str, credentials: Any) -> None:
+    def _put_credentials(self, name: str, credentials: Credentials) -> None:
         if _is_empty(credentials):
             self.store.delete_credentials(name)
         else:
@@ -551,7 +555,7 @@ def _empty_credentials() -> Any:
     return _credentials_type()()
 
 
-def _is_empty(credentials: Any) -> bool:
+def _is_empty(credentials: Credentials) -> bool:
     return not (credentials.bearer_token or credentials.header or credentials.env or credentials.oauth)
 
 
@@ -681,7 +685,7 @@ def _check_value(value: str, what: str, name: str) -> None:
         raise ConfigError(f"server {name!r}: {what} holds a line break or NUL, which cannot go into an HTTP header")
 
 
-def auth_view(server: ServerConfig, credentials: Any) -> dict[str, Any]:
+def auth_view(server: ServerConfig, credentials: Credentials | None) -> dict[str, Any]:
     """A server's ``auth`` as the settings report it: state and facts, never a token."""
     if server.type != "http":
         return dict(NO_AUTH_VIEW)
@@ -694,7 +698,7 @@ def auth_view(server: ServerConfig, credentials: Any) -> dict[str, Any]:
     return record.view()
 
 
-def describe_credentials(credentials: Any) -> tuple[str, ...]:
+def describe_credentials(credentials: Credentials) -> tuple[str, ...]:
     """What is stored for a server, without any value: safe to print."""
     out = []
     if credentials.bearer_token:

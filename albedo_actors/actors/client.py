@@ -28,7 +28,7 @@ import concurrent.futures
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pykka
 
@@ -41,6 +41,10 @@ from ..connection.channel import Link, Pending
 from ..transport.stdio import LaunchSpec
 from ..wire import mcp
 from .reply import Request, chain, fail, fail_queued, resolve
+
+if TYPE_CHECKING:
+    from ..connection.http_link import LinkAuth
+    from ..store.records import Credentials
 
 logger = logging.getLogger(__name__)
 
@@ -129,9 +133,9 @@ class ServerClient(pykka.ThreadingActor):
         owner: pykka.ActorRef | None = None,
         spec_factory: Callable[[ServerConfig], LaunchSpec] | None = None,
         handlers: Handlers | None = None,
-        credentials: Any = None,
+        credentials: Credentials | None = None,
         closed: threading.Event | None = None,
-        auth: Any = None,
+        auth: LinkAuth | None = None,
     ) -> None:
         # ``credentials``: the server's stored credentials, a plain record (see
         # albedo_actors.store.Credentials) with ``bearer_token``, ``header`` and ``env``;

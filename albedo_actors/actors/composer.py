@@ -466,7 +466,7 @@ class SessionComposer(pykka.ThreadingActor):
             _release_now(self._registry, handles)
 
 
-def _probe(composer: pykka.ActorRef, name: str, handle: Any) -> None:
+def _probe(composer: pykka.ActorRef, name: str, handle: ServerHandle) -> None:
     try:
         handle.connect()
         up = True
@@ -493,7 +493,7 @@ def _same(a: Composition, b: Composition) -> bool:
     return same(a.catalogues, b.catalogues) and same(a.overlays, b.overlays) and a.overlays_shown == b.overlays_shown
 
 
-def _finish(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int, pending: Any, overlays: dict,
+def _finish(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int, pending: concurrent.futures.Future[Composition], overlays: dict,
             shown: bool = True) -> None:
     """On a helper thread: dial the overlays, wait for the preparer, report the whole."""
     catalogues, left_out = {}, {}

@@ -31,7 +31,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pykka
 
@@ -54,6 +54,9 @@ from ..wire.text import printable
 from .client import CatalogueChanged, ServerHandle, ServerLost, connect_all
 from .registry import Release, SetOwner
 from .reply import Request, fail, fail_queued, resolve
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +283,7 @@ class RuntimePreparer(pykka.ThreadingActor):
     def __init__(
         self,
         registry: pykka.ActorRef,
-        store: Any = None,
+        store: Store | None = None,
         environ: Mapping[str, str] | None = None,
         *,
         background: bool = True,

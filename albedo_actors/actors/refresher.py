@@ -20,7 +20,7 @@ import concurrent.futures
 import dataclasses
 import os
 import threading
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import pykka
 
@@ -32,6 +32,10 @@ from ..config import ServerConfig
 from ..errors import AuthError
 from .reply import Request, chain, fail, fail_queued
 
+if TYPE_CHECKING:
+    from ..auth.refresh import RefreshStore
+    from ..store import Store
+
 STOPPED = "the token refresher has stopped"
 
 __all__ = ["Refresh", "TokenRefresher", "oauth_for", "refresh_by"]
@@ -40,7 +44,7 @@ __all__ = ["Refresh", "TokenRefresher", "oauth_for", "refresh_by"]
 class TokenRefresher(pykka.ThreadingActor):
     """Single-flight refreshes per server name and URL; see the module docstring."""
 
-    def __init__(self, store: Any, environ: Mapping[str, str] | None = None,
+    def __init__(self, store: RefreshStore, environ: Mapping[str, str] | None = None,
                  http_factory: Callable[[ServerConfig], AuthHttp] | None = None) -> None:
         super().__init__()
         self._store = store
@@ -138,7 +142,7 @@ def refresh_by(refresher: pykka.ActorRef) -> RefreshFn:
     return refresh
 
 
-def oauth_for(store: Any, refresher: pykka.ActorRef,
+def oauth_for(store: Store, refresher: pykka.ActorRef,
               authorize: Callable[[ServerConfig, Challenge | None], Any] | None = None) -> Callable[[ServerConfig], Any]:
     """The factory a registry gives each HTTP client: its :class:`ServerAuth`."""
     refresh = refresh_by(refresher)

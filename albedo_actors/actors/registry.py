@@ -31,13 +31,17 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import pykka
 
 from ..config import ServerConfig
 from ..catalogue.saved import fingerprint
 from .client import STOP_TIMEOUT, ServerHandle
+
+if TYPE_CHECKING:
+    from ..connection.http_link import LinkAuth
+    from ..store.records import Credentials
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +87,7 @@ class ServerRegistry(pykka.ThreadingActor):
         handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        auth: Callable[[ServerConfig], Any] | None = None,
+        auth: Callable[[ServerConfig], LinkAuth | None] | None = None,
     ) -> None:
         # ``auth(server)``: the OAuth face of an HTTP server's client (refresher.oauth_for).
         super().__init__()
@@ -221,7 +225,7 @@ class ServerRegistry(pykka.ThreadingActor):
         for entry in self._entries.values():
             entry[3].close()
 
-    def _start(self, server: ServerConfig, creds: Any) -> ServerHandle:
+    def _start(self, server: ServerConfig, creds: Credentials | None) -> ServerHandle:
         auth = self._auth(server) if self._auth is not None else None
         handle = ServerHandle.start(server, self._home, self._owner, credentials=creds, handlers=self._handlers, auth=auth)
         if self._closing:

@@ -22,11 +22,14 @@ import sys
 import tempfile
 import textwrap
 import time
-from typing import Callable, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
 from ..actors.composer import ProbesSettled, TurnEnded
 from ..config import McpConfig, ServerConfig
 from ..runtime import Runtime
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py")
 RETRY_MS = 30_000  # the default retryMs; the demo clock moves it forward at once
@@ -82,7 +85,7 @@ def run_demo(out: TextIO = sys.stdout) -> int:
     return 0 if ok else 3
 
 
-def _first_start(config: McpConfig, store: object, say: Callable[..., None]) -> bool:
+def _first_start(config: McpConfig, store: Store, say: Callable[..., None]) -> bool:
     say("albedo_actors demo: two bundled MCP servers over stdio, one per protocol era.")
     say()
     say("1. First start: nothing is saved yet, so every server is dialled (all at once).")
@@ -116,7 +119,7 @@ def _first_start(config: McpConfig, store: object, say: Callable[..., None]) -> 
     return found == len(config.servers)
 
 
-def _second_start(config: McpConfig, store: object, say: Callable[..., None]) -> bool:
+def _second_start(config: McpConfig, store: Store, say: Callable[..., None]) -> bool:
     say("2. Second start (a fresh runtime on the same store): advertised from the saved catalogues.")
     started = time.monotonic()
     with Runtime(config.home, store, config=config, enabled=True) as runtime:  # the demo session chooses MCP on
@@ -139,7 +142,7 @@ class _TurnClock:
         return self.now
 
 
-def _comes_back(home: str, config: McpConfig, store: object, say: Callable[..., None]) -> bool:
+def _comes_back(home: str, config: McpConfig, store: Store, say: Callable[..., None]) -> bool:
     say(f"3. A server that is down at the start (retryMs {config.retry_ms}) joins once it is back.")
     late = _switchable(home, "late")
     down = os.path.join(home, "switch", "down")
