@@ -19,6 +19,7 @@ import urllib.parse
 import pytest
 import requests
 
+from albedo_actors.actors.composer import ProbesSettled, TurnEnded
 from albedo_actors.auth import refresh as refresh_module
 from albedo_actors.auth import server_auth as server_auth_module
 from albedo_actors.auth.signin import follow_redirect_agent
@@ -27,7 +28,7 @@ from albedo_actors.errors import NeedsSignIn
 from albedo_actors.runtime import Runtime
 from albedo_actors.settings import ServerSpec, Settings
 from albedo_actors.store import open_store
-from helpers import FAULT_SERVER, text_of
+from helpers import FAULT_SERVER, request, text_of
 
 ASK = 10  # seconds: bounds on waits, never expected durations
 SETTLE = 60
@@ -151,8 +152,8 @@ def _sign_in_mid_session_then_probe(home, store, server, shifted: ShiftedTime | 
         # Activity before retryMs has passed probes nothing.
         before = mcp_requests(server)
         composer.turn_started().get(timeout=ASK)
-        composer.probes_settled().get(timeout=ASK).result(timeout=SETTLE)
-        assert composer.turn_ended().get(timeout=ASK) is None
+        request(composer, ProbesSettled(), SETTLE)
+        assert request(composer, TurnEnded(), SETTLE) is None  # nothing waited for the turn's end
         assert mcp_requests(server) == before
 
         record = sign_in(home, store, "g")
@@ -162,14 +163,13 @@ def _sign_in_mid_session_then_probe(home, store, server, shifted: ShiftedTime | 
 
         clock.now += RETRY_MS / 1000  # retryMs later, the next activity probes g
         composer.turn_started().get(timeout=ASK)
-        composer.probes_settled().get(timeout=ASK).result(timeout=SETTLE)
+        request(composer, ProbesSettled(), SETTLE)
         # The fresh sign-in is still stored, whatever the probe found.
         stored = oauth_of(store, "g")
         assert stored["state"] == "signed_in" and stored.get("access_token") == record.access_token
         assert runtime.composition() is first  # found up mid-turn: the swap waits for the turn's end
-        refreshed = composer.turn_ended().get(timeout=ASK)
-        assert refreshed is not None, "the probe did not bring g back"
-        current = refreshed.result(timeout=SETTLE)
+        current = request(composer, TurnEnded(), SETTLE)
+        assert current is not None, "the probe did not bring g back"
         assert set(current.catalogues) == {"good", "g"} and current.left_out == {}
         assert [line for line in current.context_lines() if "is not available" in line] == []
         assert runtime.composition() is current
@@ -240,9 +240,8 @@ def test_a_server_whose_sign_in_ends_mid_session_is_left_out_after_the_turn(home
             mcp.call("g/echo", text="after")
         assert "needs the user to sign in" in str(raised.value) and "did not run" in str(raised.value)
         assert runtime.composition().left_out == {}  # mid-turn: nothing changes yet
-        refreshed = composer.turn_ended().get(timeout=ASK)
-        assert refreshed is not None, "the session was not refreshed after the turn"
-        current = refreshed.result(timeout=SETTLE)
+        current = request(composer, TurnEnded(), SETTLE)
+        assert current is not None, "the session was not refreshed after the turn"
         assert set(current.catalogues) == {"good"}
         left_out_for_sign_in(current, "g")
         assert composer.take_changes().get(timeout=ASK) is True
