@@ -155,6 +155,33 @@ albedo_postgres() {
   echo "albedo: throwaway PostgreSQL at $ALBEDO_TEST_POSTGRES_URL" >&2
 }
 
+# albedo_chromium: Debian's chromium and chromium-driver for the browser test of the
+# settings page (tests/service/test_page_browser.py drives /usr/bin/chromium through
+# /usr/bin/chromedriver with Selenium). Installed with apt-get when one is missing and
+# we are root; under CI=true their absence fails the run, otherwise that test skips.
+albedo_chromium() {
+  local missing=()
+  _albedo_chromium_missing() {
+    missing=()
+    [[ -x /usr/bin/chromium ]] || missing+=(chromium)
+    [[ -x /usr/bin/chromedriver ]] || missing+=(chromium-driver)
+  }
+  _albedo_chromium_missing
+  (( ${#missing[@]} == 0 )) && return 0
+  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    echo "albedo: installing ${missing[*]} with apt-get" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
+      || echo "albedo: apt-get could not install ${missing[*]}" >&2
+    _albedo_chromium_missing
+  fi
+  (( ${#missing[@]} == 0 )) && return 0
+  if [[ ${CI:-} == true ]]; then
+    echo "albedo: ${missing[*]} not found and could not be installed; the browser test needs them under CI" >&2
+    exit 1
+  fi
+  echo "albedo: ${missing[*]} not found; the browser test of the settings page will skip (apt-get install chromium chromium-driver)" >&2
+}
+
 # _albedo_pg_bin: the newest /usr/lib/postgresql/*/bin with an initdb, or nothing.
 _albedo_pg_bin() {
   local d best=
