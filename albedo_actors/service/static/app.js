@@ -229,6 +229,12 @@
     render();
     try {
       const started = await api("PUT", loginPath(name), {});
+      if (started && typeof started.state === "string" && started.state !== "pending") {
+        // Ended at once (a client credentials sign-in needs no browser).
+        signIns.set(name, { url: null, state: started.state, reason: started.reason ? oneLine(started.reason) : null });
+        say(started.state === "signed_in" ? `Signed in to ${name}.` : `The sign-in to ${name} ${started.state}.`, started.state !== "signed_in");
+        return;
+      }
       const url = httpUrl(started && started.authorizationUrl);
       if (!url) throw new ApiError(`server ${name}: the service gave no usable authorization URL`);
       signIns.set(name, { url, state: "pending", reason: null });
