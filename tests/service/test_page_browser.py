@@ -19,6 +19,7 @@ import sys
 import urllib.parse
 
 import pytest
+import requests
 
 from albedo_actors.settings import ServerSpec, Settings
 from albedo_actors.store import open_store
@@ -168,6 +169,7 @@ def test_sign_in_and_out_of_a_server_from_the_page(service, browser, oauth, stor
     driver.get(service.browser_url)
     wait_for(driver, "the redirect to /", lambda d: d.current_url == service.url + "/")
     assert service.token not in driver.page_source
+    assert driver.execute_script("return document.cookie;") == ""  # the session cookie is HttpOnly
 
     # Both servers are listed with name, transport and state; the one that needs a
     # sign-in is under "MCP sign-ins", the switched-off stdio server is not.
@@ -193,6 +195,7 @@ def test_sign_in_and_out_of_a_server_from_the_page(service, browser, oauth, stor
     assert driver.execute_script("return window.__notReloaded === true;")
     access_token = store.get_credentials(GUARDED).oauth["access_token"]
     assert access_token and access_token not in driver.page_source
+    driver.save_screenshot(os.path.join(BUILD, "service-page-signed-in.png"))
 
     # Sign out: the server needs a sign-in again (and is listed for one).
     visible_button(row(driver, SIGN_INS, GUARDED), "button.sign-out").click()
@@ -200,9 +203,20 @@ def test_sign_in_and_out_of_a_server_from_the_page(service, browser, oauth, stor
     assert store.get_credentials(GUARDED).oauth["state"] == "signed_out"
     assert visible_button(row(driver, SIGN_INS, GUARDED), "button.sign-out") is None
 
-    # By keyboard, with a browser that blocks the new tab: the link kept on the page is
-    # the authorization page (the service's PUT answer), and following it signs in.
+    # With a browser that blocks the new tab (window.open does nothing): a sign-in
+    # started and then cancelled from the page ends, and its link goes away.
     driver.execute_script("window.__opened = []; window.open = (url) => { window.__opened.push(url); return null; };")
+    visible_button(row(driver, SIGN_INS, GUARDED), "button.sign-in").click()
+    wait_for(driver, "the sign-in pending", lambda d: state_of(d, SIGN_INS, GUARDED) == "signing in…")
+    visible_button(row(driver, SIGN_INS, GUARDED), "button.cancel").click()
+    wait_for(driver, "the sign-in cancelled", lambda d: state_of(d, SIGN_INS, GUARDED) == "signed out"
+             and not row(d, SIGN_INS, GUARDED).find_elements(By.CSS_SELECTOR, "a.authorization-link"))
+    status = requests.get(f"{service.url}/api/auth/logins/mcp:{GUARDED}", headers={"Authorization": f"Bearer {service.token}"}, timeout=WAIT)
+    assert status.status_code == 200 and status.json()["state"] == "cancelled", status.text
+    driver.execute_script("window.__opened = [];")
+
+    # By keyboard, the new tab still blocked: the link kept on the page is the
+    # authorization page (the service's PUT answer), and following it signs in.
     focus_by_keyboard(driver, visible_button(row(driver, SIGN_INS, GUARDED), "button.sign-in"))
     driver.switch_to.active_element.send_keys(Keys.ENTER)
     link = wait_for(driver, "the link to the authorization page",
