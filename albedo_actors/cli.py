@@ -154,6 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     _no_store_option(call)
     commands.add_parser("demo", help="show what albedo_actors does, on the bundled demo server")
     _admin_parsers(commands)
+    _serve_parser(commands)
     return parser
 
 
@@ -249,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .demo.run import run_demo
 
             return run_demo(out=sys.stdout)
+        if args.command == "serve":
+            return _serve(args)
         if args.command in _ADMIN:
             return _admin(args)
         _error(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in, sign-out or extension (see {PROG} --help)")
@@ -357,6 +360,62 @@ def _perform(handle: ServerHandle, entry: Advertised, arguments: dict[str, Any] 
     ):
         raise _Usage('get_prompt takes --args \'{"name": "...", "arguments": {"key": "text"}}\'')
     return handle.get_prompt(prompt, prompt_arguments)
+
+
+# -- serve: a host with the settings service --------------------------------------------------
+
+
+def _serve_parser(commands: Any) -> None:
+    serve = commands.add_parser("serve", help="run a host (a runtime and its session) with the settings service on 127.0.0.1",
+                                description="Run a host with the settings service: the one writer of the home while it runs. "
+                                            "Prints the browser URL; SIGTERM or Ctrl-C stops it.")
+    _place_options(serve)
+    serve.add_argument("--port", type=int, default=0, metavar="N", help="the port on 127.0.0.1 (default 0: an ephemeral one)")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """``serve``: a Runtime over the home's store, and the Service beside it, until SIGTERM or SIGINT.
+
+    A save through the service (and a sign-in that ended) tells the session to reload
+    once, between turns. Stopping ends the service (service.json removed), then the
+    runtime (every server process ends), then the store.
+    """
+    import signal
+    import threading
+
+    from .actors.composer import Reload
+    from .service.server import Service
+    from .store import open_store
+
+    home = resolve_home(args.home)
+    if not 0 <= args.port <= 65535:
+        raise _Usage(f"--port must be from 0 to 65535, not {args.port}")
+    stopping = threading.Event()
+    handlers = {sig: signal.signal(sig, lambda signum, frame: stopping.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    runtimes: list[Runtime] = []
+
+    def reload_sessions() -> None:
+        for runtime in runtimes:
+            try:
+                runtime.send(Reload())  # the reply is not waited on: the swap lands between turns
+            except AlbedoError as exc:
+                logging.getLogger(__name__).info("the session was not reloaded: %s", exc)
+
+    store = open_store(home, url=args.database)
+    try:
+        with Service(home, store, port=args.port, on_saved=reload_sessions) as service:
+            with Runtime(home, store) as runtime:
+                runtimes.append(runtime)
+                _out(f"albedo-mcp: settings service for {home}: open {service.browser_url} "
+                     "(SIGTERM or Ctrl-C stops it)", flush=True)
+                while not stopping.wait(0.5):
+                    pass
+                runtimes.clear()
+    finally:
+        store.close()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return EXIT_OK
 
 
 # -- admin commands ---------------------------------------------------------------------------
