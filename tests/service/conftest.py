@@ -1,0 +1,146 @@
+"""Fixtures for the settings service's tests: a real Service on 127.0.0.1, and a client
+that records every response it got (for the scan that no secret or token ever left).
+
+``svc`` is a started :class:`albedo_actors.service.server.Service` over a fresh home and
+SQLite store (stopped, and the store closed, afterwards); ``svc.api(method, path, ...)``
+sends a request with its token through :class:`Recorder`; ``svc.saved`` counts
+``on_saved`` calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+
+import pytest
+import requests
+
+from albedo_actors.auth.signin import follow_redirect_agent
+from albedo_actors.service.server import Service
+from albedo_actors.store import open_store
+
+WAIT = 30.0
+
+
+class Recorder:
+    """A requests session that keeps every response (status, headers, body) it received."""
+
+    def __init__(self) -> None:
+        self.http = requests.Session()
+        self.http.trust_env = False
+        self.seen: list[str] = []
+
+    def request(self, method: str, url: str, **kwargs) -> requests.Response:
+        kwargs.setdefault("timeout", 120)
+        kwargs.setdefault("allow_redirects", False)
+        response = self.http.request(method, url, **kwargs)
+        self.seen.append(f"{response.status_code} {dict(response.headers)}\n{response.text}")
+        return response
+
+    def close(self) -> None:
+        self.http.close()
+
+
+class Saved:
+    """on_saved: counts its calls; ``wait(n)`` blocks (bounded) until n came."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._cond = threading.Condition()
+
+    def __call__(self) -> None:
+        with self._cond:
+            self.count += 1
+            self._cond.notify_all()
+
+    def wait(self, n: int) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: self.count >= n, WAIT), f"on_saved called {self.count} times, not {n}"
+
+
+class Running:
+    def __init__(self, service: Service, store, saved: Saved, recorder: Recorder) -> None:
+        self.service = service
+        self.store = store
+        self.saved = saved
+        self.recorder = recorder
+        self.home = service.home
+        self.url = service.url
+        self.token = service.token
+        self.port = service.port
+        self.extensions = os.path.join(self.home, "extensions.json")
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}", **extra}
+
+    def api(self, method: str, path: str, *, token: bool = True, headers: dict | None = None, **kwargs) -> requests.Response:
+        sent = {**(self.headers() if token else {}), **(headers or {})}
+        return self.recorder.request(method, self.url + path, headers=sent, **kwargs)
+
+    def patch(self, body: dict, **kwargs) -> requests.Response:
+        return self.api("PATCH", "/api/mcp", json=body, **kwargs)
+
+    @staticmethod
+    def stdio_entry(*flags: str, enabled: bool = True) -> dict:
+        return stdio_entry(*flags, enabled=enabled)
+
+    @staticmethod
+    def broken_entry() -> dict:
+        return broken_entry()
+
+    def file_bytes(self) -> bytes | None:
+        try:
+            with open(self.extensions, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+
+@pytest.fixture
+def svc_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("ALBEDO_DATABASE_URL", raising=False)
+    path = tmp_path / "home"
+    path.mkdir(mode=0o700)
+    return str(path)
+
+
+@pytest.fixture
+def svc_store(svc_home):
+    store = open_store(svc_home)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def svc(svc_home, svc_store):
+    """A running service; its sign-ins are played by follow_redirect_agent (the loopback
+    authorization server approves at once), on an ephemeral callback port."""
+    saved, recorder = Saved(), Recorder()
+    service = Service(svc_home, svc_store, on_saved=saved, agent=follow_redirect_agent(), signin_port=0)
+    with service:
+        running = Running(service, svc_store, saved, recorder)
+        try:
+            yield running
+        finally:
+            recorder.close()
+
+
+def stdio_entry(*flags: str, enabled: bool = True) -> dict:
+    """An extensions.json entry running tests/servers/fault_server.py (a working server by default)."""
+    from helpers import FAULT_SERVER
+
+    entry = {"type": "stdio", "command": sys.executable, "args": [FAULT_SERVER, *flags]}
+    if not enabled:
+        entry["enabled"] = False
+    return entry
+
+
+def broken_entry() -> dict:
+    """A stdio entry that exits at once: it can never connect."""
+    return {"type": "stdio", "command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}
+
+
+def dumps(value) -> str:
+    return json.dumps(value, sort_keys=True)
