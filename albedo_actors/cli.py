@@ -86,7 +86,7 @@ import os
 import shlex
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Iterator, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
 
 import pykka
 
@@ -98,6 +98,7 @@ from .errors import (
     EXIT_TOOL_ERROR,
     EXIT_USAGE,
     AlbedoError,
+    ConfigError,
     SessionClosed,
     SessionTimedOut,
     Unavailable,
@@ -109,6 +110,7 @@ from .runtime import Runtime
 from .wire.text import json_text, printable
 
 if TYPE_CHECKING:
+    from .service.client import ServiceClient
     from .settings import Settings
     from .store import Store
 
@@ -219,6 +221,8 @@ def _admin_parsers(commands: Any) -> None:
     sign_in.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S seconds (default 300)")
     sign_in.add_argument("--port", type=int, default=33418, metavar="P",
                          help="loopback callback port (default 33418; a busy port falls back to an ephemeral one)")
+    sign_in.add_argument("--no-browser", action="store_true",
+                         help="do not open the browser (as ALBEDO_NO_BROWSER does); the URL is printed either way")
     admin("sign-out", "forget a server's OAuth tokens").add_argument("name", metavar="NAME")
     extension = admin("extension", "list the extensions' defaults for every session, or turn one on or off")
     extension.add_argument("extension", nargs="?", metavar="EXTENSION", help="mcp or editor-mcp")
@@ -467,44 +471,19 @@ def _auth_text(auth: Any) -> str:
 
 def _sign_in(settings: Settings, args: argparse.Namespace) -> int:
     """Run a sign-in: print the URL, open the browser, race the listener with a pasted URL."""
-    import select
     import threading
+
+    from .auth.browser import NO_BROWSER_ENV
 
     def announce(url: str) -> None:
         _out(f"Open this URL to sign in to {args.name}:\n{url}", flush=True)
         _out("Waiting for the browser; or paste the URL it was sent to (the callback) and press Enter.", flush=True)
 
-    flow = settings.begin_sign_in(args.name, announce=announce, port=args.port, lifetime=args.timeout)
+    environ = {**os.environ, NO_BROWSER_ENV: "1"} if args.no_browser else None
+    flow = settings.begin_sign_in(args.name, announce=announce, port=args.port, lifetime=args.timeout, environ=environ)
     done = threading.Event()
 
-    def read_pasted() -> None:
-        # Poll standard input so the thread ends with the sign-in (no blocked read left).
-        try:
-            fd = sys.stdin.fileno()
-        except (OSError, ValueError, AttributeError):
-            return
-        buffered = b""
-        while not done.is_set():
-            try:
-                ready, _, _ = select.select([fd], [], [], 0.2)
-            except (OSError, ValueError):
-                return
-            if not ready:
-                continue
-            try:
-                chunk = os.read(fd, 8192)
-            except OSError:
-                return
-            if not chunk:
-                return  # end of input: only the browser can finish it
-            buffered += chunk
-            while b"\n" in buffered:
-                line, buffered = buffered.split(b"\n", 1)
-                text = line.decode("utf-8", "replace").strip()
-                if text and not flow.offer(text):
-                    print("That URL is not this sign-in's callback (wrong or missing state); still waiting.", file=sys.stderr, flush=True)
-
-    reader = threading.Thread(target=read_pasted, name="sign-in-paste", daemon=True)
+    reader = threading.Thread(target=_read_pasted, args=(done, flow.offer), name="sign-in-paste", daemon=True)
     reader.start()
     try:
         record = flow.run()
@@ -520,14 +499,59 @@ def _sign_in(settings: Settings, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_NOT_THIS_CALLBACK = "That URL is not this sign-in's callback (wrong or missing state); still waiting."
+
+
+def _read_pasted(done: Any, offer: Callable[[str], bool]) -> None:
+    """Offer each line pasted on standard input until ``done`` is set (a sign-in's paste path)."""
+    import select
+
+    # Poll standard input so the thread ends with the sign-in (no blocked read left).
+    try:
+        fd = sys.stdin.fileno()
+    except (OSError, ValueError, AttributeError):
+        return
+    buffered = b""
+    while not done.is_set():
+        try:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+        except (OSError, ValueError):
+            return
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 8192)
+        except OSError:
+            return
+        if not chunk:
+            return  # end of input: only the browser can finish it
+        buffered += chunk
+        while b"\n" in buffered:
+            line, buffered = buffered.split(b"\n", 1)
+            text = line.decode("utf-8", "replace").strip()
+            if text and not offer(text):
+                print(_NOT_THIS_CALLBACK, file=sys.stderr, flush=True)
+
+
 def _admin(args: argparse.Namespace) -> int:
     from .settings import ServerChanges, ServerSpec, Settings, suggest_name
     from .store import open_store
 
     home = resolve_home(args.home)
+    secrets = _read_secrets(args) if args.command in ("add", "edit") else None
+    if args.command in _THROUGH_SERVICE:
+        from .service.client import ServiceClient, ServiceGone
+
+        client = ServiceClient.find(home)
+        if client is not None:
+            with client:
+                try:
+                    return _through_service(client, home, args, secrets)
+                except ServiceGone:
+                    # Refused before anything was sent: the service has gone; act directly.
+                    logging.getLogger(__name__).info("the settings service of %s has gone; acting directly", home)
     if args.command == "extension":
         return _extension(Settings(home, None), args)  # type: ignore[arg-type]  # the extension switches never use the store
-    secrets = _read_secrets(args) if args.command in ("add", "edit") else None
     store = open_store(home, url=args.database)
     try:
         settings = Settings(home, store)
@@ -581,6 +605,208 @@ def _admin(args: argparse.Namespace) -> int:
         store.close()
 
 
+# -- through a running settings service (the one writer of its home) ---------------------------
+
+_THROUGH_SERVICE = ("add", "edit", "remove", "enable", "disable", "extension", "sign-in", "sign-out")
+
+
+def _through_service(client: ServiceClient, home: str, args: argparse.Namespace, secrets: Any) -> int:
+    """The admin command through the service's API: the same checks, output and exit codes.
+
+    What the command reads (the entry it edits, the names taken) is read here; every
+    change is one PATCH (or the sign-in API), which the service applies with
+    :class:`~albedo_actors.settings.Settings` and after which its sessions reload.
+    """
+    from .config import _NAME, EXTENSION_DEFAULTS
+    from .settings import ServerSpec, Settings, _entry, _kind, suggest_name
+
+    reader = Settings(home, None)  # type: ignore[arg-type]  # reads extensions.json only, never the store
+    if args.command == "extension":
+        if args.extension is None:
+            return _print_extensions(dict(client.get().get("enabled") or {}), args)
+        if args.state is None:
+            raise _Usage(f"say on or off: {PROG} extension {args.extension} on|off")
+        if args.extension not in EXTENSION_DEFAULTS:
+            raise ConfigError(f"no extension named {args.extension!r}; the extensions are {', '.join(sorted(EXTENSION_DEFAULTS))}")
+        client.patch({"enabled": {args.extension: args.state == "on"}})
+        _out(f"{args.extension} is {args.state} for every session that does not choose for itself")
+        return EXIT_OK
+    if args.command == "sign-in":
+        return _sign_in_through(client, args)
+    if args.command == "sign-out":
+        client.patch({"secrets": {args.name: {"oauth": None}}}, name=args.name)
+        _out(f"signed out of {args.name}")
+        return EXIT_OK
+    if args.command == "add":
+        if args.transport == "http":
+            spec_kwargs: dict[str, Any] = {"url": args.target}
+        else:
+            words = _split(args.target, "TARGET")
+            spec_kwargs = {"command": words[0], "args": tuple(words[1:])}
+        taken = {str(server.get("name")) for server in client.get().get("servers") or [] if isinstance(server, dict)}
+        name = args.name or suggest_name(args.transport, args.target, taken)
+        # Settings.add's checks, in its order and words (a PATCH of a known name would edit it).
+        if not _NAME.match(name or ""):
+            raise ConfigError(f"{name!r} is not a valid server name: 1-48 letters, digits, '-' or '_', starting with a letter or digit")
+        entry = _entry(ServerSpec(name=name, transport=args.transport, enabled=not args.disabled, **spec_kwargs))
+        if name in taken:
+            raise ConfigError(f"a server named {name!r} exists already in {reader.path}; edit or remove it")
+        if args.transport == "http" and secrets.env:
+            raise ConfigError(f"server {name!r}: env entries are for stdio servers")
+        if args.transport == "stdio" and (secrets.bearer_token or secrets.header or secrets.oauth_client):
+            raise ConfigError(f"server {name!r}: a bearer token, header or OAuth client is for HTTP servers")
+        view = _saved(client, name, entry, secrets)
+        _out(f"added {name} ({view.get('transport')}, {view.get('state')})")
+        return EXIT_OK
+    entry = reader._existing(reader._servers(reader._read_document()), args.name)
+    name = args.name
+    if args.command == "edit":
+        if args.url is not None and args.command_line is not None:
+            raise _Usage("give --url or --command, not both")
+        if _kind(entry) == "http":
+            if args.command_line is not None:
+                raise ConfigError(f"server {name!r} is an HTTP server: change its URL, not a command")
+            if secrets.env:
+                raise ConfigError(f"server {name!r}: env entries are for stdio servers")
+            if args.url is not None:
+                entry["url"] = args.url
+        else:
+            if args.url is not None:
+                raise ConfigError(f"server {name!r} is a stdio server: change its command, not a URL")
+            if secrets.bearer_token or secrets.header or secrets.oauth_client:
+                raise ConfigError(f"server {name!r}: a bearer token, header or OAuth client is for HTTP servers")
+            if args.command_line is not None:
+                words = _split(args.command_line, "--command")
+                entry["command"], entry["args"] = words[0], words[1:]
+        view = _saved(client, name, entry, secrets)
+        _out(f"saved {name} ({view.get('transport')}, {view.get('state')})")
+        return EXIT_OK
+    if args.command == "remove":
+        client.patch({"servers": {name: None}}, name=name)
+        _out(f"removed {name}")
+        return EXIT_OK
+    if args.command == "enable":
+        entry.pop("enabled", None)
+        view = _saved(client, name, entry, None)
+        _out(f"enabled {name} ({view.get('state')})")
+        return EXIT_OK
+    entry["enabled"] = False
+    _saved(client, name, entry, None)
+    _out(f"disabled {name}")
+    return EXIT_OK
+
+
+def _saved(client: ServiceClient, name: str, entry: dict[str, Any], secrets: Any) -> dict[str, Any]:
+    """PATCH one server's entry (and its secrets); its view in the answer."""
+    from .config import DEFAULT_STARTUP_TIMEOUT_MS
+    from .service.client import READ_TIMEOUT_S
+
+    body: dict[str, Any] = {"servers": {name: entry}}
+    typed = _secrets_json(secrets) if secrets is not None else {}
+    if typed:
+        body["secrets"] = {name: typed}
+    startup = entry.get("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS)
+    startup_s = startup / 1000 if isinstance(startup, int) and not isinstance(startup, bool) and startup > 0 else 30.0
+    # The save connects the server within its startupTimeoutMs, after any save ahead of it.
+    answer = client.patch(body, name=name, timeout=max(READ_TIMEOUT_S, 2 * startup_s + 30.0))
+    for view in answer.get("servers") or []:
+        if isinstance(view, dict) and view.get("name") == name:
+            return view
+    raise ConfigError(f"server {name!r}: the settings service saved it but does not list it; see `{PROG} servers`")
+
+
+def _secrets_json(secrets: Any) -> dict[str, Any]:
+    """A SecretInput as the PATCH body's secrets: blank (kept) is left out, ``-`` is null."""
+    from .settings import REMOVE
+
+    out: dict[str, Any] = {}
+    if secrets.bearer_token:
+        out["bearerToken"] = None if secrets.bearer_token == REMOVE else secrets.bearer_token
+    if secrets.header is not None:
+        header_name, value = secrets.header
+        # A blank value with a name renames the stored header, keeping its value.
+        out["header"] = None if value == REMOVE else {"name": header_name, "value": value}
+    env = {key: (None if value == REMOVE else value) for key, value in secrets.env.items() if value}
+    if env:
+        out["env"] = env
+    if secrets.oauth_client is not None:
+        client_id, secret = secrets.oauth_client
+        if client_id == REMOVE:
+            out["oauth_client"] = None
+        else:
+            # A blank secret keeps the stored one (for the same client id); "-" forgets it.
+            out["oauth_client"] = {"clientId": client_id, "clientSecret": None if secret == REMOVE else (secret or "")}
+    return out
+
+
+def _sign_in_through(client: ServiceClient, args: argparse.Namespace) -> int:
+    """``sign-in`` through the service: PUT, show (and open) the URL, take a pasted callback
+    URL, and poll the sign-in's state until it ends or ``--timeout`` passes."""
+    import threading
+
+    from .auth.browser import open_authorization_url
+    from .service.client import ServiceSignInFailed
+
+    name = args.name
+    started = client.sign_in(name)
+    done = threading.Event()
+
+    def offer(text: str) -> bool:
+        try:
+            client.offer(name, text)
+        except ConfigError:
+            return False
+        except AlbedoError as exc:  # the service failed or went away: the poll says the rest
+            _warn(str(exc))
+        return True
+
+    reader = threading.Thread(target=_read_pasted, args=(done, offer), name="sign-in-paste", daemon=True)
+    status = started
+    try:
+        if started.get("state") == "pending":
+            url = started.get("authorizationUrl")
+            if not isinstance(url, str) or not url:
+                raise ServiceSignInFailed(name, f"server {name!r}: sign-in failed: the settings service gave no authorization URL")
+            _out(f"Open this URL to sign in to {name}:\n{url}", flush=True)
+            _out("Waiting for the browser; or paste the URL it was sent to (the callback) and press Enter.", flush=True)
+            if not args.no_browser:
+                try:
+                    open_authorization_url(url)
+                except ValueError as exc:
+                    client.cancel_sign_in(name)
+                    raise ServiceSignInFailed(name, f"server {name!r}: sign-in failed: the authorization URL cannot be opened: {exc}") from None
+            reader.start()
+            deadline = time.monotonic() + args.timeout
+            while True:
+                status = client.sign_in_status(name)
+                if status.get("state") != "pending":
+                    break
+                if time.monotonic() >= deadline:
+                    client.cancel_sign_in(name)
+                    raise ServiceSignInFailed(name, f"server {name!r}: sign-in failed: the sign-in was not completed in time")
+                done.wait(min(0.25, max(0.0, deadline - time.monotonic())))  # polls the service; bounded by --timeout
+    except KeyboardInterrupt:
+        with contextlib.suppress(AlbedoError):
+            client.cancel_sign_in(name)
+        _error(f"server {name!r}: sign-in cancelled")
+        return 130
+    finally:
+        done.set()
+        if reader.is_alive():
+            reader.join(1.0)
+    state = status.get("state")
+    if state != "signed_in":
+        reason = status.get("reason")
+        line = reason if isinstance(reason, str) and reason else f"server {name!r}: sign-in failed: the sign-in ended ({state})"
+        raise ServiceSignInFailed(name, line)
+    scope = None
+    for view in client.get().get("servers") or []:
+        if isinstance(view, dict) and view.get("name") == name and isinstance(view.get("auth"), dict):
+            scope = view["auth"].get("scope")
+    _out(f"signed in to {name}{f' (scope {scope})' if scope else ''}")
+    return EXIT_OK
+
+
 def _extension(settings: Settings, args: argparse.Namespace) -> int:
     """``extension``: list the defaults, or turn one on or off for every session."""
     if args.extension is None:
@@ -591,6 +817,10 @@ def _extension(settings: Settings, args: argparse.Namespace) -> int:
         defaults = settings.set_extension(args.extension, args.state == "on")
         _out(f"{args.extension} is {args.state} for every session that does not choose for itself")
         return EXIT_OK
+    return _print_extensions(defaults, args)
+
+
+def _print_extensions(defaults: dict[str, bool], args: argparse.Namespace) -> int:
     if args.json:
         _print_json(defaults)
     else:

@@ -1,0 +1,359 @@
+"""Issue 13, Deliver 4: while a settings service runs for a home, the admin commands go
+through its API (it is the one writer), with the output and exit codes of direct mode.
+
+The service is the real one (:class:`albedo_actors.service.server.Service`, in this process,
+on 127.0.0.1); the CLI runs as real subprocesses. That a command went through the API is
+shown by the service's ``on_saved`` counter (it counts the 200s of PATCH /api/mcp); that the
+output is the same is shown by running every command in a second home without a service.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shlex
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+
+import pytest
+import requests
+
+from helpers import FAULT_SERVER, OAuthServer
+
+pytest.importorskip("albedo_actors.service.server")
+
+from albedo_actors.service.client import ServiceClient  # noqa: E402
+from albedo_actors.service.server import Service  # noqa: E402
+from albedo_actors.store import open_store  # noqa: E402
+
+RUN_TIMEOUT = 90  # seconds: a bound on every command, never an expected duration
+ASK = 10
+
+
+def fault_line(*flags: str) -> str:
+    return shlex.join([sys.executable, FAULT_SERVER, *flags])
+
+
+def environ(home) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ALBEDO_DATABASE_URL", "ALBEDO_HOME")}
+    env.update(ALBEDO_NO_BROWSER="1")
+    return env
+
+
+def albedo(home, *argv: str, stdin: str = "") -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "albedo_actors", *argv, "--home", str(home)]
+    return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=RUN_TIMEOUT, env=environ(home))
+
+
+class Running:
+    """A running command: whole lines of stdout/stderr within a bound; stdin lines."""
+
+    def __init__(self, home, *argv: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "albedo_actors", *argv, "--home", str(home)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ(home))
+        self.out_fd, self.err_fd = self.proc.stdout.fileno(), self.proc.stderr.fileno()
+        self.buffers = {self.out_fd: b"", self.err_fd: b""}
+        self.seen = dict(self.buffers)
+
+    def line(self, pipe, timeout: float = RUN_TIMEOUT) -> str:
+        fd = pipe.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffers[fd]:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise AssertionError(f"no line within {timeout} s; so far: {self.seen[fd]!r}")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(f"the stream ended; so far: {self.seen[fd]!r}")
+            self.buffers[fd] += chunk
+            self.seen[fd] += chunk
+        line, self.buffers[fd] = self.buffers[fd].split(b"\n", 1)
+        return line.decode()
+
+    def write_line(self, text: str) -> None:
+        self.proc.stdin.write(text.encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def finish(self) -> tuple[int, str, str]:
+        out, err = self.proc.communicate(timeout=RUN_TIMEOUT)
+        return self.proc.returncode, (self.seen[self.out_fd] + out).decode(), (self.seen[self.err_fd] + err).decode()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate(timeout=RUN_TIMEOUT)
+
+
+class Served:
+    """A home with a running service, and the count of its saves."""
+
+    def __init__(self, home, *, agent=None) -> None:
+        self.home = home
+        self.saves = 0
+        self._lock = threading.Lock()
+        self.store = open_store(str(home))
+        self.service = Service(str(home), self.store, on_saved=self._saved, agent=agent)
+
+    def _saved(self) -> None:
+        with self._lock:
+            self.saves += 1
+
+    def client(self) -> ServiceClient:
+        client = ServiceClient.find(str(self.home))
+        assert client is not None, "service.json names no live service"
+        return client
+
+    def get(self) -> dict:
+        with self.client() as client:
+            return client.get()
+
+
+@pytest.fixture
+def served(tmp_path):
+    started: list[Served] = []
+
+    def start(name: str = "served", **kwargs) -> Served:
+        home = tmp_path / name
+        home.mkdir(mode=0o700)
+        one = Served(home, **kwargs)
+        one.service.start()
+        started.append(one)
+        return one
+
+    yield start
+    for one in started:
+        one.service.stop()
+        one.store.close()
+
+
+@pytest.fixture
+def direct_home(tmp_path):
+    home = tmp_path / "direct"
+    home.mkdir(mode=0o700)
+    return home
+
+
+def same(run_served: subprocess.CompletedProcess, served_home, run_direct: subprocess.CompletedProcess, direct_home) -> None:
+    """The same exit code and output, the homes' paths apart."""
+    def text(value: str, home) -> str:
+        return value.replace(str(home), "HOME")
+
+    got = (run_served.returncode, text(run_served.stdout, served_home), text(run_served.stderr, served_home))
+    want = (run_direct.returncode, text(run_direct.stdout, direct_home), text(run_direct.stderr, direct_home))
+    assert got == want, f"through the service {got!r}, directly {want!r}"
+    assert "Traceback" not in run_served.stderr
+
+
+# Each step: argv, stdin, and whether it changes the settings (a PATCH that answers 200).
+STEPS = [
+    (("add", "--transport", "stdio", fault_line(), "--name", "files", "--env", "API_KEY"), "canary-env-1\n", True),
+    (("add", "--transport", "stdio", fault_line(), "--name", "files"), "", False),  # taken: exit 2
+    (("edit", "files", "--env", "API_KEY"), "canary-env-2\n", True),
+    (("edit", "files", "--url", "http://127.0.0.1:9/mcp"), "", False),  # a stdio server: exit 2
+    (("edit", "nosuch", "--env", "K"), "v\n", False),  # no such server: exit 2
+    (("disable", "files"), "", True),
+    (("enable", "files"), "", True),
+    (("add", "--transport", "stdio", shlex.join([sys.executable, "-c", "import sys; sys.exit(3)"]), "--name", "bad"), "", False),  # exit 3
+    (("add", "http://127.0.0.1:9/mcp", "--name", "off", "--disabled", "--bearer-token"), "canary-token-3\n", True),
+    (("edit", "off", "--bearer-token"), "-\n", True),  # "-" removes it
+    (("extension", "mcp", "on"), "", True),
+    (("extension",), "", False),
+    (("extension", "--json"), "", False),
+    (("extension", "nosuch", "on"), "", False),  # exit 2
+    (("remove", "off"), "", True),
+    (("remove", "off"), "", False),  # gone: exit 2
+    (("sign-in", "files"), "", False),  # a stdio server: exit 2
+]
+
+
+def test_every_admin_command_goes_through_the_service_with_the_output_of_direct_mode(served, direct_home):
+    one = served()
+    codes = []
+    for argv, stdin, saves in STEPS:
+        before = one.saves
+        through = albedo(one.home, *argv, stdin=stdin)
+        assert one.saves == before + (1 if saves else 0), f"{argv}: {one.saves - before} saves through the service"
+        same(through, one.home, albedo(direct_home, *argv, stdin=stdin), direct_home)
+        codes.append(through.returncode)
+    assert codes == [0, 2, 0, 2, 2, 0, 0, 3, 0, 0, 0, 0, 0, 2, 0, 2, 2]
+    # The same settings came out of both, and no secret is in extensions.json.
+    for name in ("extensions.json",):
+        assert json.loads((one.home / name).read_text()) == json.loads((direct_home / name).read_text())
+    assert "canary" not in (one.home / "extensions.json").read_text()
+    listed = {server["name"]: server for server in one.get()["servers"]}
+    assert set(listed) == {"files"} and listed["files"]["credentials"] == ["env API_KEY"]
+    assert listed["files"]["state"] == "catalogue saved"
+    assert one.get()["enabled"]["mcp"] is True
+    store = open_store(str(one.home))
+    try:
+        assert store.get_credentials("files").env == {"API_KEY": "canary-env-2"}
+        assert store.get_credentials("off") is None or not store.get_credentials("off").bearer_token
+    finally:
+        store.close()
+
+
+def test_a_stale_service_file_falls_back_to_direct_mode(served, tmp_path):
+    home = tmp_path / "stale"
+    home.mkdir(mode=0o700)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(ASK)
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on (closed again at once)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for pid in (gone.pid, os.getpid()):  # a dead pid; a live pid whose port refuses the connection
+        (home / "service.json").write_text(json.dumps({"url": f"http://127.0.0.1:{port}", "token": "t" * 43, "pid": pid}))
+        os.chmod(home / "service.json", 0o600)
+        name = f"s{pid}"
+        run = albedo(home, "add", "--transport", "stdio", fault_line(), "--name", name)
+        assert run.returncode == 0 and run.stdout == f"added {name} (stdio, catalogue saved)\n", run.stderr
+        assert name in json.loads((home / "extensions.json").read_text())["mcp"]["servers"]
+    assert albedo(home, "extension", "mcp", "on").returncode == 0
+    assert json.loads((home / "extensions.json").read_text())["enabled"] == {"mcp": True}
+
+
+def test_a_service_file_naming_another_address_is_refused_and_its_token_never_sent(tmp_path):
+    home = tmp_path / "foreign"
+    home.mkdir(mode=0o700)
+    (home / "service.json").write_text(json.dumps({"url": "http://192.0.2.1:80", "token": "t" * 43, "pid": os.getpid()}))
+    os.chmod(home / "service.json", 0o600)
+    run = albedo(home, "disable", "x")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.startswith("albedo-mcp: ") and "127.0.0.1" in run.stderr and "t" * 43 not in run.stderr
+    assert not (home / "extensions.json").exists()
+
+
+def test_two_clis_at_once_lose_nothing_and_every_change_is_a_save_of_the_service(served):
+    one = served()
+    commands = [("add", "--transport", "stdio", fault_line(), "--name", f"c{i}", "--env", "K") for i in range(4)]
+    commands += [("extension", "mcp", "on"), ("extension", "editor-mcp", "off")]
+    procs = [subprocess.Popen([sys.executable, "-m", "albedo_actors", *argv, "--home", str(one.home)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ(one.home))
+             for argv in commands]
+    results = [proc.communicate(f"v{i}\n", timeout=RUN_TIMEOUT) for i, proc in enumerate(procs)]
+    for proc, (out, err) in zip(procs, results):
+        assert proc.returncode == 0 and "Traceback" not in err, err
+    assert one.saves == len(commands)
+    body = one.get()
+    assert sorted(server["name"] for server in body["servers"]) == ["c0", "c1", "c2", "c3"]
+    assert body["enabled"] == {"mcp": True, "editor-mcp": False}
+    document = json.loads((one.home / "extensions.json").read_text())
+    assert sorted(document["mcp"]["servers"]) == ["c0", "c1", "c2", "c3"] and document["enabled"] == {"mcp": True, "editor-mcp": False}
+    store = open_store(str(one.home))
+    try:
+        assert {f"c{i}": store.get_credentials(f"c{i}").env for i in range(4)} == {f"c{i}": {"K": f"v{i}"} for i in range(4)}
+    finally:
+        store.close()
+
+
+# -- sign-in and sign-out through the service ------------------------------------------------------
+
+
+@pytest.fixture
+def oauth_server():
+    """``oauth_server(*flags)`` starts tests/servers/oauth_server.py (as tests/auth/conftest.py does)."""
+    started: list[OAuthServer] = []
+
+    def start(*flags: str) -> OAuthServer:
+        server = OAuthServer(*flags)
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def approve(url: str) -> str:
+    """The browser's part: the auto-approving authorization server redirects to the callback."""
+    response = requests.get(url, allow_redirects=False, timeout=ASK)
+    assert response.status_code in (302, 303), response.status_code
+    return response.headers["Location"]
+
+
+def start_sign_in(home, name: str, *extra: str) -> tuple[Running, str]:
+    running = Running(home, "sign-in", name, "--no-browser", *extra)
+    assert running.line(running.proc.stdout) == f"Open this URL to sign in to {name}:"
+    url = running.line(running.proc.stdout).strip()
+    assert url.startswith("http://127.0.0.1:") and "code_challenge=" in url, url
+    assert running.line(running.proc.stdout).startswith("Waiting for the browser; or paste the URL")
+    return running, url
+
+
+def auth_state(one: Served, name: str) -> str:
+    return next(server for server in one.get()["servers"] if server["name"] == name)["auth"]["state"]
+
+
+def test_sign_in_and_sign_out_go_through_the_service(served, oauth_server):
+    server = oauth_server()
+    one = served()
+    run = albedo(one.home, "add", server.url, "--name", "g")
+    assert run.returncode == 0 and run.stdout == "added g (http, needs sign-in)\n", run.stderr
+    assert one.saves == 1
+
+    # A pasted callback URL: POST .../callback. A wrong one first: the direct mode's complaint.
+    running, url = start_sign_in(one.home, "g")
+    with one.client() as client:
+        assert client.sign_in_status("g")["state"] == "pending"  # the service runs it
+    location = approve(url)
+    parts = urllib.parse.urlsplit(location)
+    wrong = [(k, "not-the-state" if k == "state" else v) for k, v in urllib.parse.parse_qsl(parts.query)]
+    running.write_line(urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(wrong))))
+    complaint = running.line(running.proc.stderr)
+    assert complaint == "That URL is not this sign-in's callback (wrong or missing state); still waiting."
+    running.write_line(location)
+    code, stdout, stderr = running.finish()
+    assert code == 0 and stdout.splitlines()[-1].startswith("signed in to g"), (stdout, stderr)
+    assert stderr.splitlines() == [complaint]
+    assert auth_state(one, "g") == "signed_in"
+    assert server.stats()["token_requests"]["authorization_code"] == 1
+
+    before = one.saves
+    run = albedo(one.home, "sign-out", "g")
+    assert run.returncode == 0 and run.stdout == "signed out of g\n", run.stderr
+    assert one.saves == before + 1 and auth_state(one, "g") == "signed_out"
+
+    # The browser's way: the redirect reaches the service's loopback listener; the CLI's poll sees it.
+    running, url = start_sign_in(one.home, "g")
+    delivered = requests.get(approve(url), timeout=ASK)
+    assert delivered.status_code == 200
+    code, stdout, stderr = running.finish()
+    assert code == 0 and stdout.splitlines()[-1].startswith("signed in to g"), (stdout, stderr)
+    assert auth_state(one, "g") == "signed_in"
+
+    store = open_store(str(one.home))
+    try:
+        oauth = store.get_credentials("g").oauth
+    finally:
+        store.close()
+    tokens = [oauth["access_token"], oauth["refresh_token"]]
+    assert all(token and token not in stdout + stderr for token in tokens)
+
+
+def test_a_sign_in_through_the_service_times_out_or_is_cancelled_with_one_line(served, oauth_server):
+    server = oauth_server()
+    one = served()
+    assert albedo(one.home, "add", server.url, "--name", "g").returncode == 0
+    run = albedo(one.home, "sign-in", "g", "--no-browser", "--timeout", "1")  # nothing pasted, no browser
+    assert run.returncode == 3 and "Traceback" not in run.stderr, run.stderr
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("albedo-mcp: server 'g': sign-in failed"), run.stderr
+    assert "Open this URL to sign in to g:" in run.stdout
+    with one.client() as client:
+        assert client.sign_in_status("g")["state"] == "cancelled"  # the CLI cancelled the service's sign-in
+    assert auth_state(one, "g") == "needs_sign_in"
+    assert server.stats()["token_requests"]["authorization_code"] == 0
+
+    # Ctrl-C: the service's sign-in is cancelled too.
+    running, _ = start_sign_in(one.home, "g")
+    running.proc.send_signal(2)
+    code, stdout, stderr = running.finish()
+    assert code == 130 and stderr == "albedo-mcp: server 'g': sign-in cancelled\n", stderr
+    with one.client() as client:
+        assert client.sign_in_status("g")["state"] == "cancelled"
