@@ -9,6 +9,7 @@ sends a request with its token through :class:`Recorder`; ``svc.saved`` counts
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import os
 import sys
@@ -30,6 +31,8 @@ class Recorder:
     def __init__(self) -> None:
         self.http = requests.Session()
         self.http.trust_env = False
+        # Keep no cookie between requests: each test passes the cookies it means to send.
+        self.http.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
         self.seen: list[str] = []
 
     def request(self, method: str, url: str, **kwargs) -> requests.Response:
