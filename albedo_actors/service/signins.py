@@ -28,18 +28,17 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..auth.callback import DEFAULT_LIFETIME_S, DEFAULT_PORT, CallbackListener
 from ..errors import AlbedoError, ConfigError
 
 if TYPE_CHECKING:
     from ..auth.signin import SignIn
-    from ..settings import Settings
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SignIns", "ANNOUNCE_TIMEOUT_S", "JOIN_TIMEOUT_S"]
+__all__ = ["SignIns", "SignInSettings", "ANNOUNCE_TIMEOUT_S", "JOIN_TIMEOUT_S"]
 
 # How long start() waits for the authorization URL (discovery and registration are a few
 # bounded HTTP exchanges of 10 s each at most).
@@ -54,6 +53,14 @@ JOIN_TIMEOUT_S = 5.0
 MAX_URL_CHARS = 8192
 
 PENDING, SIGNED_IN, FAILED, CANCELLED, NONE = "pending", "signed_in", "failed", "cancelled", "none"
+
+
+class SignInSettings(Protocol):
+    """What SignIns uses of :class:`albedo_actors.settings.Settings` (a face above this
+    layer, so it is named by this seam only)."""
+
+    def begin_sign_in(self, name: str, *, agent: Any = None, announce: Callable[[str], None] | None = None,
+                      port: int = DEFAULT_PORT, lifetime: float = DEFAULT_LIFETIME_S) -> SignIn: ...
 
 
 def _page_opens_it(url: str, listener: CallbackListener) -> None:
@@ -90,7 +97,7 @@ class SignIns:
         lifetime: how long a sign-in waits for its callback, in seconds.
     """
 
-    def __init__(self, settings_factory: Callable[[], Settings], on_change: Callable[[str], None], *,
+    def __init__(self, settings_factory: Callable[[], SignInSettings], on_change: Callable[[str], None], *,
                  agent: Any = None, port: int = DEFAULT_PORT, lifetime: float = DEFAULT_LIFETIME_S,
                  announce_timeout: float = ANNOUNCE_TIMEOUT_S) -> None:
         self._settings_factory = settings_factory

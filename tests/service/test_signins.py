@@ -12,6 +12,7 @@ import json
 import socket
 import threading
 import urllib.parse
+import webbrowser
 
 import pytest
 import requests
@@ -145,10 +146,15 @@ def test_start_returns_the_url_at_once_and_the_callback_listener_signs_in(make, 
     assert_no_secret([started, signins.status(NAME)], store)
 
 
-def test_a_second_start_while_pending_gives_the_same_sign_in_and_cancel_ends_it(make, store, oauth_server):
+def test_a_second_start_while_pending_gives_the_same_sign_in_and_cancel_ends_it(make, store, oauth_server, monkeypatch):
     server = oauth_server()
-    signins, changes = make({NAME: http_entry(server)})  # no agent: nothing drives the URL
+    # No agent: the service opens no browser (the page does). A browser it asked for would be seen here.
+    opened: list[str] = []
+    monkeypatch.delenv("ALBEDO_NO_BROWSER", raising=False)
+    monkeypatch.setattr(webbrowser, "open", lambda url, *args, **kwargs: opened.append(url) or True)
+    signins, changes = make({NAME: http_entry(server)})
     first = signins.start(NAME)
+    assert opened == []
     assert signins.start(NAME) == first
     assert signins.status(NAME) == {"state": "pending", "reason": None}
     assert server.stats()["authorize_requests"] == 0  # the service opened no browser, and asked nothing itself
@@ -256,3 +262,30 @@ def test_close_cancels_every_sign_in_and_leaves_no_thread(make, home, store, oau
     with pytest.raises(ConfigError, match="stopping"):
         signins.start(NAME)
     # (the autouse leak fixture also checks that no thread is left behind)
+
+
+def test_two_starts_at_once_share_one_sign_in(make, store, oauth_server):
+    server = oauth_server()
+    signins, changes = make({NAME: http_entry(server)})
+    results: list[dict] = []
+    barrier = threading.Barrier(2, timeout=WAIT)
+
+    def start() -> None:
+        barrier.wait()
+        results.append(signins.start(NAME))
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    assert len(results) == 2 and results[0] == results[1] and results[0]["state"] == "pending"
+    assert len([t for t in threading.enumerate() if t.name.startswith("sign-in-")]) == 1
+
+
+def test_a_sign_in_nobody_completes_fails_when_its_lifetime_ends(make, store, oauth_server):
+    server = oauth_server()
+    signins, changes = make({NAME: http_entry(server)}, lifetime=0.5)
+    assert signins.start(NAME)["state"] == "pending"
+    changes.wait(NAME)
+    assert signins.status(NAME) == {"state": "failed", "reason": "server 'g': sign-in failed: the sign-in was not completed in time"}
