@@ -88,6 +88,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _identity(path: str) -> tuple[int, int, int]:
+    info = os.stat(path)
+    return info.st_ino, info.st_mtime_ns, info.st_size
+
+
 def _until(condition, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while True:
@@ -172,7 +177,14 @@ def test_kill_9_in_the_middle_of_saves_leaves_the_old_or_the_new_file(tmp_path):
                     return False
 
             _until(changed, 60, "no save landed")
-            time.sleep(random.uniform(0, 0.03))  # a random point of the saves that follow
+            if round_ % 2:
+                time.sleep(random.uniform(0, 0.03))  # a random point of the saves that follow
+            else:
+                # The moment the file changes again: a write in place would be under way now.
+                seen = _identity(extensions)
+                deadline = time.monotonic() + 30
+                while _identity(extensions) == seen and time.monotonic() < deadline:
+                    pass
             proc.kill()
             proc.wait(10)
             stop.set()
