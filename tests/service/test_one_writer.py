@@ -9,8 +9,10 @@ output is the same is shown by running every command in a second home without a 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import select
 import shlex
 import subprocess
@@ -85,7 +87,11 @@ class Running:
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.communicate(timeout=RUN_TIMEOUT)
+        with contextlib.suppress(ValueError):  # finished already: its pipes are closed
+            self.proc.communicate(timeout=RUN_TIMEOUT)
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            with contextlib.suppress(OSError):
+                pipe.close()
 
 
 class Served:
@@ -128,6 +134,21 @@ def served(tmp_path):
     for one in started:
         one.service.stop()
         one.store.close()
+
+
+@pytest.fixture
+def running():
+    """``running(home, *argv)``: a Running command; each is killed (if need be) and reaped afterwards."""
+    started: list[Running] = []
+
+    def start(home, *argv: str) -> Running:
+        one = Running(home, *argv)
+        started.append(one)
+        return one
+
+    yield start
+    for one in started:
+        one.kill()
 
 
 @pytest.fixture
@@ -277,8 +298,8 @@ def approve(url: str) -> str:
     return response.headers["Location"]
 
 
-def start_sign_in(home, name: str, *extra: str) -> tuple[Running, str]:
-    running = Running(home, "sign-in", name, "--no-browser", *extra)
+def start_sign_in(start, home, name: str, *extra: str) -> tuple[Running, str]:
+    running = start(home, "sign-in", name, "--no-browser", *extra)
     assert running.line(running.proc.stdout) == f"Open this URL to sign in to {name}:"
     url = running.line(running.proc.stdout).strip()
     assert url.startswith("http://127.0.0.1:") and "code_challenge=" in url, url
@@ -290,7 +311,7 @@ def auth_state(one: Served, name: str) -> str:
     return next(server for server in one.get()["servers"] if server["name"] == name)["auth"]["state"]
 
 
-def test_sign_in_and_sign_out_go_through_the_service(served, oauth_server):
+def test_sign_in_and_sign_out_go_through_the_service(served, oauth_server, running):
     server = oauth_server()
     one = served()
     run = albedo(one.home, "add", server.url, "--name", "g")
@@ -298,17 +319,17 @@ def test_sign_in_and_sign_out_go_through_the_service(served, oauth_server):
     assert one.saves == 1
 
     # A pasted callback URL: POST .../callback. A wrong one first: the direct mode's complaint.
-    running, url = start_sign_in(one.home, "g")
+    cli, url = start_sign_in(running, one.home, "g")
     with one.client() as client:
         assert client.sign_in_status("g")["state"] == "pending"  # the service runs it
     location = approve(url)
     parts = urllib.parse.urlsplit(location)
     wrong = [(k, "not-the-state" if k == "state" else v) for k, v in urllib.parse.parse_qsl(parts.query)]
-    running.write_line(urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(wrong))))
-    complaint = running.line(running.proc.stderr)
+    cli.write_line(urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(wrong))))
+    complaint = cli.line(cli.proc.stderr)
     assert complaint == "That URL is not this sign-in's callback (wrong or missing state); still waiting."
-    running.write_line(location)
-    code, stdout, stderr = running.finish()
+    cli.write_line(location)
+    code, stdout, stderr = cli.finish()
     assert code == 0 and stdout.splitlines()[-1].startswith("signed in to g"), (stdout, stderr)
     assert stderr.splitlines() == [complaint]
     assert auth_state(one, "g") == "signed_in"
@@ -320,10 +341,10 @@ def test_sign_in_and_sign_out_go_through_the_service(served, oauth_server):
     assert one.saves == before + 1 and auth_state(one, "g") == "signed_out"
 
     # The browser's way: the redirect reaches the service's loopback listener; the CLI's poll sees it.
-    running, url = start_sign_in(one.home, "g")
+    cli, url = start_sign_in(running, one.home, "g")
     delivered = requests.get(approve(url), timeout=ASK)
     assert delivered.status_code == 200
-    code, stdout, stderr = running.finish()
+    code, stdout, stderr = cli.finish()
     assert code == 0 and stdout.splitlines()[-1].startswith("signed in to g"), (stdout, stderr)
     assert auth_state(one, "g") == "signed_in"
 
@@ -336,7 +357,7 @@ def test_sign_in_and_sign_out_go_through_the_service(served, oauth_server):
     assert all(token and token not in stdout + stderr for token in tokens)
 
 
-def test_a_sign_in_through_the_service_times_out_or_is_cancelled_with_one_line(served, oauth_server):
+def test_a_sign_in_through_the_service_times_out_or_is_cancelled_with_one_line(served, oauth_server, running):
     server = oauth_server()
     one = served()
     assert albedo(one.home, "add", server.url, "--name", "g").returncode == 0
@@ -351,9 +372,30 @@ def test_a_sign_in_through_the_service_times_out_or_is_cancelled_with_one_line(s
     assert server.stats()["token_requests"]["authorization_code"] == 0
 
     # Ctrl-C: the service's sign-in is cancelled too.
-    running, _ = start_sign_in(one.home, "g")
-    running.proc.send_signal(2)
-    code, stdout, stderr = running.finish()
+    cli, _ = start_sign_in(running, one.home, "g")
+    cli.proc.send_signal(signal.SIGINT)
+    code, stdout, stderr = cli.finish()
     assert code == 130 and stderr == "albedo-mcp: server 'g': sign-in cancelled\n", stderr
     with one.client() as client:
         assert client.sign_in_status("g")["state"] == "cancelled"
+
+
+def test_through_albedo_mcp_serve_and_directly_once_it_has_stopped(tmp_path, running):
+    home = tmp_path / "host"
+    home.mkdir(mode=0o700)
+    serve = running(home, "serve", "--verbose")
+    line = serve.line(serve.proc.stdout)
+    assert "open http://127.0.0.1:" in line and (home / "service.json").exists(), line
+    run = albedo(home, "add", "--transport", "stdio", fault_line(), "--name", "files")
+    assert run.returncode == 0 and run.stdout == "added files (stdio, catalogue saved)\n", run.stderr
+    # The host wrote it (its log says so), and told its session to reload.
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while "settings saved through the service: files" not in serve.line(serve.proc.stderr):
+        assert time.monotonic() < deadline, "the host never logged the save"
+    serve.proc.send_signal(signal.SIGTERM)
+    code, _, stderr = serve.finish()
+    assert code == 0 and "Traceback" not in stderr
+    assert not (home / "service.json").exists()
+    run = albedo(home, "remove", "files")  # no service now: directly
+    assert run.returncode == 0 and run.stdout == "removed files\n", run.stderr
+    assert json.loads((home / "extensions.json").read_text())["mcp"]["servers"] == {}
