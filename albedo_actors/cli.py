@@ -14,13 +14,27 @@
                [--oauth-client-id ID [--oauth-client-secret | --oauth-client-secret-env VAR]] [--stdin]
     albedo-mcp edit NAME [--url URL | --command LINE] [the secret options of add]
     albedo-mcp remove NAME | enable NAME | disable NAME
-    albedo-mcp sign-in NAME [--timeout S] [--port P] | sign-out NAME
+    albedo-mcp sign-in NAME [--timeout S] [--port P] [--no-browser] | sign-out NAME
 
 ``sign-in`` signs in to an HTTP server that asks for OAuth: it prints the authorization
-URL, opens the browser (unless ``$ALBEDO_NO_BROWSER`` is set), and waits for the
+URL, opens the browser (unless ``--no-browser`` is given or ``$ALBEDO_NO_BROWSER`` is set), and waits for the
 browser's redirect to the loopback listener; a callback URL pasted on standard input
 (one line) is taken too, whichever comes first. Ctrl-C cancels it. ``sign-out``
 forgets the server's tokens.
+
+**One writer.** While ``HOME/service.json`` names a live settings service for the home
+(``albedo-mcp serve``, or a host embedding :class:`albedo_actors.service.server.Service`),
+``add``, ``edit``, ``remove``, ``enable``, ``disable``, ``extension``, ``sign-in`` and
+``sign-out`` go through its API (:class:`albedo_actors.service.client.ServiceClient`), so
+the host saves the change and its sessions reload; they print the same lines and exit
+with the same codes as when they act directly. The secrets they read go in the PATCH
+body's ``secrets``, never in argv. ``sign-in`` then starts the service's sign-in (its
+loopback listener: ``--port`` is the service's choice), prints and opens the URL, posts a
+pasted callback URL to it, and polls its state until it ends or ``--timeout`` passes (then
+it cancels it, as Ctrl-C does). A ``service.json`` whose pid is gone is ignored; a service
+that refuses the connection (it is stopping) means acting directly, as today; one that
+names any address but ``127.0.0.1`` is refused (exit 2) and its token is never sent.
+``servers``, ``tools`` and ``call`` only read, and run as always.
 
 ``NAME`` is an advertised name as ``tools`` prints it (``mcp_<server>_<operation>_<hash>``,
 see :mod:`albedo_actors.catalogue.naming`) or ``SERVER/TOOL``; a ``read_resource`` or ``get_prompt``
