@@ -131,7 +131,7 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
             raise _Refused(401, "unauthorized")
         origin = request.headers.get("Origin")
         fetch_site = request.headers.get("Sec-Fetch-Site")
-        own = "http://" + request.host.lower()
+        own = "http://" + request.headers.get("Host", "").lower()  # one of allowed_hosts(): checked first
         if origin is None and fetch_site is None:
             raise _Refused(403, "a request with the session cookie must come from the settings page (no Origin)")
         if origin is not None and origin.lower() != own:
