@@ -109,6 +109,7 @@ class SignIns:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._attempts: dict[str, _Attempt] = {}  # the latest sign-in of each server
+        self._threads: list[threading.Thread] = []  # every sign-in thread not known to have ended
         self._closed = False
 
     # -- the API ----------------------------------------------------------------------------------
@@ -192,6 +193,7 @@ class SignIns:
         with self._lock:
             self._closed = True
             attempts = list(self._attempts.values())
+            threads = list(self._threads)
             for attempt in attempts:
                 if not attempt.done:
                     attempt.cancel_requested = True
@@ -199,13 +201,12 @@ class SignIns:
             if attempt.flow is not None and not attempt.done:
                 attempt.flow.cancel()
         deadline = time.monotonic() + JOIN_TIMEOUT_S
-        for attempt in attempts:
-            if attempt.thread is not None:
-                attempt.thread.join(max(0.0, deadline - time.monotonic()))
-        for attempt in attempts:
-            if attempt.thread is not None and attempt.thread.is_alive():
-                logger.warning("the sign-in to server %r did not end within %g s of the service stopping",
-                               attempt.name, JOIN_TIMEOUT_S)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for thread in threads:
+            if thread.is_alive():
+                logger.warning("a sign-in thread (%s) did not end within %g s of the service stopping",
+                               thread.name, JOIN_TIMEOUT_S)
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -232,6 +233,8 @@ class SignIns:
         attempt.flow = flow
         attempt.thread = threading.Thread(target=self._run, args=(attempt,), name=f"sign-in-{name}"[:64], daemon=True)
         self._attempts[name] = attempt
+        self._threads = [thread for thread in self._threads if thread.is_alive()]
+        self._threads.append(attempt.thread)
         attempt.thread.start()
         logger.info("sign-in to server %r started", name)
         return attempt

@@ -9,6 +9,7 @@ sign-ins' ends are awaited through ``on_change`` (bounded), never by sleeping.
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import urllib.parse
@@ -62,11 +63,14 @@ def store(home):
 class Changes:
     """on_change: the names it was called with; ``wait(name)`` blocks (bounded) until one came."""
 
-    def __init__(self) -> None:
+    def __init__(self, slow: float = 0.0) -> None:
         self.names: list[str] = []
         self._cond = threading.Condition()
+        self._slow = slow
 
     def __call__(self, name: str) -> None:
+        if self._slow:
+            threading.Event().wait(self._slow)  # a slow hook, not a synchronisation
         with self._cond:
             self.names.append(name)
             self._cond.notify_all()
@@ -81,9 +85,9 @@ def make(home, store):
     """``make(servers, agent=...)``: extensions.json with ``servers`` and a SignIns over it; closed afterwards."""
     made: list[SignIns] = []
 
-    def build(servers: dict, *, agent=None, lifetime: float = WAIT) -> tuple[SignIns, Changes]:
+    def build(servers: dict, *, agent=None, lifetime: float = WAIT, slow: float = 0.0) -> tuple[SignIns, Changes]:
         (home / "extensions.json").write_text(json.dumps({"mcp": {"servers": servers}}))
-        changes = Changes()
+        changes = Changes(slow)
         signins = SignIns(lambda: Settings(str(home), store), changes, agent=agent, port=0, lifetime=lifetime)
         made.append(signins)
         return signins, changes
@@ -120,7 +124,8 @@ def callback_of(authorization_url: str) -> str:
 # -- signing in ------------------------------------------------------------------------------------
 
 
-def test_start_returns_the_url_at_once_and_the_callback_listener_signs_in(make, store, oauth_server):
+def test_start_returns_the_url_at_once_and_the_callback_listener_signs_in(make, store, oauth_server, caplog):
+    caplog.set_level(logging.DEBUG)
     server = oauth_server()
     opened: list[str] = []
     follow = follow_redirect_agent()
@@ -143,7 +148,8 @@ def test_start_returns_the_url_at_once_and_the_callback_listener_signs_in(make, 
     assert record.state == "signed_in" and record.access_token and record.refresh_token
     assert server.stats()["token_requests"]["authorization_code"] == 1
     assert changes.names == [NAME]
-    assert_no_secret([started, signins.status(NAME)], store)
+    assert_no_secret([started, signins.status(NAME), caplog.text], store)
+    assert "sign-in to server 'g' ended: signed_in" in caplog.text
 
 
 def test_a_second_start_while_pending_gives_the_same_sign_in_and_cancel_ends_it(make, store, oauth_server, monkeypatch):
@@ -250,7 +256,8 @@ def test_unknown_and_stdio_servers_are_refused(make, home):
 
 def test_close_cancels_every_sign_in_and_leaves_no_thread(make, home, store, oauth_server):
     server = oauth_server()
-    signins, changes = make({NAME: http_entry(server), "h": http_entry(server)})
+    # A host whose change hook takes its time (0.5 s): close() still waits for it to return.
+    signins, changes = make({NAME: http_entry(server), "h": http_entry(server)}, slow=0.5)
     signins.start(NAME)
     signins.start("h")
     threads = {thread for thread in threading.enumerate() if thread.name.startswith("sign-in-")}
