@@ -138,7 +138,8 @@ class SignIns:
                                           f"within {self._announce_timeout:g} s; try again later")
             if attempt.flow is not None:
                 attempt.flow.cancel()
-        return self.status(name)
+        with self._lock:
+            return self._status_of(attempt)  # this attempt's, even if another has started since
 
     def status(self, name: str) -> dict:
         """``{"state": "none"|"pending"|"signed_in"|"failed"|"cancelled", "reason": str|None}``:
