@@ -411,9 +411,12 @@ def _serve(args: argparse.Namespace) -> int:
     stopping = threading.Event()
     handlers = {sig: signal.signal(sig, lambda signum, frame: stopping.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     runtimes: list[Runtime] = []
+    early = threading.Event()  # a save landed while the runtime was still starting
 
     def reload_sessions() -> None:
-        for runtime in runtimes:
+        if not runtimes:
+            early.set()
+        for runtime in list(runtimes):
             try:
                 runtime.send(Reload())  # the reply is not waited on: the swap lands between turns
             except AlbedoError as exc:
@@ -424,6 +427,8 @@ def _serve(args: argparse.Namespace) -> int:
         with Service(home, store, port=args.port, on_saved=reload_sessions) as service:
             with Runtime(home, store) as runtime:
                 runtimes.append(runtime)
+                if early.is_set():  # it may have read the settings before that save
+                    reload_sessions()
                 _out(f"albedo-mcp: settings service for {home}: open {service.browser_url} "
                      "(SIGTERM or Ctrl-C stops it)", flush=True)
                 while not stopping.wait(0.5):
