@@ -27,8 +27,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("auth", ("auth",)),
     ("connection", ("connection",)),
     ("actors", ("actors",)),
-    ("service", ("service",)),
-    ("faces", ("runtime", "binding", "settings", "session", "conformance", "cli", "demo", "__main__")),
+    # The settings service sits among the faces: it serves Settings and a Runtime, and
+    # the CLI goes through it when one runs.
+    ("faces", ("runtime", "binding", "settings", "session", "conformance", "service", "cli", "demo", "__main__")),
 ]
 
 # Modules that sit lower than their folder: the store's frozen records are pure data
