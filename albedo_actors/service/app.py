@@ -398,8 +398,8 @@ def _secrets(server: ServerConfig, current: Credentials, given: Any) -> tuple[Cr
         if value is None:
             header = (current.header[0], REMOVE) if current.header else None
         elif isinstance(value, dict) and set(value) <= {"name", "value"} and isinstance(value.get("name"), str):
-            kept = value.get("value")
-            header = (value["name"], "" if kept is None else _value(kept, "header value", name))
+            kept = value.get("value")  # left out or "": renames the stored header, keeping its value
+            header = (value["name"], "" if kept in (None, "") else _value(kept, "header value", name))
         else:
             raise ConfigError(f'server {name!r}: "header" must be {{"name": ..., "value": ...}} or null')
     env: dict[str, str] = {}

@@ -52,6 +52,8 @@ def test_an_omitted_secret_is_kept_and_null_removes_it(svc):
     assert svc.patch({"servers": {"api": entry}, "secrets": {"api": {
         "bearerToken": BEARER, "header": {"name": "X-Key", "value": "header-secret-3b"}}}}).status_code == 200
     assert svc.store.get_credentials("api").bearer_token == BEARER
+    assert svc.patch({"secrets": {"api": {"header": {"name": "X-Other", "value": ""}}}}).status_code == 200  # renamed
+    assert svc.store.get_credentials("api").header == ("X-Other", "header-secret-3b")
     assert svc.patch({"secrets": {"api": {"header": None}}}).status_code == 200
     stored = svc.store.get_credentials("api")
     assert stored.bearer_token == BEARER and stored.header is None
