@@ -770,9 +770,11 @@ def _sign_in_through(client: ServiceClient, args: argparse.Namespace) -> int:
     started = client.sign_in(name)
     done = threading.Event()
 
+    paster = client.fork()  # the paste thread's own connections
+
     def offer(text: str) -> bool:
         try:
-            client.offer(name, text)
+            paster.offer(name, text)
         except ConfigError:
             return False
         except AlbedoError as exc:  # the service failed or went away: the poll says the rest
@@ -813,6 +815,8 @@ def _sign_in_through(client: ServiceClient, args: argparse.Namespace) -> int:
         done.set()
         if reader.is_alive():
             reader.join(1.0)
+        if not reader.is_alive():
+            paster.close()
     state = status.get("state")
     if state != "signed_in":
         reason = status.get("reason")

@@ -88,6 +88,11 @@ class ServiceClient:
             return None
         return cls(url, token, source=source)
 
+    def fork(self) -> ServiceClient:
+        """A client of the same service with its own connections, for another thread
+        (a requests session is not meant to be shared between threads)."""
+        return ServiceClient(self.url, self._token, source=self._source)
+
     def close(self) -> None:
         self._http.close()
 

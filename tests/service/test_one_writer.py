@@ -42,7 +42,7 @@ def fault_line(*flags: str) -> str:
 
 def environ(home) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("ALBEDO_DATABASE_URL", "ALBEDO_HOME")}
-    env.update(ALBEDO_NO_BROWSER="1")
+    env.update(ALBEDO_NO_BROWSER="1", PYTHONFAULTHANDLER="1")  # a hung command shows its stacks (Running.dump)
     return env
 
 
@@ -67,7 +67,7 @@ class Running:
         while b"\n" not in self.buffers[fd]:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise AssertionError(f"no line within {timeout} s; so far: {self.seen[fd]!r}")
+                raise AssertionError(f"no line within {timeout} s; so far: {self.seen[fd]!r}; {self.dump()}")
             chunk = os.read(fd, 65536)
             if not chunk:
                 raise AssertionError(f"the stream ended; so far: {self.seen[fd]!r}")
@@ -75,6 +75,17 @@ class Running:
             self.seen[fd] += chunk
         line, self.buffers[fd] = self.buffers[fd].split(b"\n", 1)
         return line.decode()
+
+    def dump(self) -> str:
+        """A command that hangs: its threads' stacks (faulthandler, on SIGABRT), for the failure's message."""
+        if self.proc.poll() is not None:
+            return f"it exited {self.proc.returncode}"
+        self.proc.send_signal(signal.SIGABRT)
+        try:
+            _, err = self.proc.communicate(timeout=ASK)
+        except subprocess.TimeoutExpired:
+            return "it did not end on SIGABRT"
+        return "its threads: " + (self.seen[self.err_fd] + err).decode(errors="replace")[-4000:]
 
     def write_line(self, text: str) -> None:
         self.proc.stdin.write(text.encode() + b"\n")
@@ -354,6 +365,8 @@ def test_sign_in_and_sign_out_go_through_the_service(served, oauth_server, runni
     finally:
         store.close()
     tokens = [oauth["access_token"], oauth["refresh_token"]]
+    # What a direct sign-in prints: the record's scope.
+    assert stdout.splitlines()[-1] == "signed in to g" + (f" (scope {oauth['scope']})" if oauth.get("scope") else "")
     assert all(token and token not in stdout + stderr for token in tokens)
 
 
@@ -364,7 +377,7 @@ def test_a_sign_in_through_the_service_times_out_or_is_cancelled_with_one_line(s
     run = albedo(one.home, "sign-in", "g", "--no-browser", "--timeout", "1")  # nothing pasted, no browser
     assert run.returncode == 3 and "Traceback" not in run.stderr, run.stderr
     lines = run.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("albedo-mcp: server 'g': sign-in failed"), run.stderr
+    assert lines == ["albedo-mcp: server 'g': sign-in failed: the sign-in was not completed in time"], run.stderr  # as directly
     assert "Open this URL to sign in to g:" in run.stdout
     with one.client() as client:
         assert client.sign_in_status("g")["state"] == "cancelled"  # the CLI cancelled the service's sign-in
