@@ -211,6 +211,7 @@ def test_every_admin_command_goes_through_the_service_with_the_output_of_direct_
         assert one.saves == before + (1 if saves else 0), f"{argv}: {one.saves - before} saves through the service"
         same(through, one.home, albedo(direct_home, *argv, stdin=stdin), direct_home)
         codes.append(through.returncode)
+        assert "canary" not in through.stdout + through.stderr  # a secret read is never shown
     assert codes == [0, 2, 0, 2, 2, 0, 0, 3, 0, 0, 0, 0, 0, 2, 0, 2, 2]
     # The same settings came out of both, and no secret is in extensions.json.
     for name in ("extensions.json",):
@@ -254,7 +255,7 @@ def test_a_service_file_naming_another_address_is_refused_and_its_token_never_se
     home.mkdir(mode=0o700)
     (home / "service.json").write_text(json.dumps({"url": "http://192.0.2.1:80", "token": "t" * 43, "pid": os.getpid()}))
     os.chmod(home / "service.json", 0o600)
-    run = albedo(home, "disable", "x")
+    run = albedo(home, "extension", "mcp", "on")  # would PATCH at once
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.startswith("albedo-mcp: ") and "127.0.0.1" in run.stderr and "t" * 43 not in run.stderr
     assert not (home / "extensions.json").exists()
