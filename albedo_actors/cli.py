@@ -674,6 +674,7 @@ def _through_service(client: ServiceClient, home: str, args: argparse.Namespace,
             raise ConfigError(f"server {name!r}: env entries are for stdio servers")
         if args.transport == "stdio" and (secrets.bearer_token or secrets.header or secrets.oauth_client):
             raise ConfigError(f"server {name!r}: a bearer token, header or OAuth client is for HTTP servers")
+        _check_kept(name, secrets, ())
         view = _saved(client, name, entry, secrets)
         _out(f"added {name} ({view.get('transport')}, {view.get('state')})")
         return EXIT_OK
@@ -697,6 +698,9 @@ def _through_service(client: ServiceClient, home: str, args: argparse.Namespace,
             if args.command_line is not None:
                 words = _split(args.command_line, "--command")
                 entry["command"], entry["args"] = words[0], words[1:]
+        stored = [view.get("credentials") for view in client.get().get("servers") or []
+                  if isinstance(view, dict) and view.get("name") == name]
+        _check_kept(name, secrets, [str(item) for item in (stored[0] if stored and isinstance(stored[0], list) else [])])
         view = _saved(client, name, entry, secrets)
         _out(f"saved {name} ({view.get('transport')}, {view.get('state')})")
         return EXIT_OK
@@ -713,6 +717,25 @@ def _through_service(client: ServiceClient, home: str, args: argparse.Namespace,
     _saved(client, name, entry, None)
     _out(f"disabled {name}")
     return EXIT_OK
+
+
+def _check_kept(name: str, secrets: Any, stored: Sequence[str]) -> None:
+    """What Settings refuses of blank secrets (kept) with nothing stored to keep, in its
+    order and words: the service's API just keeps an omitted one. ``stored``: the server's
+    credentials as ``servers --json`` names them ("header X-Key", "env KEY")."""
+    from .config import _ENV_NAME, _HEADER_NAME
+
+    if secrets.header is not None:
+        header_name, value = secrets.header
+        if not _HEADER_NAME.match(header_name or ""):
+            raise ConfigError(f"server {name!r}: {header_name!r} is not an HTTP header name")
+        if not value and not any(item.startswith("header ") for item in stored):
+            raise ConfigError(f"server {name!r}: the {header_name} header has no stored value to keep; give one")
+    for key, value in secrets.env.items():
+        if not _ENV_NAME.match(key):
+            raise ConfigError(f"server {name!r}: {key!r} is not an environment variable name")
+        if not value and f"env {key}" not in stored:
+            raise ConfigError(f"server {name!r}: env {key} has no stored value to keep; give one")
 
 
 def _saved(client: ServiceClient, name: str, entry: dict[str, Any], secrets: Any) -> dict[str, Any]:
@@ -743,8 +766,8 @@ def _secrets_json(secrets: Any) -> dict[str, Any]:
         out["bearerToken"] = None if secrets.bearer_token == REMOVE else secrets.bearer_token
     if secrets.header is not None:
         header_name, value = secrets.header
-        # A blank value with a name renames the stored header, keeping its value.
-        out["header"] = None if value == REMOVE else {"name": header_name, "value": value}
+        # A name without a value renames the stored header, keeping its value.
+        out["header"] = None if value == REMOVE else {"name": header_name, **({"value": value} if value else {})}
     env = {key: (None if value == REMOVE else value) for key, value in secrets.env.items() if value}
     if env:
         out["env"] = env

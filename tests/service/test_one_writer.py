@@ -196,6 +196,12 @@ STEPS = [
     (("extension",), "", False),
     (("extension", "--json"), "", False),
     (("extension", "nosuch", "on"), "", False),  # exit 2
+    (("edit", "files", "--env", "NEW_KEY"), "\n", False),  # blank keeps, but nothing is stored: exit 2
+    (("edit", "files", "--env", "API_KEY"), "\n", True),  # blank keeps the stored value
+    (("add", "http://127.0.0.1:9/mcp", "--name", "hdr", "--disabled", "--header", "X-Key"), "\n", False),  # exit 2
+    (("add", "http://127.0.0.1:9/mcp", "--name", "hdr", "--disabled", "--header", "X-Key"), "canary-header-4\n", True),
+    (("edit", "hdr", "--header", "X-Other"), "\n", True),  # renamed, its value kept
+    (("edit", "hdr", "--header", "bad header"), "v\n", False),  # exit 2
     (("remove", "off"), "", True),
     (("remove", "off"), "", False),  # gone: exit 2
     (("sign-in", "files"), "", False),  # a stdio server: exit 2
@@ -212,18 +218,21 @@ def test_every_admin_command_goes_through_the_service_with_the_output_of_direct_
         same(through, one.home, albedo(direct_home, *argv, stdin=stdin), direct_home)
         codes.append(through.returncode)
         assert "canary" not in through.stdout + through.stderr  # a secret read is never shown
-    assert codes == [0, 2, 0, 2, 2, 0, 0, 3, 0, 0, 0, 0, 0, 2, 0, 2, 2]
+    assert codes == [0, 2, 0, 2, 2, 0, 0, 3, 0, 0, 0, 0, 0, 2, 2, 0, 2, 0, 0, 2, 0, 2, 2]
     # The same settings came out of both, and no secret is in extensions.json.
     for name in ("extensions.json",):
         assert json.loads((one.home / name).read_text()) == json.loads((direct_home / name).read_text())
     assert "canary" not in (one.home / "extensions.json").read_text()
+    same(albedo(one.home, "servers", "--json"), one.home, albedo(direct_home, "servers", "--json"), direct_home)
     listed = {server["name"]: server for server in one.get()["servers"]}
-    assert set(listed) == {"files"} and listed["files"]["credentials"] == ["env API_KEY"]
+    assert set(listed) == {"files", "hdr"} and listed["files"]["credentials"] == ["env API_KEY"]
+    assert listed["hdr"]["credentials"] == ["header X-Other"]
     assert listed["files"]["state"] == "catalogue saved"
     assert one.get()["enabled"]["mcp"] is True
     store = open_store(str(one.home))
     try:
         assert store.get_credentials("files").env == {"API_KEY": "canary-env-2"}
+        assert store.get_credentials("hdr").header == ("X-Other", "canary-header-4")
         assert store.get_credentials("off") is None or not store.get_credentials("off").bearer_token
     finally:
         store.close()
