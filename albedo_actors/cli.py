@@ -125,7 +125,7 @@ from .wire.text import json_text, printable
 
 if TYPE_CHECKING:
     from .service.client import ServiceClient
-    from .settings import Settings
+    from .settings import ServerChanges, Settings
     from .store import Store
 
 # The exit codes, one per error class: errors.EXIT_CODES (errors.exit_code looks one up).
@@ -553,7 +553,7 @@ def _read_pasted(done: Any, offer: Callable[[str], bool]) -> None:
 
 
 def _admin(args: argparse.Namespace) -> int:
-    from .settings import ServerChanges, ServerSpec, Settings, suggest_name
+    from .settings import ServerSpec, Settings, suggest_name
     from .store import open_store
 
     home = resolve_home(args.home)
@@ -600,13 +600,7 @@ def _admin(args: argparse.Namespace) -> int:
             _out(f"added {view.name} ({view.transport}, {view.state})")
             return EXIT_OK
         if args.command == "edit":
-            if args.url is not None and args.command_line is not None:
-                raise _Usage("give --url or --command, not both")
-            changes = ServerChanges(url=args.url)
-            if args.command_line is not None:
-                words = _split(args.command_line, "--command")
-                changes = ServerChanges(command=words[0], args=tuple(words[1:]))
-            view = settings.edit(args.name, changes, secrets)
+            view = settings.edit(args.name, _changes(args), secrets)
             _out(f"saved {view.name} ({view.transport}, {view.state})")
             return EXIT_OK
         if args.command == "remove":
@@ -636,8 +630,8 @@ def _through_service(client: ServiceClient, home: str, args: argparse.Namespace,
     change is one PATCH (or the sign-in API), which the service applies with
     :class:`~albedo_actors.settings.Settings` and after which its sessions reload.
     """
-    from .config import _NAME, EXTENSION_DEFAULTS
-    from .settings import ServerSpec, Settings, _entry, _kind, suggest_name
+    from .config import EXTENSION_DEFAULTS
+    from .settings import ServerSpec, Settings, edit_entry, new_entry, suggest_name
 
     reader = Settings(home, None)  # type: ignore[arg-type]  # reads extensions.json only, never the store
     if args.command == "extension":
@@ -664,16 +658,9 @@ def _through_service(client: ServiceClient, home: str, args: argparse.Namespace,
             spec_kwargs = {"command": words[0], "args": tuple(words[1:])}
         taken = {str(server.get("name")) for server in client.get().get("servers") or [] if isinstance(server, dict)}
         name = args.name or suggest_name(args.transport, args.target, taken)
-        # Settings.add's checks, in its order and words (a PATCH of a known name would edit it).
-        if not _NAME.match(name or ""):
-            raise ConfigError(f"{name!r} is not a valid server name: 1-48 letters, digits, '-' or '_', starting with a letter or digit")
-        entry = _entry(ServerSpec(name=name, transport=args.transport, enabled=not args.disabled, **spec_kwargs))
-        if name in taken:
-            raise ConfigError(f"a server named {name!r} exists already in {reader.path}; edit or remove it")
-        if args.transport == "http" and secrets.env:
-            raise ConfigError(f"server {name!r}: env entries are for stdio servers")
-        if args.transport == "stdio" and (secrets.bearer_token or secrets.header or secrets.oauth_client):
-            raise ConfigError(f"server {name!r}: a bearer token, header or OAuth client is for HTTP servers")
+        # Settings.add's checks (a PATCH of a known name would edit it).
+        entry = new_entry(ServerSpec(name=name, transport=args.transport, enabled=not args.disabled, **spec_kwargs),
+                          secrets, taken, reader.path)
         _check_kept(name, secrets, ())
         view = _saved(client, name, entry, secrets)
         _out(f"added {name} ({view.get('transport')}, {view.get('state')})")
@@ -681,23 +668,7 @@ def _through_service(client: ServiceClient, home: str, args: argparse.Namespace,
     entry = reader._existing(reader._servers(reader._read_document()), args.name)
     name = args.name
     if args.command == "edit":
-        if args.url is not None and args.command_line is not None:
-            raise _Usage("give --url or --command, not both")
-        if _kind(entry) == "http":
-            if args.command_line is not None:
-                raise ConfigError(f"server {name!r} is an HTTP server: change its URL, not a command")
-            if secrets.env:
-                raise ConfigError(f"server {name!r}: env entries are for stdio servers")
-            if args.url is not None:
-                entry["url"] = args.url
-        else:
-            if args.url is not None:
-                raise ConfigError(f"server {name!r} is a stdio server: change its command, not a URL")
-            if secrets.bearer_token or secrets.header or secrets.oauth_client:
-                raise ConfigError(f"server {name!r}: a bearer token, header or OAuth client is for HTTP servers")
-            if args.command_line is not None:
-                words = _split(args.command_line, "--command")
-                entry["command"], entry["args"] = words[0], words[1:]
+        edit_entry(name, entry, _changes(args), secrets)
         stored = [view.get("credentials") for view in client.get().get("servers") or []
                   if isinstance(view, dict) and view.get("name") == name]
         _check_kept(name, secrets, [str(item) for item in (stored[0] if stored and isinstance(stored[0], list) else [])])
@@ -717,6 +688,18 @@ def _through_service(client: ServiceClient, home: str, args: argparse.Namespace,
     _saved(client, name, entry, None)
     _out(f"disabled {name}")
     return EXIT_OK
+
+
+def _changes(args: argparse.Namespace) -> ServerChanges:
+    """What ``edit`` changes: the URL, or the command and its arguments."""
+    from .settings import ServerChanges
+
+    if args.url is not None and args.command_line is not None:
+        raise _Usage("give --url or --command, not both")
+    if args.command_line is not None:
+        words = _split(args.command_line, "--command")
+        return ServerChanges(command=words[0], args=tuple(words[1:]))
+    return ServerChanges(url=args.url)
 
 
 def _check_kept(name: str, secrets: Any, stored: Sequence[str]) -> None:

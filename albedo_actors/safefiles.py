@@ -19,10 +19,12 @@ names the path and says what to do.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import tempfile
 
-__all__ = ["FileRefused", "make_private_dirs", "open_private", "check_not_link", "read_text"]
+__all__ = ["FileRefused", "make_private_dirs", "open_private", "check_not_link", "read_text", "replace_private"]
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -122,6 +124,37 @@ def read_text(path: str) -> str:
             raise _refused(path, "is not a regular file")
         os.set_blocking(fd, True)
         return f.read().decode("utf-8")
+
+
+def replace_private(path: str, text: str) -> None:
+    """Replace ``path`` with ``text`` (UTF-8) atomically, mode 0600: a temporary file in
+    the same directory, fsync, rename, fsync the directory. A reader (or a crash) sees
+    the old file or the new one, never a torn one.
+
+    ``mkstemp`` creates with O_EXCL, so a link planted at the temporary name is refused,
+    and the rename replaces a link at ``path`` instead of writing through it.
+
+    Raises:
+        OSError: it could not be written (the old file is then untouched).
+    """
+    directory = os.path.dirname(path) or "."
+    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)  # 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(temp, 0o600)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 def _refused(path: str, what: str = "is a symbolic link") -> FileRefused:

@@ -38,10 +38,9 @@ import logging
 import os
 import re
 import shlex
-import tempfile
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping
 
 import pykka
 
@@ -52,7 +51,7 @@ from .auth.callback import DEFAULT_LIFETIME_S, DEFAULT_PORT
 from .auth.record import NO_AUTH_VIEW, OAuthRecord, from_credentials, usable
 from .auth.signin import SignIn
 from .errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
-from .safefiles import FileRefused, make_private_dirs, open_private, read_text
+from .safefiles import FileRefused, make_private_dirs, open_private, read_text, replace_private
 from .catalogue.saved import fingerprint, save_if_changed
 
 if TYPE_CHECKING:
@@ -208,19 +207,10 @@ class Settings:
             SettingsConflict: it could not connect; nothing was kept.
         """
         secrets = secrets or SecretInput()
-        if not _NAME.match(spec.name or ""):
-            raise ConfigError(f"{spec.name!r} is not a valid server name: 1-48 letters, digits, '-' or '_', starting with a letter or digit")
-        entry = _entry(spec)
         with self._lock():
             document = self._read_document()
             servers = self._servers(document)
-            if spec.name in servers:
-                raise ConfigError(f"a server named {spec.name!r} exists already in {self.path}; edit or remove it")
-            if spec.transport == "http" and secrets.env:
-                raise ConfigError(f"server {spec.name!r}: env entries are for stdio servers")
-            if spec.transport == "stdio" and (secrets.bearer_token or secrets.header or secrets.oauth_client):
-                raise ConfigError(f"server {spec.name!r}: a bearer token, header or OAuth client is for HTTP servers")
-            servers[spec.name] = entry
+            servers[spec.name] = new_entry(spec, secrets, servers, self.path)
             credentials = _apply(_empty_credentials(), secrets, spec.name)
             credentials = _apply_oauth_client(credentials, secrets, spec.url, spec.name)
             self._save(spec.name, document, credentials, try_connect=spec.enabled)
@@ -239,23 +229,7 @@ class Settings:
             document = self._read_document()
             servers = self._servers(document)
             entry = self._existing(servers, name)
-            kind = _kind(entry)
-            if kind == "http":
-                if changes.command is not None or changes.args is not None:
-                    raise ConfigError(f"server {name!r} is an HTTP server: change its URL, not a command")
-                if secrets.env:
-                    raise ConfigError(f"server {name!r}: env entries are for stdio servers")
-                if changes.url is not None:
-                    entry["url"] = changes.url
-            else:
-                if changes.url is not None:
-                    raise ConfigError(f"server {name!r} is a stdio server: change its command, not a URL")
-                if secrets.bearer_token or secrets.header or secrets.oauth_client:
-                    raise ConfigError(f"server {name!r}: a bearer token, header or OAuth client is for HTTP servers")
-                if changes.command is not None:
-                    entry["command"] = changes.command
-                if changes.args is not None:
-                    entry["args"] = list(changes.args)
+            kind = edit_entry(name, entry, changes, secrets)
             credentials = _apply(self.store.get_credentials(name), secrets, name)
             if kind == "http":
                 credentials = _apply_oauth_client(credentials, secrets, entry.get("url"), name)
@@ -319,15 +293,8 @@ class Settings:
         config = parse(self._read_document(), self.home, source=self.path)
         server = config.server(name)
 
-        def forget(credentials: Credentials) -> Credentials:
-            record = usable(from_credentials(credentials), server.url) or OAuthRecord(url=server.url or "")
-            # Signing out also forgets which issuer a configured client belongs to, for an
-            # authorization server that has really moved (signin.check_client_issuer).
-            record = dataclasses.replace(record, bound_client_id=None, bound_issuer=None)
-            return dataclasses.replace(credentials, oauth=record.signed_out("signed_out", "signed out by the user").to_json())
-
         if server.type == "http":
-            self.store.update_credentials(name, forget)
+            self.store.update_credentials(name, lambda credentials: signed_out(server, credentials))
         logger.info("server %r signed out", name)
         return self._view(name)
 
@@ -484,27 +451,8 @@ class Settings:
                               f"check that {self.home} is a directory albedo can write") from None
 
     def _write_text(self, text: str) -> None:
-        """Atomic replace: temp file in the same directory, fsync, rename, fsync the directory."""
         make_private_dirs(self.home)  # only what we create is 0700; an existing home keeps its mode
-        # mkstemp creates with O_EXCL: a link planted at the temporary name is refused,
-        # and the rename replaces a link at extensions.json instead of writing through it.
-        fd, temp = tempfile.mkstemp(prefix=".extensions.json.", suffix=".tmp", dir=self.home)  # mode 0600
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(temp, 0o600)
-            os.replace(temp, self.path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-            raise
-        directory = os.open(self.home, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        replace_private(self.path, text)
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
@@ -521,6 +469,58 @@ class Settings:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def signed_out(server: ServerConfig, credentials: Credentials) -> Credentials:
+    """``credentials`` signed out of ``server``: its tokens forgotten, the client registration kept."""
+    record = usable(from_credentials(credentials), server.url) or OAuthRecord(url=server.url or "")
+    # Signing out also forgets which issuer a configured client belongs to, for an
+    # authorization server that has really moved (signin.check_client_issuer).
+    record = dataclasses.replace(record, bound_client_id=None, bound_issuer=None)
+    return dataclasses.replace(credentials, oauth=record.signed_out("signed_out", "signed out by the user").to_json())
+
+
+def new_entry(spec: ServerSpec, secrets: SecretInput, taken: Collection[str], path: str) -> dict[str, Any]:
+    """:meth:`Settings.add`'s checks, in its order and words; the new extensions.json entry.
+
+    ``taken``: the names configured now; ``path``: the file they are in (for the message).
+    The command line runs the same checks before it asks a running service to add it.
+    """
+    if not _NAME.match(spec.name or ""):
+        raise ConfigError(f"{spec.name!r} is not a valid server name: 1-48 letters, digits, '-' or '_', starting with a letter or digit")
+    entry = _entry(spec)
+    if spec.name in taken:
+        raise ConfigError(f"a server named {spec.name!r} exists already in {path}; edit or remove it")
+    if spec.transport == "http" and secrets.env:
+        raise ConfigError(f"server {spec.name!r}: env entries are for stdio servers")
+    if spec.transport == "stdio" and (secrets.bearer_token or secrets.header or secrets.oauth_client):
+        raise ConfigError(f"server {spec.name!r}: a bearer token, header or OAuth client is for HTTP servers")
+    return entry
+
+
+def edit_entry(name: str, entry: dict[str, Any], changes: ServerChanges, secrets: SecretInput) -> str:
+    """:meth:`Settings.edit`'s checks, then ``changes`` applied to ``entry`` in place; its kind.
+
+    The command line runs the same before it sends a running service the edited entry.
+    """
+    kind = _kind(entry)
+    if kind == "http":
+        if changes.command is not None or changes.args is not None:
+            raise ConfigError(f"server {name!r} is an HTTP server: change its URL, not a command")
+        if secrets.env:
+            raise ConfigError(f"server {name!r}: env entries are for stdio servers")
+        if changes.url is not None:
+            entry["url"] = changes.url
+    else:
+        if changes.url is not None:
+            raise ConfigError(f"server {name!r} is a stdio server: change its command, not a URL")
+        if secrets.bearer_token or secrets.header or secrets.oauth_client:
+            raise ConfigError(f"server {name!r}: a bearer token, header or OAuth client is for HTTP servers")
+        if changes.command is not None:
+            entry["command"] = changes.command
+        if changes.args is not None:
+            entry["args"] = list(changes.args)
+    return kind
 
 
 def _kind(entry: dict) -> str:

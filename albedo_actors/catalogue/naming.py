@@ -325,30 +325,23 @@ def advertise(
                     input_schema=schema,
                 )
             )
-        if catalogue.resources or catalogue.resource_templates:
-            offered.add(READ_RESOURCE)
-            if enabled(READ_RESOURCE):
+        synthesised: tuple[tuple[Kind, bool, Callable[[str, Catalogue], str], dict[str, Any]], ...] = (
+            (READ_RESOURCE, bool(catalogue.resources or catalogue.resource_templates), _resource_description, READ_RESOURCE_SCHEMA),
+            (GET_PROMPT, bool(catalogue.prompts), _prompt_description, GET_PROMPT_SCHEMA),
+        )
+        for kind, listed, describe, kind_schema in synthesised:
+            if not listed:
+                continue
+            offered.add(kind)
+            if enabled(kind):
                 out.append(
                     Advertised(
-                        name=advertised_name(server, READ_RESOURCE, READ_RESOURCE),
+                        name=advertised_name(server, kind, kind),
                         server=server,
-                        kind=READ_RESOURCE,
-                        operation=READ_RESOURCE,
-                        description=_resource_description(server, catalogue),
-                        input_schema=copy.deepcopy(READ_RESOURCE_SCHEMA),
-                    )
-                )
-        if catalogue.prompts:
-            offered.add(GET_PROMPT)
-            if enabled(GET_PROMPT):
-                out.append(
-                    Advertised(
-                        name=advertised_name(server, GET_PROMPT, GET_PROMPT),
-                        server=server,
-                        kind=GET_PROMPT,
-                        operation=GET_PROMPT,
-                        description=_prompt_description(server, catalogue),
-                        input_schema=copy.deepcopy(GET_PROMPT_SCHEMA),
+                        kind=kind,
+                        operation=kind,
+                        description=describe(server, catalogue),
+                        input_schema=copy.deepcopy(kind_schema),
                     )
                 )
         if config is not None:

@@ -42,7 +42,6 @@ cookie is a separate random value, not the token.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hmac
 import json
 import logging
@@ -58,7 +57,7 @@ from werkzeug.wrappers import Request, Response
 
 from ..config import _NAME, parse
 from ..errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
-from ..settings import REMOVE, SecretInput, _apply, _apply_oauth_client, _empty_credentials, _is_empty, undo_save
+from ..settings import REMOVE, SecretInput, _apply, _apply_oauth_client, _empty_credentials, _is_empty, _kind, signed_out, undo_save
 
 if TYPE_CHECKING:
     from ..config import ServerConfig
@@ -427,17 +426,8 @@ def _secrets(server: ServerConfig, current: Credentials, given: Any) -> tuple[Cr
     if http:
         credentials = _apply_oauth_client(credentials, secrets, server.url, name)
     if "oauth" in given:
-        credentials = _signed_out(server, credentials)
+        credentials = signed_out(server, credentials)
     return credentials, bool(set(given) - {"oauth"})
-
-
-def _signed_out(server: ServerConfig, credentials: Credentials) -> Credentials:
-    """Settings.sign_out's record: tokens forgotten, the client registration kept."""
-    from ..auth.record import OAuthRecord, from_credentials, usable
-
-    record = usable(from_credentials(credentials), server.url) or OAuthRecord(url=server.url or "")
-    record = dataclasses.replace(record, bound_client_id=None, bound_issuer=None)
-    return dataclasses.replace(credentials, oauth=record.signed_out("signed_out", "signed out by the user").to_json())
 
 
 def _set_extensions(document: dict, value: Any, path: str) -> None:
@@ -469,12 +459,6 @@ def _object(value: Any, what: str) -> dict:
     if not isinstance(value, dict):
         raise ConfigError(f'"{what}" must be an object of server name -> value')
     return value
-
-
-def _kind(entry: Any) -> str | None:
-    if not isinstance(entry, dict):
-        return None
-    return entry.get("type") or ("stdio" if "command" in entry else "http")
 
 
 def _check_name(name: str) -> None:

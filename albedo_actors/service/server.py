@@ -25,12 +25,11 @@ import json
 import logging
 import os
 import secrets
-import tempfile
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ConfigError
-from ..safefiles import FileRefused, make_private_dirs, read_text
+from ..safefiles import FileRefused, make_private_dirs, read_text, replace_private
 from .app import MAX_BODY, make_app
 from .signins import SignIns
 
@@ -196,18 +195,7 @@ class Service:
         text = json.dumps({"url": self.url, "token": self.token, "pid": os.getpid()}) + "\n"
         try:
             make_private_dirs(self.home)
-            fd, temp = tempfile.mkstemp(prefix=".service.json.", suffix=".tmp", dir=self.home)  # 0600, O_EXCL
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    f.write(text)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.chmod(temp, 0o600)
-                os.replace(temp, self._path())  # replaces a stale file (or a link) instead of writing through it
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(temp)
-                raise
+            replace_private(self._path(), text)  # replaces a stale file (or a link) instead of writing through it
         except OSError as exc:
             raise ConfigError(f"cannot write {self._path()}: {exc.strerror or exc}; "
                               f"check that {self.home} is a directory albedo can write") from None

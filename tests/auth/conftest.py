@@ -4,24 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import OAuthServer
 from servers.fault_auth_server import FaultAuthServer
-
-
-@pytest.fixture
-def oauth_server():
-    """``oauth_server(*flags)`` starts tests/servers/oauth_server.py; all are stopped afterwards."""
-    started: list[OAuthServer] = []
-
-    def start(*flags: str) -> OAuthServer:
-        server = OAuthServer(*flags)
-        server.start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
 
 
 @pytest.fixture

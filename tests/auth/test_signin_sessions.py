@@ -61,21 +61,6 @@ class ShiftedTime:
         return getattr(time, name)
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.delenv("ALBEDO_DATABASE_URL", raising=False)
-    path = tmp_path / "home"
-    path.mkdir(mode=0o700)
-    return path
-
-
-@pytest.fixture
-def store(home):
-    opened = open_store(str(home))
-    yield opened
-    opened.close()
-
-
 def write_config(home, servers: dict) -> None:
     document = {"mcp": {"servers": servers, "retryMs": RETRY_MS}}
     (home / "extensions.json").write_text(json.dumps(document))

@@ -25,7 +25,7 @@ import requests
 from albedo_actors.config import ServerConfig
 from helpers import HERE, SdkHttpServer, schema_validate, text_of
 
-PEERS = os.environ.get("ALBEDO_PEERS") or os.path.join(HERE, "peers", "node_modules")
+PEERS = os.environ.get("ALBEDO_PEERS") or os.path.join(os.path.dirname(HERE), ".peers", "peers", "node_modules")
 EVERYTHING = os.path.join(PEERS, "@modelcontextprotocol", "server-everything", "dist", "index.js")
 
 
@@ -208,7 +208,7 @@ def everything_http(tmp_path_factory):
     if not os.path.isfile(EVERYTHING):
         pytest.fail(
             f"the npm test peer is not installed: {EVERYTHING} is missing; run scripts/test, "
-            "which installs tests/peers/node_modules and sets ALBEDO_PEERS",
+            "which installs .peers/peers/node_modules and sets ALBEDO_PEERS",
             pytrace=False,
         )
     log_path = tmp_path_factory.mktemp("everything") / "stdout.log"

@@ -5,7 +5,7 @@ The reference "everything" server (TypeScript SDK) predates the 2026 era: it ans
 after ``notifications/initialized`` it registers more tools and sends
 ``notifications/tools/list_changed``.
 
-scripts/test installs it under tests/peers/node_modules and sets ALBEDO_PEERS.
+scripts/test installs it under .peers/peers/node_modules and sets ALBEDO_PEERS.
 """
 
 import os
@@ -16,7 +16,7 @@ import _leaks
 from albedo_actors.config import ServerConfig
 from helpers import HERE, schema_validate, schema_validate_each, text_of
 
-PEERS = os.environ.get("ALBEDO_PEERS") or os.path.join(HERE, "peers", "node_modules")
+PEERS = os.environ.get("ALBEDO_PEERS") or os.path.join(os.path.dirname(HERE), ".peers", "peers", "node_modules")
 EVERYTHING = os.path.join(PEERS, "@modelcontextprotocol", "server-everything", "dist", "index.js")
 
 
@@ -25,7 +25,7 @@ def everything() -> ServerConfig:
     if not os.path.isfile(EVERYTHING):
         pytest.fail(
             f"the npm test peer is not installed: {EVERYTHING} is missing; run scripts/test, "
-            "which installs tests/peers/node_modules and sets ALBEDO_PEERS",
+            "which installs .peers/peers/node_modules and sets ALBEDO_PEERS",
             pytrace=False,
         )
     return ServerConfig(name="everything", type="stdio", command="node", args=(EVERYTHING, "stdio"))

@@ -24,7 +24,7 @@ import urllib.parse
 import pytest
 import requests
 
-from helpers import FAULT_SERVER, OAuthServer
+from helpers import FAULT_SERVER
 
 pytest.importorskip("albedo_actors.service.server")
 
@@ -294,22 +294,6 @@ def test_two_clis_at_once_lose_nothing_and_every_change_is_a_save_of_the_service
 
 
 # -- sign-in and sign-out through the service ------------------------------------------------------
-
-
-@pytest.fixture
-def oauth_server():
-    """``oauth_server(*flags)`` starts tests/servers/oauth_server.py (as tests/auth/conftest.py does)."""
-    started: list[OAuthServer] = []
-
-    def start(*flags: str) -> OAuthServer:
-        server = OAuthServer(*flags)
-        server.start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
 
 
 def approve(url: str) -> str:

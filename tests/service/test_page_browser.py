@@ -22,7 +22,6 @@ import pytest
 import requests
 
 from albedo_actors.settings import ServerSpec, Settings
-from albedo_actors.store import open_store
 from helpers import FAULT_SERVER, OAuthServer
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
@@ -50,13 +49,6 @@ def home(tmp_path, monkeypatch):
     path = tmp_path / "home"
     path.mkdir(mode=0o700)
     return path
-
-
-@pytest.fixture
-def store(home):
-    opened = open_store(str(home))
-    yield opened
-    opened.close()
 
 
 @pytest.fixture

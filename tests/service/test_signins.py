@@ -23,41 +23,10 @@ from albedo_actors.auth.signin import follow_redirect_agent
 from albedo_actors.errors import ConfigError
 from albedo_actors.service.signins import SignIns
 from albedo_actors.settings import Settings
-from albedo_actors.store import open_store
 from helpers import FAULT_SERVER, OAuthServer
 
 WAIT = 30  # seconds: a bound on waits, never an expected duration
 NAME = "g"
-
-
-@pytest.fixture
-def oauth_server():
-    started: list[OAuthServer] = []
-
-    def start(*flags: str) -> OAuthServer:
-        server = OAuthServer(*flags)
-        server.start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.delenv("ALBEDO_DATABASE_URL", raising=False)
-    path = tmp_path / "home"
-    path.mkdir(mode=0o700)
-    return path
-
-
-@pytest.fixture
-def store(home):
-    opened = open_store(str(home))
-    yield opened
-    opened.close()
 
 
 class Changes:
