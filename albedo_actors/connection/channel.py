@@ -31,6 +31,7 @@ import concurrent.futures
 import itertools
 import logging
 import threading
+import time
 from typing import Any, Callable, Protocol
 
 from ..errors import ProtocolViolation, RemoteError, ServerError, TimedOut, Unavailable, UnknownOutcome
@@ -53,8 +54,11 @@ class Link(Protocol):
     (:class:`~.http_link.HttpLink`). A connection uses its link through this alone: it
     never asks which transport it has."""
 
-    def send_request(self, pending: Pending, message: dict[str, Any]) -> None:
-        """Send a request; raise LinkClosed if nothing was sent."""
+    def send_request(self, pending: Pending, message: dict[str, Any], deadline: float | None = None) -> None:
+        """Send a request; raise LinkClosed if nothing was sent.
+
+        ``deadline`` (``time.monotonic()``): the caller waits for the answer until then
+        on this thread, so the link may do the exchange here; None: return at once."""
 
     def send_other(self, message: dict[str, Any]) -> None:
         """Send a notification or a response; raise LinkClosed if it could not be sent."""
@@ -179,8 +183,12 @@ class RpcChannel:
 
     # -- requests ------------------------------------------------------------------
 
-    def start(self, method: str, params: dict[str, Any] | None, waker: threading.Event | None = None) -> Pending:
+    def start(self, method: str, params: dict[str, Any] | None, waker: threading.Event | None = None,
+              deadline: float | None = None) -> Pending:
         """Send a request; return its pending entry.
+
+        ``deadline``: the caller will wait for the answer until then (see
+        :meth:`Link.send_request`); the entry may be answered when this returns.
 
         Raises:
             Unavailable: the connection is closed or would not take the request.
@@ -191,7 +199,7 @@ class RpcChannel:
             self._pending.pop(pending.id, None)
             raise Unavailable(self.server, f"not connected ({self._closed_reason}); {method} was not sent")
         try:
-            self._attached().send_request(pending, jsonrpc.request(pending.id, method, params))
+            self._attached().send_request(pending, jsonrpc.request(pending.id, method, params), deadline)
         except LinkClosed:
             self._pending.pop(pending.id, None)
             raise Unavailable(self.server, f"the connection closed before {method} was sent") from None
@@ -237,7 +245,7 @@ class RpcChannel:
 
     def request(self, method: str, params: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
         """Send a request and wait for its result (see :meth:`start`, :meth:`wait`)."""
-        return self.wait(self.start(method, params), timeout)
+        return self.wait(self.start(method, params, deadline=time.monotonic() + timeout), timeout)
 
     def drop(self, pending: Pending) -> None:
         """Forget a request whose answer no longer matters (it is not cancelled)."""

@@ -112,17 +112,29 @@ class HttpLink:
 
     # -- Link protocol (called by the channel) ------------------------------------------------
 
-    def send_request(self, pending: Pending, message: dict[str, Any]) -> None:
-        exchange = Exchange()
+    def send_request(self, pending: Pending, message: dict[str, Any], deadline: float | None = None) -> None:
+        """POST a request. With a ``deadline`` (the caller waits for the answer) the
+        exchange starts on the caller's thread, and a JSON answer is read there too, by
+        the deadline: no hand-off to a worker. A stream (SSE), a sign-in round or any
+        exchange without a deadline runs on a worker of the link."""
+        exchange = Exchange(deadline)
         with self._lock:
             if self._closing.is_set():
                 raise LinkClosed()
             self._exchanges[pending.id] = exchange
-            try:
-                self._pool.submit(self._run_request, pending, message, exchange)
-            except RuntimeError:  # the pool was shut down meanwhile
-                self._exchanges.pop(pending.id, None)
-                raise LinkClosed() from None
+            if deadline is None:
+                try:
+                    self._pool.submit(self._run_request, pending, message, exchange)
+                except RuntimeError:  # the pool was shut down meanwhile
+                    self._exchanges.pop(pending.id, None)
+                    raise LinkClosed() from None
+                return
+        try:
+            self._inline(pending, message, exchange)
+        except Exception as exc:  # a bug must not leave the request waiting forever
+            logger.exception("server %r: the HTTP exchange for %s failed unexpectedly", self._server, pending.method)
+            self._channel.fail(pending, UnknownOutcome(self._server, f"the exchange failed ({type(exc).__name__})"))
+            self._exchanges.pop(pending.id, None)
 
     def send_other(self, message: dict[str, Any]) -> None:
         """POST a notification or a response; it must be accepted (2xx)."""
@@ -274,35 +286,78 @@ class HttpLink:
         except LinkClosed:
             pass
 
-    def _run_request(self, pending: Pending, message: dict[str, Any], exchange: Exchange) -> None:
+    def _run_request(self, pending: Pending, message: dict[str, Any], exchange: Exchange,
+                     reply: Reply | None = None, headers: dict[str, str] | None = None) -> None:
         try:
-            self._exchange(pending, message, exchange)
+            self._exchange(pending, message, exchange, reply, headers)
         except Exception as exc:  # a bug must not leave the request waiting forever
             logger.exception("server %r: the HTTP exchange for %s failed unexpectedly", self._server, pending.method)
             self._channel.fail(pending, UnknownOutcome(self._server, f"the exchange failed ({type(exc).__name__})"))
         finally:
             self._exchanges.pop(pending.id, None)
 
-    def _exchange(self, pending: Pending, message: dict[str, Any], exchange: Exchange) -> None:
-        method = pending.method
+    def _inline(self, pending: Pending, message: dict[str, Any], exchange: Exchange) -> None:
+        """The first POST of a request on the caller's thread (see :meth:`send_request`).
+
+        Past the deadline the request is left pending: the caller's wait then times it
+        out and cancels it as the era wants, as it does when a worker is slow."""
+        headers = self._headers_for(message)
+        reply = self._post(pending, message, exchange, headers)
+        if reply is None:
+            self._exchanges.pop(pending.id, None)
+            return
+        if (self._auth is not None and reply.status in (401, 403)) or reply.is_sse:
+            # A sign-in may take minutes and a stream may last: a worker reads on, and
+            # only the caller's wait bounds it from now on.
+            exchange.deadline = None
+            try:
+                self._pool.submit(self._run_request, pending, message, exchange, reply, headers)
+                return
+            except RuntimeError:  # closing: the pending request has failed already
+                reply.close()
+                self._exchanges.pop(pending.id, None)
+                return
+        try:
+            self._answered(pending, message, exchange, reply)
+        finally:
+            self._exchanges.pop(pending.id, None)
+
+    def _post(self, pending: Pending, message: dict[str, Any], exchange: Exchange, headers: dict[str, str]) -> Reply | None:
+        """POST ``message``; None when it failed (``pending`` has failed then, or, past
+        its deadline, is left for the caller's wait to time out)."""
+        try:
+            return self._transport.send("POST", headers, exchange, body=jsonrpc.encode(message))
+        except HttpFailed as exc:
+            if exc.timed_out and exchange.deadline is not None:
+                return None
+            error = UnknownOutcome if exc.sent else Unavailable
+            tail = "; it may or may not have run" if exc.sent else f"; {pending.method} was not sent"
+            self._channel.fail(pending, error(self._server, f"{exc}{tail}"))
+            return None
+
+    def _exchange(self, pending: Pending, message: dict[str, Any], exchange: Exchange,
+                  reply: Reply | None = None, headers: dict[str, str] | None = None) -> None:
         attempt = 0
         while True:
-            headers = self._headers_for(message)
-            try:
-                reply = self._transport.send("POST", headers, exchange, body=jsonrpc.encode(message))
-            except HttpFailed as exc:
-                error = UnknownOutcome if exc.sent else Unavailable
-                tail = "; it may or may not have run" if exc.sent else f"; {method} was not sent"
-                self._channel.fail(pending, error(self._server, f"{exc}{tail}"))
-                return
+            if reply is None:
+                headers = self._headers_for(message)
+                reply = self._post(pending, message, exchange, headers)
+                if reply is None:
+                    return
+            assert headers is not None
             if not self._authorize_again(pending, reply, headers.get("Authorization"), attempt):
                 if not self._channel.is_pending(pending):
                     return  # it failed as needing a sign-in
                 break
             attempt += 1
+            reply = None
             if self._closing.is_set() or not self._channel.is_pending(pending):
                 return
-        if method == "initialize" and 200 <= reply.status < 300:
+        self._answered(pending, message, exchange, reply)
+
+    def _answered(self, pending: Pending, message: dict[str, Any], exchange: Exchange, reply: Reply) -> None:
+        """The server answered ``message`` (no more sign-in rounds): read the answer."""
+        if pending.method == "initialize" and 200 <= reply.status < 300:
             session_id = reply.headers.get("mcp-session-id") or None
             if session_id is not None:
                 try:
@@ -357,6 +412,8 @@ class HttpLink:
             body = reply.body()
             value = jsonrpc.parse_line(body)
         except HttpFailed as exc:
+            if exc.timed_out and reply.exchange.deadline is not None:
+                return  # the caller's wait times it out and cancels it
             self._channel.fail(pending, UnknownOutcome(self._server, f"{exc}; {pending.method} may or may not have run"))
             return
         except WireError as exc:

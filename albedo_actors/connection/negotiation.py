@@ -114,7 +114,7 @@ class Connection:
         deadline = time.monotonic() + timeout
         params = self.params(params)
         for _round in range(MAX_STATE_ROUNDS + 1):
-            pending = self.channel.start(method, params)
+            pending = self.channel.start(method, params, deadline=deadline)
             try:
                 result = self.channel.wait(pending, max(0.0, deadline - time.monotonic()))
             except TimedOut:

@@ -90,7 +90,7 @@ class StdioLink:
         self._closed_errors = closed_errors
         self._negotiated: mcp.Negotiated | None = None  # until the opening decides; what is sent does not depend on it
 
-    def send_request(self, pending: Pending, message: dict[str, Any]) -> None:
+    def send_request(self, pending: Pending, message: dict[str, Any], deadline: float | None = None) -> None:
         self.send_other(message)
 
     def send_other(self, message: dict[str, Any]) -> None:
