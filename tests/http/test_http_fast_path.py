@@ -1,0 +1,216 @@
+"""The HTTP fast path: urllib3's pool driven directly, one send a request, and a JSON
+exchange on the caller's thread, bounded by the caller's deadline.
+
+Against the fault-injecting server (tests/servers/fault_http_server.py) and, for what
+no MCP server does on purpose (a body dripped a byte at a time, repeated header
+fields), a raw loopback socket server written here.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+import time
+
+import pytest
+
+from albedo_actors.config import ServerConfig
+from albedo_actors.transport import http as transport_http
+from albedo_actors.transport.http import Exchange, HttpFailed, HttpTransport
+from helpers import text_of
+
+WAIT = 10.0
+
+
+def http_config(server, **overrides) -> ServerConfig:
+    return ServerConfig(name="f", type="http", url=server.url, **overrides)
+
+
+def workers(name: str = "f") -> list[threading.Thread]:
+    """The HTTP link's worker threads (its pool names them mcp-http-<server>_<n>)."""
+    return [t for t in threading.enumerate() if t.name.startswith(f"mcp-http-{name}_")]
+
+
+class RawServer:
+    """One loopback listener; each connection runs ``script(conn, stop)`` on its own thread."""
+
+    def __init__(self, script) -> None:
+        self._script = script
+        self._stop = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/mcp"
+        self._threads: list[threading.Thread] = []
+        self._accepter = threading.Thread(target=self._accept, name="raw-http-accept", daemon=True)
+        self._accepter.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            thread = threading.Thread(target=self._serve, args=(conn,), name="raw-http-conn", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            read_request(conn)
+            self._script(conn, self._stop)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._accepter.join(WAIT)
+        for thread in self._threads:
+            thread.join(WAIT)
+        self._listener.close()
+        assert not self._accepter.is_alive() and not any(t.is_alive() for t in self._threads)
+
+
+def read_request(conn: socket.socket) -> bytes:
+    """Read one request (head and Content-Length body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(body) < length:
+        body += conn.recv(65536)
+    return data
+
+
+@pytest.fixture
+def raw_server():
+    started = []
+
+    def start(script) -> RawServer:
+        server = RawServer(script)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.close()
+
+
+# -- the caller's thread ---------------------------------------------------------------------
+
+
+def test_a_json_answer_is_read_on_the_callers_thread_and_no_worker_is_started(http_fault, clients):
+    server = http_fault()
+    handle = clients.start(http_config(server))
+    assert handle.connect().era == "modern"
+    for text in ("one", "two", "three"):
+        assert text_of(handle.call_tool("echo", {"text": text})) == text
+    assert workers() == [], "a JSON exchange was handed to a worker thread"
+
+
+def test_an_sse_answer_is_read_by_a_worker_and_the_call_succeeds(http_fault, clients):
+    server = http_fault(sse=True)
+    handle = clients.start(http_config(server))
+    handle.connect()
+    assert text_of(handle.call_tool("echo", {"text": "streamed"})) == "streamed"
+    assert workers(), "an SSE answer was read without a worker"
+
+
+def test_a_legacy_session_over_json_works_on_the_callers_thread(http_fault, clients):
+    server = http_fault(era="legacy")
+    handle = clients.start(http_config(server))
+    assert handle.connect().era == "legacy"
+    assert text_of(handle.call_tool("echo", {"text": "old"})) == "old"
+    assert workers() == []
+
+
+# -- the deadline bounds the whole exchange ----------------------------------------------------
+
+
+def _drip(conn: socket.socket, stop: threading.Event) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+    for _ in range(200):  # a byte every 50 ms: each read succeeds, the whole takes 10 s
+        if stop.wait(0.05):
+            return
+        try:
+            conn.sendall(b" ")
+        except OSError:
+            return  # the client gave up: what the test wants
+
+
+def test_a_body_dripped_a_byte_at_a_time_ends_at_the_exchanges_deadline(raw_server):
+    server = raw_server(_drip)
+    transport = HttpTransport(server.url)
+    outcome: list[BaseException] = []
+
+    def exchange() -> None:
+        reply = transport.send("POST", {"Content-Type": "application/json"}, Exchange(time.monotonic() + 0.5), body=b"{}")
+        try:
+            reply.body()
+        except HttpFailed as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=exchange, name="test-drip")
+    thread.start()
+    thread.join(WAIT)
+    transport.close()
+    assert not thread.is_alive(), "the dripped body was read past the deadline"
+    [failed] = outcome
+    assert failed.timed_out and failed.sent
+    assert str(failed) == "no answer in time"
+
+
+def test_an_exchange_past_its_deadline_is_not_sent(raw_server):
+    server = raw_server(lambda conn, stop: None)
+    transport = HttpTransport(server.url)
+    with pytest.raises(HttpFailed) as caught:
+        transport.send("POST", {}, Exchange(time.monotonic() - 1), body=b"{}")
+    transport.close()
+    assert caught.value.timed_out and not caught.value.sent
+
+
+# -- the wire ------------------------------------------------------------------------------------
+
+
+def _answer(conn: socket.socket, stop: threading.Event) -> None:
+    body = b'{"ok": true}'
+    conn.sendall(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"a\"\r\n"
+                 b"WWW-Authenticate: DPoP algs=\"ES256\"\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+def test_repeated_header_fields_arrive_as_one_comma_joined_value(raw_server):
+    server = raw_server(_answer)
+    transport = HttpTransport(server.url)
+    reply = transport.send("POST", {}, Exchange(), body=b"{}")
+    assert reply.status == 401
+    assert reply.headers["www-authenticate"] == 'Bearer realm="a", DPoP algs="ES256"'
+    assert reply.json() == {"ok": True}
+    transport.close()
+
+
+@pytest.mark.parametrize("body", [b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}', b""])
+def test_a_request_goes_out_in_one_send(http_fault, monkeypatch, body):
+    # http.client (and urllib3 after it) writes the head, then the body: two segments.
+    sends: list[bytes] = []
+    original = http.client.HTTPConnection.send
+
+    def counting(self, data):
+        sends.append(bytes(data))
+        return original(self, data)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "send", counting)
+    server = http_fault()
+    transport = HttpTransport(server.url)
+    reply = transport.send("POST", {"Content-Type": "application/json"}, Exchange(), body=body)
+    reply.close()
+    transport.close()
+    [sent] = sends
+    assert sent.startswith(b"POST /mcp HTTP/1.1\r\n") and sent.endswith(b"\r\n\r\n" + body)
+    assert b"\r\nUser-Agent: " + transport_http.USER_AGENT.encode() + b"\r\n" in sent
