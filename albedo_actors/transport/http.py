@@ -28,6 +28,7 @@ import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ReadTimeoutError
+from urllib3.util.retry import Retry
 
 from ..wire.headers import field_value_problem
 from ..wire.jsonrpc import MAX_MESSAGE_BYTES, Json, WireError, parse_line
@@ -41,6 +42,8 @@ USER_AGENT = "albedo-actors"
 BASE_HEADERS = {"Accept-Encoding": "identity", "Connection": "keep-alive", "User-Agent": USER_AGENT}
 
 _current = threading.local()  # the Exchange the current thread is performing
+_LEGAL_NAMES: set[str] = set()  # header names http.client has accepted
+NO_RETRY = Retry(total=False, redirect=False)  # raise the first error as it is
 
 
 class HttpFailed(Exception):
@@ -142,6 +145,16 @@ class _Tracking(HTTPConnection):
         buffer.extend((b"", b""))
         self._held = b"\r\n".join(buffer)
         del buffer[:]
+
+    def putheader(self, header: str, *values: Any) -> None:
+        # send() checked every value it was given; names are checked once each. The
+        # rest is http.client's putheader, without its per-call encode and regexes.
+        if len(values) == 1 and type(values[0]) is str and header in _LEGAL_NAMES:
+            self._buffer.append(f"{header}: {values[0]}".encode("latin-1"))  # type: ignore[attr-defined]
+            return
+        super().putheader(header, *values)
+        if len(_LEGAL_NAMES) < 256:
+            _LEGAL_NAMES.add(header)  # it passed http.client's checks
 
     def send(self, data: Any) -> None:
         if self._held is not None:
@@ -322,7 +335,7 @@ class HttpTransport:
         try:
             response = self._pool.urlopen(
                 method, self._target, body=body, headers={**BASE_HEADERS, **headers},
-                retries=False, redirect=False, assert_same_host=False, timeout=timeout,
+                retries=NO_RETRY, redirect=False, assert_same_host=False, timeout=timeout,
                 preload_content=False, decode_content=False, release_conn=False,
             )
         except NewConnectionError as exc:  # before ConnectTimeoutError: it is one
