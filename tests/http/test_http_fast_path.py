@@ -33,7 +33,10 @@ def workers(name: str = "f") -> list[threading.Thread]:
 
 
 class RawServer:
-    """One loopback listener; each connection runs ``script(conn, stop)`` on its own thread."""
+    """One loopback listener. Each connection is served on its own thread: after each
+    request, ``script(conn, stop)`` answers; it returns True to keep the connection for
+    another request. ``connections`` counts those accepted; ``closed`` is set whenever
+    the server has closed one."""
 
     def __init__(self, script) -> None:
         self._script = script
@@ -42,6 +45,8 @@ class RawServer:
         self._listener.settimeout(0.1)
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/mcp"
         self._threads: list[threading.Thread] = []
+        self.connections = 0
+        self.closed = threading.Event()
         self._accepter = threading.Thread(target=self._accept, name="raw-http-accept", daemon=True)
         self._accepter.start()
 
@@ -51,14 +56,17 @@ class RawServer:
                 conn, _ = self._listener.accept()
             except TimeoutError:
                 continue
+            self.connections += 1
             thread = threading.Thread(target=self._serve, args=(conn,), name="raw-http-conn", daemon=True)
             self._threads.append(thread)
             thread.start()
 
     def _serve(self, conn: socket.socket) -> None:
+        conn.settimeout(WAIT)
         with conn:
-            read_request(conn)
-            self._script(conn, self._stop)
+            while read_request(conn) and self._script(conn, self._stop):
+                pass
+        self.closed.set()
 
     def close(self) -> None:
         self._stop.set()
@@ -197,7 +205,7 @@ def test_repeated_header_fields_arrive_as_one_comma_joined_value(raw_server):
 
 @pytest.mark.parametrize("body", [b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}', b""])
 def test_a_request_goes_out_in_one_send(http_fault, monkeypatch, body):
-    # http.client (and urllib3 after it) writes the head, then the body: two segments.
+    # http.client alone writes the head, then the body: two segments.
     sends: list[bytes] = []
     original = http.client.HTTPConnection.send
 
@@ -214,3 +222,33 @@ def test_a_request_goes_out_in_one_send(http_fault, monkeypatch, body):
     [sent] = sends
     assert sent.startswith(b"POST /mcp HTTP/1.1\r\n") and sent.endswith(b"\r\n\r\n" + body)
     assert b"\r\nUser-Agent: " + transport_http.USER_AGENT.encode() + b"\r\n" in sent
+
+
+def _keep_alive(conn: socket.socket, stop: threading.Event) -> bool:
+    body = b'{"jsonrpc": "2.0", "id": 1, "result": {}}'
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    return True
+
+
+def _once(conn: socket.socket, stop: threading.Event) -> bool:
+    _keep_alive(conn, stop)
+    return False  # then close the connection, as a server's idle timeout would
+
+
+def test_a_connection_is_kept_alive_and_reused_for_the_next_request(raw_server):
+    server = raw_server(_keep_alive)
+    transport = HttpTransport(server.url)
+    for _ in range(5):
+        assert transport.send("POST", {}, Exchange(), body=b"{}").json() == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    transport.close()
+    assert server.connections == 1
+
+
+def test_an_idle_connection_the_server_closed_is_replaced_and_the_request_is_not_lost(raw_server):
+    server = raw_server(_once)
+    transport = HttpTransport(server.url)
+    assert transport.send("POST", {}, Exchange(), body=b"{}").json()["result"] == {}
+    assert server.closed.wait(WAIT)
+    assert transport.send("POST", {}, Exchange(), body=b"{}").json()["result"] == {}
+    transport.close()
+    assert server.connections == 2
