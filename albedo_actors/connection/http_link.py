@@ -423,7 +423,8 @@ class HttpLink:
         for item in items:
             # Its share of the body's bytes (a discovery's byte budget counts them).
             self._channel.feed_message(item, len(body) // max(1, len(items)))
-        self._channel.fail(pending, ProtocolViolation(self._server, f"answered {pending.method} without its response"))
+        if self._channel.is_pending(pending):
+            self._channel.fail(pending, ProtocolViolation(self._server, f"answered {pending.method} without its response"))
 
     def _read_stream(self, pending: Pending, reply: Reply, exchange: Exchange) -> None:
         parser = SseParser(max_retry_ms=RESUME_MAX_MS)

@@ -252,3 +252,28 @@ def test_an_idle_connection_the_server_closed_is_replaced_and_the_request_is_not
     assert transport.send("POST", {}, Exchange(), body=b"{}").json()["result"] == {}
     transport.close()
     assert server.connections == 2
+
+
+def _notification_only(conn: socket.socket, stop: threading.Event) -> bool:
+    body = b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "hi"}}'
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    return True
+
+
+def test_a_json_answer_without_the_response_fails_the_call_on_the_callers_thread(raw_server):
+    from albedo_actors.connection.channel import RpcChannel
+    from albedo_actors.connection.http_link import HttpLink
+    from albedo_actors.errors import ProtocolViolation
+
+    server = raw_server(_notification_only)
+    heard: list[str] = []
+    channel = RpcChannel("raw", on_notification=lambda method, params: heard.append(method), on_closed=lambda reason: None)
+    link = HttpLink(channel, HttpTransport(server.url), "raw", {})
+    channel.attach(link)
+    try:
+        with pytest.raises(ProtocolViolation, match="answered tools/call without its response"):
+            channel.request("tools/call", {"name": "echo"}, timeout=WAIT)
+        assert heard == ["notifications/message"]
+    finally:
+        link.close("done")
+        assert link.wait_closed(WAIT)
