@@ -267,13 +267,9 @@ class HttpTransport:
         self._port = parts.port
         self._tls: ssl.SSLContext | None = None
         if parts.scheme == "https":
-            if verify is False:
-                context = ssl.create_default_context()
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            else:
-                context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else _default_ca())
-            self._tls = context
+            # Always verified: ``verify`` names the trust store (a PEM file), or is the
+            # certifi bundle; there is no way to turn verification off.
+            self._tls = ssl.create_default_context(cafile=verify if isinstance(verify, str) else _default_ca())
         self._pool_size = pool_size
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
