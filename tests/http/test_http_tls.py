@@ -53,3 +53,14 @@ def test_the_configured_trust_store_is_used(clients, https_server, certificate):
     assert handle.connect().era == "modern"
     result = handle.call_tool("echo", {"text": "over tls"})
     assert result["content"][0]["text"] == "over tls"
+
+
+def test_a_trusted_certificate_for_another_host_name_is_refused(clients, https_server, certificate):
+    # The certificate names 127.0.0.1 only; "localhost" reaches the same listener.
+    server, url = https_server
+    cert, _key = certificate
+    other = url.replace("https://127.0.0.1:", "https://localhost:")
+    handle = clients.start(ServerConfig(name="tls", type="http", url=other, ca_file=str(cert), startup_timeout_ms=5000))
+    with pytest.raises(Unavailable, match="server 'tls': .*TLS certificate that is not trusted"):
+        handle.connect()
+    assert server.requests == []
