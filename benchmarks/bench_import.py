@@ -28,6 +28,9 @@ warmed first), as an installed package runs, and from a scratch directory, so th
 ``host RSS MiB``
     The same for what a host does: ``Runtime`` with one stdio server and no store,
     ``runtime.mcp().call("demo/echo")``, then idle.
+``+store RSS MiB``
+    The same with the host's SQLite store (``open_store(home)``, the README's host):
+    peewee, sqlite3, and psycopg2 when it is installed (peewee imports it).
 ``bare RSS MiB``
     A child that imports nothing, for scale.
 
@@ -82,10 +85,16 @@ if mode == "handle":
         handle.stop()
 else:
     from albedo_actors.runtime import Runtime
-    with Runtime(home, None, config=McpConfig(home=home, servers=(config,)), enabled=True) as runtime:
+    store = None
+    if mode == "store":
+        from albedo_actors.store import open_store
+        store = open_store(home)
+    with Runtime(home, store, config=McpConfig(home=home, servers=(config,)), enabled=True) as runtime:
         runtime.mcp().call("demo/echo", text="x")
         time.sleep(0.3)
         print(rss())
+    if store is not None:
+        store.close()
 """
 
 
@@ -114,8 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     trees = {"ours": REPO, "before": os.path.abspath(opts.before)}
     figures: dict[str, dict[str, list[float]]] = {name: {} for name in trees}
     with tempfile.TemporaryDirectory(prefix="bench-import-") as scratch:
-        for path in trees.values():  # warm the bytecode caches
+        for path in trees.values():  # warm the bytecode caches (compiling a module costs memory too)
             _child(IMPORT, path, scratch)
+            server = os.path.join(path, "albedo_actors", "demo", "server.py")
+            _child(RSS, path, scratch, "store", server, tempfile.mkdtemp(dir=scratch))
         for _ in range(opts.runs):
             for name, path in trees.items():
                 bare, _ = _child(BARE, path, scratch)
@@ -127,12 +138,12 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(opts.rss_runs):
             for name, path in trees.items():
                 server = os.path.join(path, "albedo_actors", "demo", "server.py")
-                for mode in ("bare", "handle", "host"):
+                for mode in ("bare", "handle", "host", "store"):
                     home = tempfile.mkdtemp(dir=scratch)
                     _, out = _child(RSS, path, scratch, mode, server, home)
                     figures[name].setdefault(mode, []).append(float(out))
     rows = (("import", "import ms"), ("cpu", "import CPU ms"), ("wall", "wall ms"), ("handle", "idle RSS MiB"), ("host", "host RSS MiB"),
-            ("bare", "bare RSS MiB"))
+            ("store", "+store RSS MiB"), ("bare", "bare RSS MiB"))
     median = {name: {key: statistics.median(values) for key, values in figs.items()} for name, figs in figures.items()}
     print(f"{'':14}{'ours':>10}{'before':>10}{'ratio':>8}   (medians; import x{opts.runs}, RSS x{opts.rss_runs})")
     ratios = {}
@@ -143,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     spread = {name: f"{min(f['import']):.0f}..{max(f['import']):.0f}" for name, f in figures.items()}
     print(f"import ms range over runs: ours {spread['ours']}, before {spread['before']}")
     print("RATIOS " + json.dumps({"import": ratios["import"], "import_cpu": ratios["cpu"], "import_wall": ratios["wall"],
-                                  "idle_rss": ratios["handle"], "host_rss": ratios["host"],
+                                  "idle_rss": ratios["handle"], "host_rss": ratios["host"], "store_host_rss": ratios["store"],
                                   "ours_import_ms": round(median["ours"]["import"], 1),
                                   "ours_idle_rss_mib": round(median["ours"]["handle"], 1)}))
     return 0
