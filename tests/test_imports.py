@@ -24,11 +24,13 @@ import sys
 
 import pytest
 
+import albedo_actors
 from albedo_actors.auth.signin import SignIn, follow_redirect_agent
 from albedo_actors.config import ServerConfig
 from albedo_actors.store import open_store
 
-DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "albedo_actors", "demo", "server.py")
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(albedo_actors.__file__)))  # the checkout under test
+DEMO = os.path.join(PACKAGE_ROOT, "albedo_actors", "demo", "server.py")
 CHILD_TIMEOUT = 120.0  # a bound only: each child dials one server
 
 # Loaded only by the job that needs them (the brief's list, then the standard library's).
@@ -85,12 +87,19 @@ print(json.dumps({"steps": steps, "answer": answer}))
 """
 
 
+def child_env() -> dict[str, str]:
+    """The test's environment, the SQLite store, and this checkout first on the path (run
+    from tmp_path, the child imports the package this test imported)."""
+    env = {k: v for k, v in os.environ.items() if k != "ALBEDO_DATABASE_URL"}
+    env["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
+    return env
+
+
 def run_child(tmp_path, server: dict, via: str = "runtime", store: bool = False) -> dict:
     home = tmp_path / "child-home"
     home.mkdir(mode=0o700, exist_ok=True)
     job = {"watched": list(WATCHED), "server": server, "via": via, "store": store, "home": str(home)}
-    env = {k: v for k, v in os.environ.items() if k not in ("ALBEDO_DATABASE_URL", "PYTHONPATH")}
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(job)], cwd=str(tmp_path), env=env,
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(job)], cwd=str(tmp_path), env=child_env(),
                           capture_output=True, text=True, timeout=CHILD_TIMEOUT)
     assert done.returncode == 0, f"the child failed: {done.stderr[-2000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -101,11 +110,10 @@ def stdio_server() -> dict:
 
 
 def test_importing_the_runtime_and_the_binding_loads_no_job_specific_code(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     code = ("import json, sys\nimport albedo_actors.runtime, albedo_actors.binding\n"
             f"print(json.dumps([m for m in {list(WATCHED)!r} if m in sys.modules]))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), env=env, capture_output=True, text=True,
-                          timeout=CHILD_TIMEOUT)
+    done = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), env=child_env(), capture_output=True,
+                          text=True, timeout=CHILD_TIMEOUT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == []
 
@@ -118,7 +126,7 @@ def test_a_stdio_only_host_calls_without_loading_http_oauth_or_the_store(tmp_pat
         assert [m for m in loaded if m in NOT_FOR_STDIO] == [], f"{name}: {loaded}"
 
 
-def test_a_stdio_host_with_its_store_loads_peewee_with_the_store_and_nothing_for_http(tmp_path, home):
+def test_a_stdio_host_with_its_store_loads_peewee_with_the_store_and_nothing_for_http(tmp_path):
     child = run_child(tmp_path, stdio_server(), store=True)
     assert child["answer"] == "lazy"
     steps = child["steps"]
