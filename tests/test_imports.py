@@ -169,3 +169,16 @@ def test_the_first_token_refresh_in_a_fresh_host_loads_oauth_http_then_and_works
         assert module in steps["called"], f"{module} was not loaded by the refresh: {steps['called']}"
     assert "jwt" not in steps["called"] and "cryptography" not in steps["called"]  # no private key here
     assert served.stats()["token_requests"]["refresh_token"] == 1
+
+
+def test_the_catalogue_layers_own_sha256_gives_hashlibs_digests():
+    # Advertised names and saved fingerprints must not change with the module that hashes.
+    import hashlib
+
+    from albedo_actors.catalogue import naming, saved
+
+    for text in ("", "demo\0echo", "ünïcode\0tool\0prompt", "x" * 10_000):
+        data = text.encode("utf-8", "surrogatepass")
+        assert naming.sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+    assert naming.name_hash("demo", "echo") == hashlib.sha256(b"demo\0echo").hexdigest()[:naming.HASH_LENGTH]
+    assert saved.sha256 is naming.sha256
