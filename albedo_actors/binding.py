@@ -34,7 +34,6 @@ MCP responses are untrusted data: results are plain records of what the server s
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -185,14 +184,20 @@ class AsyncMcp:
 
     async def tools(self) -> list[dict[str, Any]]:
         """The advertised operations (see :meth:`Mcp.tools`)."""
+        import asyncio  # loaded already under a running loop; a sync-only host never loads it
+
         return await asyncio.to_thread(self._sync.tools)
 
     async def describe(self, name: str) -> dict[str, Any]:
         """One operation and its parameter schema (see :meth:`Mcp.describe`)."""
+        import asyncio
+
         return await asyncio.to_thread(self._sync.describe, name)
 
     async def call(self, name: str, /, arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> Record:
         """Call an operation; its result record (see :meth:`Mcp.call`)."""
+        import asyncio
+
         return await asyncio.to_thread(self._sync.call, name, arguments, **kwargs)
 
 

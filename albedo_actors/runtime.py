@@ -32,7 +32,6 @@ import pykka
 
 from .actors.composer import Open, SessionComposer
 from .actors.preparer import BackgroundSettled, Composition, RuntimePreparer
-from .actors.refresher import TokenRefresher, oauth_for
 from .actors.registry import CloseAll, ServerRegistry
 from .binding import CLOSED, Mcp, ask, request
 from .config import McpConfig, load
@@ -107,6 +106,8 @@ class Runtime:
         if self._store is not None:
             # OAuth needs somewhere to keep tokens: without a store a 401 server stays
             # left out (needs a sign-in), with one its tokens are sent and refreshed.
+            from .actors.refresher import TokenRefresher, oauth_for  # OAuth's modules: only with a store
+
             self._refresher = TokenRefresher.start(self._store)
             auth = oauth_for(self._store, self._refresher)
         self._registry = ServerRegistry.start(self.home, auth=auth)

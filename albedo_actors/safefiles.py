@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 
 __all__ = ["FileRefused", "make_private_dirs", "open_private", "check_not_link", "read_text", "replace_private"]
 
@@ -137,6 +136,8 @@ def replace_private(path: str, text: str) -> None:
     Raises:
         OSError: it could not be written (the old file is then untouched).
     """
+    import tempfile  # writers only (tempfile pulls in random and shutil): readers never load it
+
     directory = os.path.dirname(path) or "."
     fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)  # 0600
     try:

@@ -37,7 +37,6 @@ import pykka
 
 from ..catalogue import Catalogue
 from ..config import McpConfig, http_headers
-from ..auth.server_auth import sign_in_needed
 from ..catalogue.naming import (
     GET_PROMPT,
     MAX_DESCRIPTION,
@@ -56,7 +55,9 @@ from .registry import Release, SetOwner
 from .reply import Request, fail, fail_queued, resolve
 
 if TYPE_CHECKING:
+    from ..config import ServerConfig
     from ..store import Store
+    from ..store.records import Credentials
 
 logger = logging.getLogger(__name__)
 
@@ -525,6 +526,16 @@ class RuntimePreparer(pykka.ThreadingActor):
         except (StoreError, ValueError) as exc:
             logger.warning("server %r: its catalogue was not saved (%s)", name, exc)
             return False
+
+
+def sign_in_needed(server: ServerConfig, credentials: Credentials | None) -> str | None:
+    """:func:`albedo_actors.auth.server_auth.sign_in_needed`, which only an HTTP server
+    needs: OAuth's modules load with the first one (a stdio-only host never loads them)."""
+    if server.type != "http":
+        return None
+    from ..auth.server_auth import sign_in_needed as needed
+
+    return needed(server, credentials)
 
 
 def _check_named_env(server: Any, environ: Mapping[str, str]) -> None:

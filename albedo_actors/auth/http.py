@@ -23,19 +23,24 @@ connection per request (``http.client`` parses the answer), so that:
 
 from __future__ import annotations
 
-import http.client
 import io
 import json
 import os
-import socket
-import ssl
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from ..wire.jsonrpc import Json, WireError, parse_line
-from .addresses import AddressGuard, AddressRefused, resolve
+
+if TYPE_CHECKING:
+    # http.client (with the email package), ssl, socket and the address checks load
+    # with the first exchange: a host whose servers never ask for OAuth never needs them.
+    import http.client
+    import socket
+    import ssl
+
+    from .addresses import AddressGuard
 
 MAX_BODY = 64 * 1024
 TIMEOUT_S = 10.0
@@ -152,6 +157,12 @@ class AuthHttp:
     # -- one exchange -----------------------------------------------------------------------
 
     def _send(self, method: str, url: str, headers: dict[str, str], body: bytes | None) -> AuthReply:
+        import http.client  # first use (see the TYPE_CHECKING imports above)
+        import socket
+        import ssl
+
+        from .addresses import AddressRefused, resolve
+
         deadline = _Deadline(self._timeout)
         scheme, host, port, netloc, target = self._target(url)
         sock: socket.socket | None = None
@@ -217,6 +228,8 @@ class AuthHttp:
         return scheme, host, port or (443 if scheme == "https" else 80), netloc, target
 
     def _connect(self, addresses: list[tuple[int, tuple]], deadline: _Deadline) -> socket.socket:
+        import socket
+
         error: OSError | None = None
         for family, sockaddr in addresses:
             sock = socket.socket(family, socket.SOCK_STREAM)
@@ -242,6 +255,8 @@ class AuthHttp:
         return wrapped
 
     def _context(self) -> ssl.SSLContext:
+        import ssl
+
         if self._tls is None:
             if self._verify is False:
                 context = ssl.create_default_context()

@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 from ..config import ServerConfig
 from ..errors import RefreshDeferred, StoreError
-from .addresses import AddressGuard
 from .http import TIMEOUT_S, AuthHttp
 from .record import OAuthRecord, from_credentials, usable
 from .tokens import TokenError
@@ -100,6 +99,8 @@ class RefreshStore(Protocol):
 
 def default_http(server: ServerConfig) -> AuthHttp:
     """The HTTP client of a refresh: TLS as configured, requests only to addresses the server's kind allows."""
+    from .addresses import AddressGuard  # first refresh: the address tables load here
+
     return AuthHttp(verify=server.ca_file or True, guard=AddressGuard(server.url or ""))
 
 

@@ -63,10 +63,20 @@ there, and ``disabledTools: ["read_resource"]`` hides it.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Final, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Mapping
+
+if TYPE_CHECKING:
+    from hashlib import sha256
+else:  # SHA-256 without OpenSSL, as random.py takes its sha512: hashlib maps libcrypto (3.5 MiB resident)
+    try:
+        from _sha256 import sha256  # CPython 3.10, 3.11
+    except ImportError:  # pragma: no cover - depends on the interpreter
+        try:
+            from _sha2 import sha256  # CPython 3.12 and later
+        except ImportError:
+            from hashlib import sha256
 
 from .model import Catalogue
 from ..config import ServerConfig
@@ -104,7 +114,7 @@ def sanitise(text: str) -> str:
 
 def name_hash(server: str, operation: str, kind: Kind = "tool") -> str:
     key = server + "\0" + operation if kind == "tool" else server + "\0" + operation + "\0" + kind
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_LENGTH]
+    return sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_LENGTH]
 
 
 def advertised_name(server: str, operation: str, kind: Kind = "tool") -> str:

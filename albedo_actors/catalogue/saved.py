@@ -12,11 +12,11 @@ Pure code: no threads, and the store only through :class:`CatalogueStore`.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from .model import Catalogue
+from .naming import sha256  # the one SHA-256 of the catalogue layer (no OpenSSL)
 from ..config import ServerConfig
 from ..errors import StoreError
 
@@ -37,7 +37,7 @@ class CatalogueStore(Protocol):
 
 
 def _digest(value: str) -> str:
-    return hashlib.sha256(value.encode("utf-8")).hexdigest()
+    return sha256(value.encode("utf-8")).hexdigest()
 
 
 def fingerprint(server: ServerConfig, credentials: Credentials | None = None, environ: Mapping[str, str] | None = None) -> str:

@@ -37,16 +37,17 @@ from ..errors import (
     Unavailable,
     UnknownOutcome,
 )
-from .http_link import HttpLink, LinkAuth
 from .channel import Link, Pending, RpcChannel
 from .stdio_link import StdioLink
-from ..transport.http import HttpTransport
 from ..transport.stdio import LaunchFailed, LaunchSpec, StdioTransport
 from ..wire import jsonrpc, mcp
 from ..wire.mcp import Negotiated, Verdict
 
 if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
     from ..store.records import Credentials
+    # The HTTP link and transport load requests and urllib3: open_http imports them at
+    # first use, so that a stdio-only host never loads them.
+    from .http_link import HttpLink, LinkAuth
 
 logger = logging.getLogger(__name__)
 
@@ -444,6 +445,9 @@ def open_http(
         raise ConfigError(f"server {server!r}: an http server needs a \"url\"")
     deadline = time.monotonic() + timeout
     headers = http_headers(config, environ, credentials)
+    from ..transport.http import HttpTransport  # first use: requests and urllib3 load here
+    from .http_link import HttpLink
+
     opened_event = threading.Event()
 
     def closed(reason: str) -> None:

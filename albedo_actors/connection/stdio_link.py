@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..config import INHERITED_ENV, ServerConfig
@@ -65,6 +64,8 @@ def launch_spec(
         if not (os.path.isfile(executable) and os.access(executable, os.X_OK)):
             raise Unavailable(server.name, f"cannot start: {executable} is not an executable file")
     else:
+        import shutil  # a bare command only (shutil loads bz2 and lzma)
+
         found = shutil.which(command, path=_searchable(env["PATH"]))
         if found is None:
             raise Unavailable(server.name, f"cannot start: command {command!r} was not found on PATH; give its full path in extensions.json")

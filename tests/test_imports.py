@@ -1,0 +1,184 @@
+"""What a host loads: the code that one job needs loads when that job first runs.
+
+Every test runs a fresh interpreter (``sys.executable -c``), because a module this
+suite has imported already cannot show up as newly loaded in the test process. The
+child prints JSON: the watched modules loaded at each step, and what its call answered.
+
+- Importing ``albedo_actors.runtime`` and ``albedo_actors.binding``, and a stdio-only
+  host's whole first call (``Runtime`` without a store, a ``ServerHandle``), load none
+  of requests, urllib3, sseclient, jwt, cryptography, werkzeug, waitress, peewee, nor
+  the standard library's heavy parts only one job needs (asyncio, http.client, ssl,
+  OpenSSL's hashlib), nor our HTTP and OAuth modules.
+- A host with its store (what the README's host does) loads peewee with the store, and
+  still no HTTP or OAuth library.
+- The first HTTP server, and the first OAuth token refresh, load their code then, and work.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import albedo_actors
+from albedo_actors.auth.signin import SignIn, follow_redirect_agent
+from albedo_actors.config import ServerConfig
+from albedo_actors.store import open_store
+
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(albedo_actors.__file__)))  # the checkout under test
+DEMO = os.path.join(PACKAGE_ROOT, "albedo_actors", "demo", "server.py")
+CHILD_TIMEOUT = 120.0  # a bound only: each child dials one server
+
+# Loaded only by the job that needs them (the brief's list, then the standard library's).
+LIBRARIES = ("requests", "urllib3", "sseclient", "jwt", "cryptography", "werkzeug", "waitress")
+HTTP_CODE = ("albedo_actors.transport.http", "albedo_actors.connection.http_link")
+OAUTH_CODE = ("albedo_actors.auth.server_auth", "albedo_actors.auth.refresh", "albedo_actors.actors.refresher")
+# hashlib's OpenSSL backend stays out only where the interpreter has its own SHA-256.
+_OWN_SHA256 = any(importlib.util.find_spec(name) is not None for name in ("_sha256", "_sha2"))
+HEAVY_STDLIB = ("asyncio", "http.client", "ssl") + (("_hashlib",) if _OWN_SHA256 else ())
+NOT_FOR_STDIO = LIBRARIES + ("peewee",) + HEAVY_STDLIB + HTTP_CODE + OAUTH_CODE
+WATCHED = NOT_FOR_STDIO + ("albedo_actors.store.store", "albedo_actors.auth.http", "albedo_actors.auth.addresses")
+
+CHILD = r"""
+import json, sys
+job = json.loads(sys.argv[1])
+watched = job["watched"]
+steps = {}
+
+def step(name):
+    steps[name] = [m for m in watched if m in sys.modules]
+
+import albedo_actors.runtime, albedo_actors.binding
+step("imported")
+from albedo_actors.config import McpConfig, ServerConfig
+server = ServerConfig(**job["server"])
+store = None
+answer = None
+if job.get("store"):
+    from albedo_actors.store import open_store
+    store = open_store(job["home"])
+    step("store opened")
+try:
+    if job["via"] == "handle":
+        from albedo_actors.actors.client import ServerHandle
+        handle = ServerHandle.start(server, job["home"])
+        try:
+            handle.connect()
+            answer = handle.call_tool("echo", {"text": "lazy"})["content"][0]["text"]
+            step("called")
+        finally:
+            handle.stop()
+    else:
+        from albedo_actors.runtime import Runtime
+        config = McpConfig(home=job["home"], servers=(server,))
+        with Runtime(job["home"], store, config=config, enabled=True) as runtime:
+            step("started")
+            record = runtime.mcp().call(server.name + "/echo", text="lazy")
+            answer = record.content[0]["text"] if not record.isError else "tool error"
+            step("called")
+finally:
+    if store is not None:
+        store.close()
+print(json.dumps({"steps": steps, "answer": answer}))
+"""
+
+
+def child_env() -> dict[str, str]:
+    """The test's environment, the SQLite store, and this checkout first on the path (run
+    from tmp_path, the child imports the package this test imported)."""
+    env = {k: v for k, v in os.environ.items() if k != "ALBEDO_DATABASE_URL"}
+    env["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
+    return env
+
+
+def run_child(tmp_path, server: dict, via: str = "runtime", store: bool = False) -> dict:
+    home = tmp_path / "child-home"
+    home.mkdir(mode=0o700, exist_ok=True)
+    job = {"watched": list(WATCHED), "server": server, "via": via, "store": store, "home": str(home)}
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(job)], cwd=str(tmp_path), env=child_env(),
+                          capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    assert done.returncode == 0, f"the child failed: {done.stderr[-2000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def stdio_server() -> dict:
+    return {"name": "demo", "type": "stdio", "command": sys.executable, "args": [DEMO, "--era", "dual"]}
+
+
+def test_importing_the_runtime_and_the_binding_loads_no_job_specific_code(tmp_path):
+    code = ("import json, sys\nimport albedo_actors.runtime, albedo_actors.binding\n"
+            f"print(json.dumps([m for m in {list(WATCHED)!r} if m in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path), env=child_env(), capture_output=True,
+                          text=True, timeout=CHILD_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == []
+
+
+@pytest.mark.parametrize("via", ["runtime", "handle"])
+def test_a_stdio_only_host_calls_without_loading_http_oauth_or_the_store(tmp_path, via):
+    child = run_child(tmp_path, stdio_server(), via=via)
+    assert child["answer"] == "lazy"
+    for name, loaded in child["steps"].items():
+        assert [m for m in loaded if m in NOT_FOR_STDIO] == [], f"{name}: {loaded}"
+
+
+def test_a_stdio_host_with_its_store_loads_peewee_with_the_store_and_nothing_for_http(tmp_path):
+    child = run_child(tmp_path, stdio_server(), store=True)
+    assert child["answer"] == "lazy"
+    steps = child["steps"]
+    assert "peewee" not in steps["imported"] and "albedo_actors.store.store" not in steps["imported"]
+    assert "peewee" in steps["store opened"]
+    for name, loaded in steps.items():
+        assert [m for m in loaded if m in LIBRARIES + HTTP_CODE + ("http.client", "albedo_actors.auth.addresses")] == [], \
+            f"{name}: {loaded}"
+
+
+def test_the_first_http_server_loads_the_http_code_then_and_its_call_works(tmp_path, http_fault):
+    served = http_fault(era="dual")
+    child = run_child(tmp_path, {"name": "web", "type": "http", "url": served.url})
+    assert child["answer"] == "lazy"
+    steps = child["steps"]
+    assert [m for m in steps["imported"] if m in NOT_FOR_STDIO] == []
+    for module in ("urllib3", *HTTP_CODE, "albedo_actors.auth.server_auth"):
+        assert module in steps["called"], f"{module} was not loaded by the HTTP call: {steps['called']}"
+    # No store: no token refresher, no OAuth crypto.
+    assert [m for m in steps["called"] if m in ("jwt", "cryptography", "peewee", "albedo_actors.actors.refresher")] == []
+
+
+def test_the_first_token_refresh_in_a_fresh_host_loads_oauth_http_then_and_works(tmp_path, oauth_server):
+    served = oauth_server()
+    config = ServerConfig(name="guarded", type="http", url=served.url, startup_timeout_ms=15000, call_timeout_ms=15000)
+    home = tmp_path / "child-home"
+    home.mkdir(mode=0o700)
+    store = open_store(str(home))
+    try:
+        SignIn(config, store, agent=follow_redirect_agent(), port=0, lifetime=10).run()
+    finally:
+        store.close()
+    served.expire()  # the stored access token is refused from now on: the host must refresh it
+    child = run_child(tmp_path, {"name": "guarded", "type": "http", "url": served.url, "startup_timeout_ms": 15000,
+                                 "call_timeout_ms": 15000}, store=True)
+    assert child["answer"] == "lazy"
+    steps = child["steps"]
+    for module in ("http.client", "albedo_actors.auth.addresses", "albedo_actors.auth.refresh"):
+        assert module not in steps["store opened"], f"{module} was loaded before any OAuth use"
+        assert module in steps["called"], f"{module} was not loaded by the refresh: {steps['called']}"
+    assert "jwt" not in steps["called"] and "cryptography" not in steps["called"]  # no private key here
+    assert served.stats()["token_requests"]["refresh_token"] == 1
+
+
+def test_the_catalogue_layers_own_sha256_gives_hashlibs_digests():
+    # Advertised names and saved fingerprints must not change with the module that hashes.
+    import hashlib
+
+    from albedo_actors.catalogue import naming, saved
+
+    for text in ("", "demo\0echo", "ünïcode\0tool\0prompt", "x" * 10_000):
+        data = text.encode("utf-8", "surrogatepass")
+        assert naming.sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+    assert naming.name_hash("demo", "echo") == hashlib.sha256(b"demo\0echo").hexdigest()[:naming.HASH_LENGTH]
+    assert saved.sha256 is naming.sha256
