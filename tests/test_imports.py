@@ -143,10 +143,10 @@ def test_the_first_http_server_loads_the_http_code_then_and_its_call_works(tmp_p
     assert child["answer"] == "lazy"
     steps = child["steps"]
     assert [m for m in steps["imported"] if m in NOT_FOR_STDIO] == []
-    for module in ("urllib3", *HTTP_CODE, "albedo_actors.auth.server_auth"):
+    for module in ("http.client", *HTTP_CODE, "albedo_actors.auth.server_auth"):
         assert module in steps["called"], f"{module} was not loaded by the HTTP call: {steps['called']}"
-    # No store: no token refresher, no OAuth crypto.
-    assert [m for m in steps["called"] if m in ("jwt", "cryptography", "peewee", "albedo_actors.actors.refresher")] == []
+    # No store: no token refresher, no OAuth crypto; the MCP HTTP path needs neither requests nor urllib3.
+    assert [m for m in steps["called"] if m in ("jwt", "cryptography", "peewee", "requests", "urllib3", "albedo_actors.actors.refresher")] == []
 
 
 def test_the_first_token_refresh_in_a_fresh_host_loads_oauth_http_then_and_works(tmp_path, oauth_server):
