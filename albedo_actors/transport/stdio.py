@@ -278,7 +278,7 @@ class StdioTransport:
                 if deadline is None:
                     deadline = time.monotonic() + timeout
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not select.select([], [fd], [], remaining)[1]:
+                if remaining <= 0 or not _ready(fd, select.POLLOUT, remaining):
                     self._close_locked("the server stopped reading its input")
                     if sent < end:
                         raise WriteTimeout() from None
@@ -345,7 +345,7 @@ class StdioTransport:
         buffer = b""
         while b"\n" not in buffer:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            if remaining <= 0 or not _ready(fd, select.POLLIN, remaining):
                 return {}
             chunk = os.read(fd, 65536)
             if not chunk:
@@ -572,13 +572,24 @@ def _write_all(fd: int, data: bytes, deadline: float) -> bool:
                 view = view[os.write(fd, view):]
             except BlockingIOError:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not select.select([], [fd], [], remaining)[1]:
+                if remaining <= 0 or not _ready(fd, select.POLLOUT, remaining):
                     return False
         return True
     except OSError:  # the launcher is gone
         return False
     finally:
         os.close(fd)
+
+
+def _ready(fd: int, events: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for ``fd`` to be ready (or in error, or hung up).
+
+    ``poll``, not ``select``: a host with a few hundred servers has descriptors past
+    select's FD_SETSIZE (1024), which select refuses.
+    """
+    poller = select.poll()
+    poller.register(fd, events)
+    return bool(poller.poll(timeout * 1000))
 
 
 def _open_pidfd(pid: int) -> int | None:

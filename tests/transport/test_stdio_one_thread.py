@@ -262,3 +262,44 @@ def test_each_further_idle_stdio_server_costs_the_host_at_most_two_threads(tmp_p
     finally:
         for handle in handles:
             handle.stop()
+
+
+def test_a_host_with_descriptors_past_1024_starts_writes_and_times_out_writes(tmp_path):
+    # A host with a few hundred servers holds more than 1024 descriptors: select()
+    # refuses those, poll() does not.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1300:
+        if hard != resource.RLIM_INFINITY and hard < 1300:
+            import pytest
+
+            pytest.skip(f"the descriptor limit ({hard}) is below 1300")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1300, hard))
+    held = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        transport, recorder = start(tmp_path, ECHO)
+        try:
+            transport.send(b'{"id": 5}\n', timeout=5.0)
+            assert recorder.wait_lines(1) and recorder.lines[0]["id"] == 5
+        finally:
+            stop(transport)
+        transport, recorder = start(tmp_path, NEVER_READS)
+        try:
+            assert recorder.wait_lines(1)
+            try:
+                for _ in range(100):
+                    transport.send(b"z" * 65536 + b"\n", timeout=0.3)
+                raise AssertionError("a server that never reads took 6.5 MiB")
+            except WriteTimeout:
+                pass
+        finally:
+            stop(transport)
+    finally:
+        for fd in held:
+            os.close(fd)
+        if soft < 1300:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert recorder.closings == [("the server stopped reading its input", True)]
