@@ -36,13 +36,13 @@ class LineFramer:
         if not buffer and chunk.endswith(b"\n") and len(chunk) <= self._max:
             # The usual read: whole lines only, none over the limit (the chunk is not).
             # bytes.split does it in C, with no copy into and out of the buffer.
-            lines = chunk.split(b"\n")
-            lines.pop()  # what follows the last newline: nothing
+            whole = chunk.split(b"\n")
+            whole.pop()  # what follows the last newline: nothing
             if b"\r" in chunk:
-                lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
-            if b"" in lines:
-                lines = [line for line in lines if line]
-            return lines
+                whole = [line[:-1] if line.endswith(b"\r") else line for line in whole]
+            if b"" in whole:
+                whole = [line for line in whole if line]
+            return whole
         start = len(buffer)
         buffer += chunk
         end = buffer.find(b"\n", start)
