@@ -251,9 +251,11 @@ class StdioTransport:
         connection.
         """
         outbox = self._outbox
-        parts = [outbox.popleft()]
-        while outbox:
+        parts = []
+        while outbox:  # popleft one by one: callers may append meanwhile
             parts.append(outbox.popleft())
+        if not parts:
+            return  # a writer before us took ours too
         end = -1  # where mine ends in what is written; -1: not in it
         if mine is not None:
             offset = 0
