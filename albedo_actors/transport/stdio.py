@@ -372,6 +372,7 @@ class StdioTransport:
         poller = select.poll()
         poller.register(out_fd, _IN)
         poller.register(status_fd, _IN)
+        poll = poller.poll
         status_buffer, self._status_buffer = self._status_buffer, b""
         out_open = status_open = True
         reported = False
@@ -382,8 +383,9 @@ class StdioTransport:
         try:
             status_buffer = self._status_lines(status_buffer)
             while out_open or status_open or not reported or 0 < self._orphan_step < 3:
-                timeout = self._poll_timeout(report_by if not reported else None, pidfd_watched)
-                for fd, _event in poller.poll(timeout):
+                # Nothing is due while the server talks (the hot path): wait without a timeout.
+                timeout = None if out_open and not self._orphan_step else self._poll_timeout(None if reported else report_by, pidfd_watched)
+                for fd, _event in poll(timeout):
                     if fd == out_fd:
                         try:
                             chunk = os.read(out_fd, READ_CHUNK)
