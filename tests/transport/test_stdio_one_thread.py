@@ -200,11 +200,11 @@ def test_a_sigkilled_launcher_leaves_the_host_to_end_the_group_and_report_once(t
         pids = recorder.lines[0]
         assert pids["pid"] == transport.server_pid
         os.kill(pids["ppid"], signal.SIGKILL)
+        # EOF, 2 s, SIGTERM (ignored), 2 s, SIGKILL: then its output ends.
         assert recorder.closed.wait(15), "on_closed was never called"
-        # on_closed comes once the server is gone: EOF, 2 s, SIGTERM (ignored), 2 s, SIGKILL.
-        assert not running(pids["pid"])
     finally:
-        stop(transport)
+        stop(transport)  # returns once the group is gone
+    assert not running(pids["pid"]), "the server outlived its launcher"
     assert not running(pids["child"]), "the server's child outlived its group's end"
     assert recorder.closings == [("its launcher was killed by signal 9; the server was ended", True)]
     assert transport_threads() == []
