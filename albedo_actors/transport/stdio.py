@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import marshal
 import os
 import select
@@ -45,6 +46,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Callable
 
 from ..wire.framing import FrameTooLarge, LineFramer
+
+logger = logging.getLogger(__name__)
 
 LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
 READ_CHUNK = 1 << 16  # under malloc's mmap threshold: a larger buffer costs an mmap per read
@@ -397,6 +400,9 @@ class StdioTransport:
                             problem = f"sent {exc}"
                         except OSError as exc:
                             problem = f"could not be read ({exc.strerror})"
+                        except Exception as exc:  # noqa: BLE001 - on_line's bug: the thread must live to reap
+                            logger.error("server %r: handling its output failed (%s)", self._name, type(exc).__name__, exc_info=True)
+                            problem = f"sent output this client could not handle ({type(exc).__name__})"
                         # The server's output ended (or is unusable).
                         out_open = False
                         poller.unregister(out_fd)
@@ -435,7 +441,10 @@ class StdioTransport:
                     or time.monotonic() >= (report_by or 0.0)
                 ):
                     reported = True
-                    self._on_closed(self._ending_reason(problem), local)
+                    try:
+                        self._on_closed(self._ending_reason(problem), local)
+                    except Exception:  # noqa: BLE001 - the owner's bug: the thread must live to reap
+                        logger.error("server %r: the end of its connection could not be reported", self._name, exc_info=True)
                 if 0 < self._orphan_step < 3:
                     if not pidfd_watched and not _leader_alive(self.server_pid):
                         self._orphan_advance(leader_gone=True)

@@ -303,3 +303,27 @@ def test_a_host_with_descriptors_past_1024_starts_writes_and_times_out_writes(tm
         if soft < 1300:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert recorder.closings == [("the server stopped reading its input", True)]
+
+
+def test_an_on_line_that_raises_ends_the_connection_and_the_thread_still_reaps(tmp_path):
+    closings: list[tuple[str, bool]] = []
+    closed = threading.Event()
+
+    def on_line(line: bytes) -> None:
+        raise KeyError("our bug")
+
+    def on_closed(reason: str, local: bool) -> None:
+        closings.append((reason, local))
+        closed.set()
+
+    spec = LaunchSpec(executable=sys.executable, args=(script(tmp_path, IDLE),), cwd=str(tmp_path), env={"PATH": os.defpath})
+    transport = StdioTransport(spec, on_line, on_closed, name="t")
+    transport.start()
+    launcher = transport._launcher
+    try:
+        assert closed.wait(10), "on_closed was never called"
+    finally:
+        stop(transport)
+    assert closings == [("sent output this client could not handle (KeyError)", False)]
+    assert launcher is not None and launcher.returncode == 0, "the launcher was not reaped"
+    assert transport_threads() == []
