@@ -194,7 +194,11 @@ def _spawn(spec: dict[str, Any], stdin_fd: int, stderr_fd: int) -> int:
 
 def main(argv: list[str]) -> int:
     spec = _read_spec(int(argv[1]))
-    os.chdir(spec["cwd"])  # the host started us there; the server starts there too
+    try:
+        os.chdir(spec["cwd"])  # the host started us there; the server starts there too
+    except OSError as exc:
+        _status({"error": f"{exc.strerror or exc}: {spec['cwd']}"})
+        return 127
     # Ctrl-C in the host's terminal is for the host; we end when the control pipe closes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # SIGTERM and SIGHUP (a service manager stopping us, a closed terminal) run the
