@@ -92,7 +92,12 @@ class StdioLink:
         self._negotiated: mcp.Negotiated | None = None  # until the opening decides; what is sent does not depend on it
 
     def send_request(self, pending: Pending, message: dict[str, Any], deadline: float | None = None) -> None:
-        self.send_other(message)
+        # ``deadline`` (the call's) does not bound a pipe write: WRITE_TIMEOUT does.
+        try:
+            self.transport.send(jsonrpc.encode(message), WRITE_TIMEOUT)
+        except self._closed_errors:
+            raise LinkClosed() from None
+
 
     def send_other(self, message: dict[str, Any]) -> None:
         try:

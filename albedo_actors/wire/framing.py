@@ -33,6 +33,16 @@ class LineFramer:
             FrameTooLarge: a line is longer than the limit.
         """
         buffer = self._buffer
+        if not buffer and chunk.endswith(b"\n") and len(chunk) <= self._max:
+            # The usual read: whole lines only, none over the limit (the chunk is not).
+            # bytes.split does it in C, with no copy into and out of the buffer.
+            whole = chunk.split(b"\n")
+            whole.pop()  # what follows the last newline: nothing
+            if b"\r" in chunk:
+                whole = [line[:-1] if line.endswith(b"\r") else line for line in whole]
+            if b"" in whole:
+                whole = [line for line in whole if line]
+            return whole
         start = len(buffer)
         buffer += chunk
         end = buffer.find(b"\n", start)

@@ -20,9 +20,10 @@ The rules, each applied to every message of every server:
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
 import re
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 
 # A decoded JSON value: None, bool, int, float, str, a list or a dict of them. Any, not a
 # recursive union: what a server sends is untrusted, and every reader checks at run time
@@ -64,6 +65,11 @@ def encode(message: dict[str, Any]) -> bytes:
     ``json.dumps`` escapes control characters, so the line never contains a raw
     newline (2025-11-25 and 2026-07-28 basic/transports stdio).
     """
+    if _encode_fast is not None:
+        try:
+            return "".join(_encode_fast(message, 0)).encode() + b"\n"
+        except RecursionError:
+            pass  # nested too deeply, or circular: the full encoder says which, as json.dumps does
     return _ENCODER.encode(message).encode() + b"\n"
 
 
@@ -111,6 +117,30 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 _DECODER = json.JSONDecoder(parse_float=_parse_float, parse_constant=_reject_constant)
 
 
+def _fast_encoder() -> Callable[[Any, int], Any] | None:
+    """``_ENCODER``'s C encoder, built once: ``JSONEncoder.encode`` builds a new one for
+    every message (about half of its cost for a request). Without the circular check
+    (whose table a failed call could leave dirty), so :func:`encode` hands a
+    RecursionError back to ``_ENCODER``. None where the C encoder is missing."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    try:
+        fast: Callable[[Any, int], Any] = make(
+            None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
+        )
+        sample = {"a": [1, 2.5, None, True, "\u00e9\n\""], "b": {}}
+        if "".join(fast(sample, 0)) != _ENCODER.encode(sample):
+            return None
+    except Exception:  # noqa: BLE001 - a Python whose C encoder takes other arguments
+        return None
+    return fast
+
+
+_encode_fast = _fast_encoder()
+_scan_once: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]  # set by its __init__
+
+
 def parse_line(line: bytes) -> Json:
     """Decode one line (without its newline) into a JSON value.
 
@@ -131,7 +161,15 @@ def parse_line(line: bytes) -> Json:
     except UnicodeDecodeError as exc:
         raise WireError(f"invalid UTF-8 at byte {exc.start}") from None
     try:
-        value = _DECODER.decode(text)
+        # The scanner itself, without decode()'s two whitespace matches; anything it
+        # does not take whole (whitespace around, an error) goes to decode(), which
+        # accepts or refuses it exactly as before.
+        value, end = _scan_once(text, 0)
+    except Exception:  # noqa: BLE001 - decode() below raises the error to report
+        end = -1
+    try:
+        if end != len(text):
+            value = _DECODER.decode(text)
     except WireError:
         raise
     except RecursionError:

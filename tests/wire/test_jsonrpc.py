@@ -96,3 +96,42 @@ def test_framer_refuses_a_complete_line_over_the_limit():
     framer = LineFramer(max_bytes=10)
     with pytest.raises(FrameTooLarge):
         framer.feed(b"y" * 11 + b"\n")
+
+
+def test_framer_on_whole_line_chunks_drops_blank_lines_and_carriage_returns():
+    # A chunk of whole lines with nothing held (the usual read) takes the split path.
+    framer = LineFramer(max_bytes=10)
+    assert framer.feed(b'{"a":1}\r\n\n\r\n{"b":2}\n') == [b'{"a":1}', b'{"b":2}']
+    assert framer.feed(b"\n") == []
+    assert framer.pending == 0
+    assert framer.feed(b"x" * 10 + b"\n") == [b"x" * 10]
+    with pytest.raises(FrameTooLarge):
+        framer.feed(b"y" * 11 + b"\n")
+    assert framer.pending == 0
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a": [1, 2.5, null, true, "\\u00e9"]}', '  {"a": 1}  ', '{"a": 1}\t', "[]", '"s"', "3"],
+)
+def test_parse_line_takes_what_the_standard_decoder_takes(text):
+    assert jsonrpc.parse_line(text.encode()) == json.loads(text)
+
+
+@pytest.mark.parametrize("raw", [b'{"a": 1} {"b": 2}', b'{"a": 1}x', b"", b"   ", b'{"a": 1'])
+def test_parse_line_refuses_what_the_standard_decoder_refuses(raw):
+    with pytest.raises(WireError, match="invalid JSON"):
+        jsonrpc.parse_line(raw)
+
+
+def test_encode_matches_the_standard_encoder_and_its_errors():
+    message = {"jsonrpc": "2.0", "id": 7, "params": {"t": "a\n\"b\"\u2028é", "n": [1.5, -0.0, 10**30, None, False]}}
+    assert jsonrpc.encode(message) == json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    circular: dict = {}
+    circular["self"] = circular
+    with pytest.raises(ValueError, match="Circular reference"):
+        jsonrpc.encode(circular)
+    with pytest.raises(ValueError):
+        jsonrpc.encode({"n": float("nan")})
+    with pytest.raises(TypeError):
+        jsonrpc.encode({"o": object()})
