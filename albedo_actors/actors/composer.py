@@ -36,7 +36,6 @@ composition the composer publishes in :class:`Published` (asked for once).
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import logging
 import threading
 import time
@@ -510,13 +509,7 @@ def _finish(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int,
     except Exception as exc:  # noqa: BLE001 - a timeout or a bug fails this preparation only
         composition, error = None, SessionError(f"preparation failed: {type(exc).__name__}: {exc}")
     if composition is not None:
-        composition = dataclasses.replace(
-            composition,
-            overlays=catalogues,
-            overlay_handles={name: overlays[name] for name in catalogues},
-            overlays_left_out=left_out,
-            overlays_shown=shown,
-        )
+        composition = composition.with_overlays(catalogues, {name: overlays[name] for name in catalogues}, left_out, shown)
     try:
         composer.tell(_Prepared(generation, composition, error))
     except pykka.ActorDeadError:
