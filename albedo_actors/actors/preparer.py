@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ASK_TIMEOUT = 10.0
+BACKGROUND_DIALS = 16  # background dials at once (as many as connect_all runs)
 
 
 OFF = ("MCP is off for this session, so no MCP server was dialled; turn the mcp extension on "
@@ -360,8 +361,13 @@ class RuntimePreparer(pykka.ThreadingActor):
                 applied.handles[name].use_saved_era(catalogue.era)
         # The session's future first: with every catalogue saved it resolves at once,
         # before any of the background dials below competes for the interpreter.
-        self._start(self._foreground, applied, unsaved, keys, {n: c for n, c in saved.items() if c is not None}, result,
-                    signin)
+        ready = {n: c for n, c in saved.items() if c is not None}
+        if unsaved:
+            self._start(self._foreground, applied, unsaved, keys, ready, result, signin)
+        else:
+            # Nothing to dial: the composition is built here (no I/O, one bounded moment),
+            # without a helper thread and the hand-offs it would cost.
+            self._foreground(applied, unsaved, keys, ready, result, signin)
         background = [(name, applied.handles[name], keys[name]) for name, catalogue in saved.items() if catalogue is not None]
         if background and self._background_dials:
             self._background_pending += len(background)
@@ -508,12 +514,13 @@ class RuntimePreparer(pykka.ThreadingActor):
             result.set_result(composition)
 
     def _background_all(self, items: list[tuple[str, ServerHandle, str]]) -> None:
-        """Dial every server advertised from its saved catalogue, each on its own thread."""
-        threads = [threading.Thread(target=self._background, args=item, name=f"mcp-refresh-{item[0]}", daemon=True) for item in items]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()  # each dial is bounded by its server's startupTimeoutMs
+        """Dial every server advertised from its saved catalogue, at most BACKGROUND_DIALS
+        at a time (a host with hundreds of servers does not start them all at once)."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(BACKGROUND_DIALS, len(items)),
+                                                   thread_name_prefix="mcp-refresh") as pool:
+            for item in items:
+                pool.submit(self._background, *item)
+        # Leaving the block waits for every dial; each is bounded by its startupTimeoutMs.
 
     def _background(self, name: str, handle: ServerHandle, key: str) -> None:
         """Dial a server advertised from its saved catalogue; report what was found."""
@@ -521,6 +528,8 @@ class RuntimePreparer(pykka.ThreadingActor):
             catalogue, error = handle.connect(), None
         except AlbedoError as exc:
             catalogue, error = None, str(exc)
+        except Exception as exc:  # noqa: BLE001 - a bug: still reported, so BackgroundSettled resolves
+            catalogue, error = None, f"{type(exc).__name__}: {exc}"
         _tell(self.actor_ref, _BackgroundDone(name, key, catalogue, error))
 
     def _credentials_of(self, names: list[str]) -> dict[str, Any]:
