@@ -170,11 +170,12 @@ def worker_measure(home_n: str, home_1: str, target: str, opts: argparse.Namespa
     store_n, store_1 = open_store(home_n), open_store(home_1)
     out: dict[str, Any] = {}
     try:
-        readies = []
+        readies, cpus = [], []
         for r in range(opts.ready_rounds):
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             runtime_n = start_runtime(home_n, store_n)
             readies.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)  # every thread of this process: what load cannot inflate much
             composition = runtime_n.composition()
             if composition.left_out or len(composition.catalogues) != opts.servers:
                 runtime_n.stop()
@@ -187,6 +188,7 @@ def worker_measure(home_n: str, home_1: str, target: str, opts: argparse.Namespa
                 runtime_n.stop()
         out["ready_ms"] = statistics.median(readies) * 1000
         out["ready_first_ms"] = readies[0] * 1000
+        out["ready_cpu_ms"] = statistics.median(cpus) * 1000
         runtime_1 = start_runtime(home_1, store_1)
         try:
             mcps = {"n": runtime_n.mcp(), "1": runtime_1.mcp()}
@@ -202,9 +204,10 @@ def worker_measure(home_n: str, home_1: str, target: str, opts: argparse.Namespa
             out["call_us_1"] = statistics.median(latencies["1"]) / 1000
         finally:
             runtime_1.stop()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         runtime_n.stop()
         out["stop_ms"] = (time.perf_counter() - t0) * 1000
+        out["stop_cpu_ms"] = (time.process_time() - c0) * 1000
         out["leftover"] = leftover()
     finally:
         store_n.close()
@@ -236,13 +239,43 @@ def worker_connected(home: str, target: str) -> dict[str, Any]:
             rss, threads = rss_kib(), threading.active_count()
             processes = len(descendants())
         finally:
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             runtime.stop()
-            stop_s = time.perf_counter() - t0
+            stop_s, stop_cpu = time.perf_counter() - t0, time.process_time() - c0
         return {"rss_kib": rss, "threads": threads, "connected": connected, "processes": processes, "connect_s": connect_s,
-                "stop_ms": stop_s * 1000, "leftover": leftover()}
+                "stop_ms": stop_s * 1000, "stop_cpu_ms": stop_cpu * 1000, "leftover": leftover()}
     finally:
         store.close()
+
+
+def worker_floor(n: int) -> dict[str, Any]:
+    """No client at all, for scale: ``n`` demo servers started with Popen (each answers
+    one ping), then every stdin closed at once; the time until all have exited. It is
+    what the servers' own exits cost on this machine (ours also ends a launcher each)."""
+    procs = [subprocess.Popen([sys.executable, "-I", SERVER, "--era", "dual"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL) for _ in range(n)]
+    try:
+        for proc in procs:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n')
+            proc.stdin.flush()
+        for proc in procs:
+            assert proc.stdout is not None
+            proc.stdout.readline()
+        t0 = time.perf_counter()
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.close()
+        for proc in procs:
+            proc.wait(GONE_LIMIT)
+        return {"stop_ms": (time.perf_counter() - t0) * 1000}
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
 # -- the driver --------------------------------------------------------------------------------
@@ -269,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="batches per configuration (default 6; quick 2)")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up calls (default 200; quick 50)")
     parser.add_argument("--ready-rounds", type=int, default=None, help="runtimes started to time ready (default 3; quick 2)")
+    parser.add_argument("--floor", action="store_true", help="also time N bare servers (no client) closed at once")
     parser.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--_home", action="append", default=[], help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
@@ -284,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             result = worker_warm(opts._home[0])
         elif opts._worker == "measure":
             result = worker_measure(opts._home[0], opts._home[1], target, opts)
+        elif opts._worker == "floor":
+            result = worker_floor(opts.servers)
         else:
             result = worker_connected(opts._home[0], target)
         print(json.dumps(result))
@@ -305,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         one = run_worker(["--_worker", "connected", "--_home", home_1, *passed])
         progress(f"{opts.servers} servers connected")
         many = run_worker(["--_worker", "connected", "--_home", home_n, *passed])
+        floor = None
+        if opts.floor:
+            progress(f"floor: {opts.servers} bare servers closed at once")
+            floor = run_worker(["--_worker", "floor", *passed])
     elapsed = time.perf_counter() - started
     figures = {
         "ready_ms": round(measured["ready_ms"], 2),
@@ -324,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     if opts.json:
         print(json.dumps(figures))
     else:
-        report(figures, measured, one, many, warm, opts, elapsed)
+        report(figures, measured, one, many, warm, floor, opts, elapsed)
     if any(left.values()):
         print(f"LEFTOVER processes after a stop: {left}", file=sys.stderr)
         return 1
@@ -332,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(figures: dict[str, Any], measured: dict[str, Any], one: dict[str, Any], many: dict[str, Any], warm: dict[str, Any],
-           opts: argparse.Namespace, elapsed: float) -> None:
+           floor: dict[str, Any] | None, opts: argparse.Namespace, elapsed: float) -> None:
     import platform
 
     import albedo_actors as package
@@ -347,12 +387,16 @@ def report(figures: dict[str, Any], measured: dict[str, Any], one: dict[str, Any
     rows = [
         ("ready from saved catalogues, ms (median)", f"{figures['ready_ms']:.1f}", "goal < 50"),
         ("  the first, cold, ms", f"{measured['ready_first_ms']:.1f}", ""),
+        ("  CPU of this process meanwhile, ms (median)", f"{measured['ready_cpu_ms']:.1f}", "all its threads"),
         ("binding call, 1 server configured, us", f"{figures['call_us_1']:.1f}", ""),
         (f"binding call, {n} servers configured, us", f"{figures['call_us_n']:.1f}",
          f"{figures['call_us_n'] / figures['call_us_1']:.2f}x of 1 (goal ~1x)"),
         ("stop, one server dialled, ms", f"{figures['stop_ms']:.1f}", "goal < 1000"),
         (f"stop, {many['connected']} connected and idle, ms", f"{figures['stop_connected_ms']:.1f}", "goal < 1000"),
+        ("  CPU of this process meanwhile, ms", f"{many['stop_cpu_ms']:.1f}", "the rest is the processes' own exits"),
         ("stop, 1 connected (1-server home), ms", f"{one['stop_ms']:.1f}", ""),
+        *([(f"floor: {n} bare servers closed at once, ms", f"{floor['stop_ms']:.1f}",
+            f"ours {figures['stop_connected_ms'] / floor['stop_ms']:.2f}x of it")] if floor else []),
         (f"RSS with {n} connected, MiB", f"{figures['rss_mib']:.1f}", f"1-server home: {one['rss_kib'] / 1024:.1f}"),
         (f"threads with {n} connected", f"{figures['threads']}", f"1-server home: {one['threads']}"),
         ("RSS per further server, KiB", f"{figures['rss_per_server_kib']:.1f}", "goal <= 512"),
@@ -364,7 +408,8 @@ def report(figures: dict[str, Any], measured: dict[str, Any], one: dict[str, Any
         print(f"{label:<{width}}  {value:>9}  {note}")
     print()
     print("JSON " + json.dumps(figures))
-    print(f"(run took {elapsed:.1f} s)")
+    print(f"(run took {elapsed:.1f} s; load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus: "
+          "wall times on a loaded machine are mostly waiting for a cpu)")
 
 
 if __name__ == "__main__":
