@@ -1,5 +1,8 @@
 """ServerClient: the actor that owns one server's connection; ServerHandle: its typed front.
 
+A handle starts its ServerClient when first used (see :class:`ServerHandle`): the
+hundreds of servers a host may configure cost no thread until a session calls them.
+
 **Owns** the current :class:`~albedo_actors.connection.Connection` (at most one), the
 catalogue last discovered, the dialer thread that opens a connection, and the
 discovery thread that re-reads the catalogue after a ``list_changed``.

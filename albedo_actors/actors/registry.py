@@ -1,11 +1,14 @@
 """ServerRegistry: the single writer of the name → ServerClient map.
 
 **Owns** one :class:`~albedo_actors.actors.client.ServerHandle` per configured server,
-keyed by name, each tagged with the fingerprint of the configuration and credentials
-it was started with, and the restart budget of each name.
+keyed by name, each with the configuration and credentials it was made with (their
+fingerprint is worked out only when a later configuration must be compared), and the
+restart budget of each name.
 
-**Asks** nobody; it starts and stops ServerClient actors, never waiting on one inside a
-message handler (stops are asynchronous; only ``on_stop`` waits, bounded).
+**Asks** nobody; it makes and stops the handles, never waiting on a client inside a
+message handler (stops are asynchronous; only ``on_stop`` waits, bounded). A handle
+starts its ServerClient actor on first use (a dial, a call, a probe), so a configured
+server nobody has used costs no thread, and stopping it costs nothing.
 
 **Tells** its clients :class:`~albedo_actors.actors.client.Close` (on :class:`CloseAll`
 and when it stops: every server gets EOF at once). Its callers (the runtime preparer)
