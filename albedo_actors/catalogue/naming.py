@@ -85,6 +85,7 @@ GET_PROMPT: Final = "get_prompt"
 Kind = Literal["tool", "read_resource", "get_prompt"]
 
 _NOT_ALLOWED = re.compile(r"[^a-zA-Z0-9_\-]")
+_PLAIN = frozenset({str, int, float, bool, type(None)})  # JSON's plain values, by exact type
 # json.dumps with these options, made once (json.dumps builds an encoder per call).
 _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 _FIXED = len("mcp_") + 1 + 1 + HASH_LENGTH  # mcp_ <server> _ <operation> _ <hash>
@@ -155,8 +156,10 @@ def bound_schema(schema: Any) -> dict[str, Any]:
         if depth > MAX_SCHEMA_DEPTH:
             raise SchemaTooLarge(f"inputSchema is more than {MAX_SCHEMA_DEPTH} levels deep")
         if isinstance(value, dict):
-            if not all(isinstance(key, str) for key in value):
-                raise InvalidSchema("inputSchema has a key that is not a string")
+            try:
+                "".join(value)  # every key a string (str.join checks them in C)
+            except TypeError:
+                raise InvalidSchema("inputSchema has a key that is not a string") from None
             items: Any = value.values()
         else:
             items = value
@@ -166,15 +169,18 @@ def bound_schema(schema: Any) -> dict[str, Any]:
         if nodes > MAX_SCHEMA_NODES:
             raise SchemaTooLarge(f"inputSchema has more than {MAX_SCHEMA_NODES} values")
         below = depth + 1
+        if below > MAX_SCHEMA_DEPTH:  # its values, plain or not, are one level too deep
+            raise SchemaTooLarge(f"inputSchema is more than {MAX_SCHEMA_DEPTH} levels deep")
         for item in items:
+            if type(item) in _PLAIN:
+                continue
             if isinstance(item, (dict, list)):
                 stack.append((item, below))
-            elif below > MAX_SCHEMA_DEPTH:
-                raise SchemaTooLarge(f"inputSchema is more than {MAX_SCHEMA_DEPTH} levels deep")
-            elif not (item is None or isinstance(item, (str, int, float, bool))):
+            elif not isinstance(item, (str, int, float, bool)):
                 raise InvalidSchema(f"inputSchema holds a {type(item).__name__}, not JSON")
     try:
-        size = len(_COMPACT.encode(schema).encode("utf-8", "surrogatepass"))
+        text = _COMPACT.encode(schema)
+        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
     except ValueError as exc:
         raise InvalidSchema(f"inputSchema is not valid JSON ({exc})") from None
     if size > MAX_SCHEMA_BYTES:
