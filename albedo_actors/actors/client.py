@@ -1,5 +1,8 @@
 """ServerClient: the actor that owns one server's connection; ServerHandle: its typed front.
 
+A handle starts its ServerClient when first used (see :class:`ServerHandle`): the
+hundreds of servers a host may configure cost no thread until a session calls them.
+
 **Owns** the current :class:`~albedo_actors.connection.Connection` (at most one), the
 catalogue last discovered, the dialer thread that opens a connection, and the
 discovery thread that re-reads the catalogue after a ``list_changed``.
@@ -476,20 +479,86 @@ def _tell(ref: pykka.ActorRef, message: Any) -> bool:
 
 
 class ServerHandle:
-    """The typed front of a ServerClient: plain blocking methods for any thread."""
+    """The typed front of a ServerClient: plain blocking methods for any thread.
 
-    def __init__(self, ref: pykka.ActorRef, config: ServerConfig, closed: threading.Event | None = None) -> None:
-        self._ref = ref
+    The actor starts on first use (a dial, a request, a tell it must hear), not when the
+    handle is made: a host with hundreds of configured servers whose sessions open from
+    saved catalogues runs no thread for a server nobody has called yet. Closing or
+    stopping a handle whose actor never started just marks it so (it never starts
+    afterwards) and costs nothing.
+    """
+
+    def __init__(self, ref: pykka.ActorRef | None, config: ServerConfig, closed: threading.Event | None = None,
+                 starter: Callable[[], pykka.ActorRef] | None = None) -> None:
+        # ``ref``: a started ServerClient; or None and ``starter``, which starts it when first needed.
+        self._started: pykka.ActorRef | None = ref
+        self._starter = starter
+        self._lock = threading.Lock()  # starting, and closing or stopping before the start
+        self._ended: str | None = None  # set when closed ("closing") or stopped ("stopped") before it started
+        self._era: str | None = None  # a saved era told before the start: told at the start
         self._closed = closed
-        self._proxy = ref.proxy()
+        self._proxy_made: Any = None
         self.config = config
         self.name = config.name
         self._live: Connection | None = None  # last connection seen; checked before each use
 
     @classmethod
     def start(cls, config: ServerConfig, home: str, owner: pykka.ActorRef | None = None, **kwargs: Any) -> ServerHandle:
+        """A handle for ``config``; its ServerClient starts when first used."""
         closed = threading.Event()
-        return cls(ServerClient.start(config, home, owner, closed=closed, **kwargs), config, closed)
+        return cls(None, config, closed, starter=lambda: ServerClient.start(config, home, owner, closed=closed, **kwargs))
+
+    # -- the actor, started on first use ------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        """True once the client actor has been started (by a dial, a request or a tell)."""
+        return self._started is not None
+
+    @property
+    def _ref(self) -> pykka.ActorRef:
+        """The client actor, started now if it was not yet.
+
+        Raises:
+            Unavailable: the handle was closed or stopped before its actor ever started.
+        """
+        ref = self._started if self._started is not None else self._start()
+        if ref is None:
+            raise Unavailable(self.name, f"the client {'is closing' if self._ended == 'closing' else 'has stopped'}")
+        return ref
+
+    def _start(self) -> pykka.ActorRef | None:
+        with self._lock:
+            if self._started is None and self._ended is None and self._starter is not None:
+                self._started = self._starter()
+                self._starter = None  # what it held (credentials among them) is the actor's now
+                if self._era is not None:
+                    _tell(self._started, _SavedEra(self._era))  # before any Connect told after this
+            return self._started
+
+    @property
+    def _proxy(self) -> Any:
+        proxy = self._proxy_made
+        if proxy is None:
+            try:
+                proxy = self._proxy_made = self._ref.proxy()
+            except pykka.ActorDeadError:
+                raise Unavailable(self.name, "the client has stopped") from None
+        return proxy
+
+    def _end_unstarted(self, how: str) -> bool:
+        """Close or stop a handle whose actor never started; True if it had not (nothing else to do)."""
+        with self._lock:
+            if self._started is not None:
+                return False
+            if self._ended != "stopped":
+                self._ended = how
+            self._starter = None
+        if how == "stopped" and self._closed is not None:
+            self._closed.set()  # nothing was ever started: nothing to wait for
+        return True
+
+    # -- the handle's face ------------------------------------------------------------------------
 
     def connect(self, timeout: float | None = None) -> Catalogue:
         """Connect (if needed) and return the catalogue.
@@ -504,15 +573,24 @@ class ServerHandle:
         return catalogue
 
     def catalogue(self) -> Catalogue | None:
+        if self._started is None:
+            return None  # never dialled: nothing discovered
         return self._ask(self._proxy.catalogue())
 
     def use_saved_era(self, era: str) -> None:
         """Open with ``era`` (from a saved catalogue) until this client finds one itself.
 
-        A tell: it is in the mailbox before any dial asked for after it."""
-        _tell(self._ref, _SavedEra(era))
+        A tell (or, before the actor starts, kept and told at its start): it is in the
+        mailbox before any dial asked for after it."""
+        with self._lock:
+            if self._started is None:
+                self._era = era
+                return
+        _tell(self._started, _SavedEra(era))
 
     def status(self) -> dict[str, Any]:
+        if self._started is None:
+            return {"server": self.name, "connected": False, "era": None, "version": None, "discovering": False, "attempt": 0}
         return self._ask(self._proxy.status())
 
     def call_tool(self, tool: str, arguments: dict[str, Any] | None = None, timeout: float | None = None) -> dict[str, Any]:
@@ -545,8 +623,10 @@ class ServerHandle:
 
     def stop(self, timeout: float = STOP_TIMEOUT + 5.0) -> None:
         """Close the connection (the server process ends) and stop the actor."""
+        if self._end_unstarted("stopped"):
+            return
         try:
-            self._ref.stop(timeout=timeout)
+            self._started.stop(timeout=timeout)  # type: ignore[union-attr]  # started: never unset
         except pykka.ActorDeadError:
             pass
         except pykka.Timeout:
@@ -558,17 +638,20 @@ class ServerHandle:
 
     @property
     def alive(self) -> bool:
-        """True while the client actor runs (a stopped or crashed one is not)."""
-        return self._ref.is_alive()
+        """True while the client actor runs or may still start (a stopped or crashed one is not)."""
+        ref = self._started
+        return self._ended != "stopped" if ref is None else ref.is_alive()
 
     def stop_async(self) -> pykka.Future:
         """Begin stopping; the returned future resolves when the client has stopped."""
         try:
-            return self._ref.stop(block=False)
+            if not self._end_unstarted("stopped"):
+                return self._started.stop(block=False)  # type: ignore[union-attr]  # started: never unset
         except pykka.ActorDeadError:
-            done: pykka.ThreadingFuture[Any] = pykka.ThreadingFuture()
-            done.set(True)
-            return done
+            pass  # it had stopped already
+        done: pykka.ThreadingFuture[Any] = pykka.ThreadingFuture()
+        done.set(True)
+        return done
 
     def _connection(self, timeout: float | None) -> Connection:
         live = self._live
@@ -576,7 +659,7 @@ class ServerHandle:
             return live  # the hot path: no hop through the actor's mailbox
         asked = Connect()
         try:
-            self._ref.tell(asked)
+            self._ref.tell(asked)  # starts the actor on the first dial
         except pykka.ActorDeadError:
             raise Unavailable(self.name, "the client has stopped") from None
         wait = self.config.startup_timeout + 1.0 if timeout is None else timeout
@@ -590,7 +673,8 @@ class ServerHandle:
 
     def close(self) -> None:
         """Begin closing: the server gets EOF now; :meth:`stop` (or ``stop_async``) waits."""
-        _tell(self._ref, Close())
+        if not self._end_unstarted("closing"):
+            _tell(self._started, Close())  # type: ignore[arg-type]  # started: never unset
 
     def _ask(self, future: pykka.Future) -> Any:
         try:

@@ -36,7 +36,6 @@ composition the composer publishes in :class:`Published` (asked for once).
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import logging
 import threading
 import time
@@ -354,6 +353,12 @@ class SessionComposer(pykka.ThreadingActor):
             pending.set_result(Composition(mcp_off=True))  # the binding says MCP is off
         self._pending = [p for p in self._pending if not p.done()] + [pending]
         overlays = self._start_overlays(config)
+        if not overlays:
+            # Nothing to dial here: the reply is reported (a tell) from wherever it
+            # resolves, with no helper thread to start and to wake.
+            ref, registry, shown = self.actor_ref, self._registry, self._overlays_shown
+            pending.add_done_callback(lambda done: _report(ref, registry, generation, done, {}, {}, {}, shown))
+            return
         thread = threading.Thread(
             target=_finish, args=(self.actor_ref, self._registry, generation, pending, overlays, self._overlays_shown),
             name="mcp-compose", daemon=True
@@ -503,20 +508,24 @@ def _finish(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int,
         else:
             catalogues[name] = outcome
     try:
-        composition = pending.result(timeout=PREPARE_LIMIT)
+        pending.result(timeout=PREPARE_LIMIT)
+    except Exception:  # noqa: BLE001 - _report reads the outcome (a timeout included)
+        pass
+    _report(composer, registry, generation, pending, overlays, catalogues, left_out, shown)
+
+
+def _report(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int, pending: concurrent.futures.Future[Composition],
+            overlays: dict, catalogues: dict, left_out: dict, shown: bool) -> None:
+    """Tell the composer what the preparation gave (with the overlays found), or why not."""
+    try:
+        composition = pending.result(timeout=0)
         error = None
     except AlbedoError as exc:
         composition, error = None, exc
-    except Exception as exc:  # noqa: BLE001 - a timeout or a bug fails this preparation only
+    except Exception as exc:  # noqa: BLE001 - a timeout, a cancelled reply or a bug fails this preparation only
         composition, error = None, SessionError(f"preparation failed: {type(exc).__name__}: {exc}")
     if composition is not None:
-        composition = dataclasses.replace(
-            composition,
-            overlays=catalogues,
-            overlay_handles={name: overlays[name] for name in catalogues},
-            overlays_left_out=left_out,
-            overlays_shown=shown,
-        )
+        composition = composition.with_overlays(catalogues, {name: overlays[name] for name in catalogues}, left_out, shown)
     try:
         composer.tell(_Prepared(generation, composition, error))
     except pykka.ActorDeadError:

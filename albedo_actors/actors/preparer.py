@@ -27,6 +27,7 @@ fails the whole preparation.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import threading
@@ -48,7 +49,7 @@ from ..catalogue.naming import (
     server_prefix,
 )
 from ..errors import AlbedoError, ConfigError, NeedsSignIn, ServerError, SessionClosed, SessionError, StoreError, Unavailable
-from ..catalogue.saved import MAX_CATALOGUE_BYTES, fingerprint, load_current, save_if_changed, size_of
+from ..catalogue.saved import MAX_CATALOGUE_BYTES, fingerprint, load_current_all, save_if_changed, size_of
 from ..wire.text import printable
 from .client import CatalogueChanged, ServerHandle, ServerLost, connect_all
 from .registry import Release, SetOwner
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ASK_TIMEOUT = 10.0
+BACKGROUND_DIALS = 16  # background dials at once (as many as connect_all runs)
 
 
 OFF = ("MCP is off for this session, so no MCP server was dialled; turn the mcp extension on "
@@ -96,6 +98,9 @@ class Composition:
     # them); whoever receives the composition releases exactly these, once.
     held: tuple[ServerHandle, ...] = ()
     mcp_off: bool = False  # the "mcp" extension is off for this session: no server is dialled
+    # A composition with the same handles and catalogues whose configured operations are
+    # taken as they are instead of being built again (see :meth:`with_overlays`); not kept.
+    _reuse: Composition | None = field(default=None, repr=False, compare=False)
     # -- built at construction (never passed in) ------------------------------------------
     # The configured servers' operations (what the binding and the command line offer),
     # in advertise()'s order, and the warnings advertise() gave for them.
@@ -109,25 +114,40 @@ class Composition:
     _by_pair: Mapping[tuple[str, str], Advertised] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: these are set here, once
+        base = self._reuse
         warnings: list[str] = []
-        operations = tuple(advertise(self.catalogues, {n: h.config for n, h in self.handles.items()}, warnings.append))
+        set_(self, "_reuse", None)
+        if base is not None and base.catalogues is self.catalogues and base.handles is self.handles:
+            operations, warnings = base.operations, list(base.operation_warnings)
+        else:
+            operations = tuple(advertise(self.catalogues, {n: h.config for n, h in self.handles.items()}, warnings.append))
         overlay_warnings: list[str] = []
         overlay_operations: tuple[Advertised, ...] = ()
         if self.overlays_shown and self.overlays:
             overlays = {f"editor-{name}": catalogue for name, catalogue in self.overlays.items()}
             configs = {f"editor-{name}": handle.config for name, handle in self.overlay_handles.items()}
             overlay_operations = tuple(advertise(overlays, configs, overlay_warnings.append))
-        by_pair: dict[tuple[str, str], Advertised] = {}
-        for item in operations:
-            by_pair.setdefault((item.server, item.operation), item)  # a tool named read_resource wins, as listed first
-        set_ = object.__setattr__  # frozen: these are set here, once
+        if base is not None and base.operations is operations:
+            by_name, by_pair = base._by_name, base._by_pair
+        else:
+            by_name, by_pair = {item.name: item for item in operations}, {}
+            for item in operations:
+                by_pair.setdefault((item.server, item.operation), item)  # a tool named read_resource wins, as listed first
         set_(self, "operations", operations)
         set_(self, "operation_warnings", tuple(warnings))
         set_(self, "overlay_operations", overlay_operations)
         set_(self, "overlay_warnings", tuple(overlay_warnings))
         set_(self, "_model", operations + overlay_operations if overlay_operations else operations)
-        set_(self, "_by_name", {item.name: item for item in operations})
+        set_(self, "_by_name", by_name)
         set_(self, "_by_pair", by_pair)
+
+    def with_overlays(self, overlays: Mapping[str, Catalogue], overlay_handles: Mapping[str, ServerHandle],
+                      overlays_left_out: Mapping[str, str], overlays_shown: bool) -> Composition:
+        """This composition with the session's editor overlays; the configured servers'
+        operations and name indexes are this one's (built once, not again per session)."""
+        return dataclasses.replace(self, overlays=overlays, overlay_handles=overlay_handles,
+                                   overlays_left_out=overlays_left_out, overlays_shown=overlays_shown, _reuse=self)
 
     def resolve(self, name: Any, *, hidden: bool = False, listing: str = "mcp.tools()",
                 hidden_option: str | None = None) -> tuple[Advertised, ServerHandle]:
@@ -320,7 +340,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         """Start preparing ``config``'s enabled servers; ``result`` gets the :class:`Composition`."""
         servers = config.enabled
         try:
-            credentials = {s.name: self._credentials(s.name) for s in servers}
+            credentials = self._credentials_of([s.name for s in servers])
             for server in servers:  # bad configuration fails the whole preparation
                 if server.type == "http":
                     http_headers(server, self._environ, credentials=credentials[server.name])
@@ -335,15 +355,20 @@ class RuntimePreparer(pykka.ThreadingActor):
         # A server waiting for the user to sign in is left out without a dial (its
         # probes dial it: it joins once signed in, like a server that comes back).
         signin = {s.name: why for s in servers if (why := sign_in_needed(s, credentials[s.name]))}
-        saved = {s.name: self._saved(s.name, keys[s.name]) for s in servers if s.name not in signin}
+        saved = self._saved_all({s.name: keys[s.name] for s in servers if s.name not in signin})
         unsaved = [name for name, catalogue in saved.items() if catalogue is None]
         for name, catalogue in saved.items():
             if catalogue is not None:  # its dials open in the saved era: no probe (issue 11)
                 applied.handles[name].use_saved_era(catalogue.era)
         # The session's future first: with every catalogue saved it resolves at once,
         # before any of the background dials below competes for the interpreter.
-        self._start(self._foreground, applied, unsaved, keys, {n: c for n, c in saved.items() if c is not None}, result,
-                    signin)
+        ready = {n: c for n, c in saved.items() if c is not None}
+        if unsaved:
+            self._start(self._foreground, applied, unsaved, keys, ready, result, signin)
+        else:
+            # Nothing to dial: the composition is built here (no I/O, one bounded moment),
+            # without a helper thread and the hand-offs it would cost.
+            self._foreground(applied, unsaved, keys, ready, result, signin)
         background = [(name, applied.handles[name], keys[name]) for name, catalogue in saved.items() if catalogue is not None]
         if background and self._background_dials:
             self._background_pending += len(background)
@@ -490,12 +515,13 @@ class RuntimePreparer(pykka.ThreadingActor):
             result.set_result(composition)
 
     def _background_all(self, items: list[tuple[str, ServerHandle, str]]) -> None:
-        """Dial every server advertised from its saved catalogue, each on its own thread."""
-        threads = [threading.Thread(target=self._background, args=item, name=f"mcp-refresh-{item[0]}", daemon=True) for item in items]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()  # each dial is bounded by its server's startupTimeoutMs
+        """Dial every server advertised from its saved catalogue, at most BACKGROUND_DIALS
+        at a time (a host with hundreds of servers does not start them all at once)."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(BACKGROUND_DIALS, len(items)),
+                                                   thread_name_prefix="mcp-refresh") as pool:
+            for item in items:
+                pool.submit(self._background, *item)
+        # Leaving the block waits for every dial; each is bounded by its startupTimeoutMs.
 
     def _background(self, name: str, handle: ServerHandle, key: str) -> None:
         """Dial a server advertised from its saved catalogue; report what was found."""
@@ -503,19 +529,36 @@ class RuntimePreparer(pykka.ThreadingActor):
             catalogue, error = handle.connect(), None
         except AlbedoError as exc:
             catalogue, error = None, str(exc)
+        except Exception as exc:  # noqa: BLE001 - a bug: still reported, so BackgroundSettled resolves
+            catalogue, error = None, f"{type(exc).__name__}: {exc}"
         _tell(self.actor_ref, _BackgroundDone(name, key, catalogue, error))
 
-    def _credentials(self, name: str) -> Any:
-        return self._store.get_credentials(name) if self._store is not None else None
-
-    def _saved(self, name: str, key: str) -> Catalogue | None:
+    def _credentials_of(self, names: list[str]) -> dict[str, Any]:
+        """Each server's stored credentials (None without a store), read at once."""
         if self._store is None:
-            return None
+            return dict.fromkeys(names)
+        many = getattr(self._store, "get_credentials_of", None)
+        if many is None:  # a store that reads one server at a time
+            return {name: self._store.get_credentials(name) for name in names}
+        return many(names)
+
+    def _saved_all(self, keys: dict[str, str]) -> dict[str, Catalogue | None]:
+        """Each server's catalogue saved under its current key, or None; read at once."""
+        if self._store is None:
+            return dict.fromkeys(keys)
         try:
-            return load_current(self._store, name, key)
-        except (StoreError, ValueError) as exc:
-            logger.warning("server %r: its saved catalogue cannot be used (%s)", name, exc)
-            return None
+            found = load_current_all(self._store, keys)
+        except StoreError as exc:
+            logger.warning("the saved catalogues cannot be used (%s); dialling every server", exc)
+            return dict.fromkeys(keys)
+        saved: dict[str, Catalogue | None] = {}
+        for name in keys:
+            catalogue = found.get(name)
+            if isinstance(catalogue, (StoreError, ValueError)):
+                logger.warning("server %r: its saved catalogue cannot be used (%s)", name, catalogue)
+                catalogue = None
+            saved[name] = catalogue
+        return saved
 
     def _save(self, name: str, key: str, catalogue: Catalogue) -> bool:
         """Save ``catalogue`` unless the same listing is saved under ``key``; True if saved."""

@@ -1,11 +1,14 @@
 """ServerRegistry: the single writer of the name → ServerClient map.
 
 **Owns** one :class:`~albedo_actors.actors.client.ServerHandle` per configured server,
-keyed by name, each tagged with the fingerprint of the configuration and credentials
-it was started with, and the restart budget of each name.
+keyed by name, each with the configuration and credentials it was made with (their
+fingerprint is worked out only when a later configuration must be compared), and the
+restart budget of each name.
 
-**Asks** nobody; it starts and stops ServerClient actors, never waiting on one inside a
-message handler (stops are asynchronous; only ``on_stop`` waits, bounded).
+**Asks** nobody; it makes and stops the handles, never waiting on a client inside a
+message handler (stops are asynchronous; only ``on_stop`` waits, bounded). A handle
+starts its ServerClient actor on first use (a dial, a call, a probe), so a configured
+server nobody has used costs no thread, and stopping it costs nothing.
 
 **Tells** its clients :class:`~albedo_actors.actors.client.Close` (on :class:`CloseAll`
 and when it stops: every server gets EOF at once). Its callers (the runtime preparer)
@@ -96,7 +99,8 @@ class ServerRegistry(pykka.ThreadingActor):
         self._handlers = handlers
         self._environ = environ
         self._clock = clock
-        self._entries: dict[str, tuple[str, ServerConfig, Any, ServerHandle]] = {}  # name -> (fingerprint, config, creds, handle)
+        # name -> (fingerprint or None until needed, config, creds, handle)
+        self._entries: dict[str, tuple[str | None, ServerConfig, Any, ServerHandle]] = {}
         self._restarts: dict[str, list[float]] = {}
         self._holders: dict[int, int] = {}  # id(handle) -> compositions holding it
         self._stopping: list[pykka.Future] = []
@@ -117,13 +121,14 @@ class ServerRegistry(pykka.ThreadingActor):
                 retired.append(self._entries.pop(name)[3])
         for name, server in wanted.items():
             creds = credentials.get(name)
-            key = fingerprint(server, creds, self._environ)
             entry = self._entries.get(name)
-            if entry is not None and entry[0] == key and entry[3].alive:
+            if entry is not None and entry[3].alive and self._same(entry, server, creds):
                 continue
             if entry is not None:
                 retired.append(entry[3])
-            self._entries[name] = (key, server, creds, self._start(server, creds))
+            # The fingerprint is worked out only when a later apply must compare (a first
+            # apply of hundreds of servers computes none).
+            self._entries[name] = (None, server, creds, self._start(server, creds))
         handles = {name: entry[3] for name, entry in self._entries.items()}
         self.acquire(tuple(handles.values()))
         for handle in retired:
@@ -152,9 +157,9 @@ class ServerRegistry(pykka.ThreadingActor):
                 self._holders[id(handle)] = left
                 continue
             self._holders.pop(id(handle), None)
-            for name, entry in list(self._entries.items()):
-                if entry[3] is handle:
-                    del self._entries[name]  # a later apply starts a fresh client
+            entry = self._entries.get(handle.name)  # a client is only ever entered under its own name
+            if entry is not None and entry[3] is handle:
+                del self._entries[handle.name]  # a later apply starts a fresh client
             self._stopping.append(handle.stop_async())
         self._stopping = [future for future in self._stopping if not _done(future)]
 
@@ -224,6 +229,13 @@ class ServerRegistry(pykka.ThreadingActor):
         self._closing = True
         for entry in self._entries.values():
             entry[3].close()
+
+    def _same(self, entry: tuple[str | None, ServerConfig, Any, ServerHandle], server: ServerConfig, creds: Any) -> bool:
+        """True if ``server`` with ``creds`` has the fingerprint ``entry``'s client was started with."""
+        key, old_server, old_creds, _handle = entry
+        if self._environ is None and (old_server is server or old_server == server) and (old_creds is creds or old_creds == creds):
+            return True  # equal inputs, and no environment read: the same fingerprint, not computed
+        return (key or fingerprint(old_server, old_creds, self._environ)) == fingerprint(server, creds, self._environ)
 
     def _start(self, server: ServerConfig, creds: Credentials | None) -> ServerHandle:
         auth = self._auth(server) if self._auth is not None else None

@@ -62,8 +62,8 @@ there, and ``disabledTools: ["read_resource"]`` hides it.
 
 from __future__ import annotations
 
-import copy
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Final, Literal, Mapping
 
@@ -94,7 +94,10 @@ GET_PROMPT: Final = "get_prompt"
 
 Kind = Literal["tool", "read_resource", "get_prompt"]
 
-_ALLOWED = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+_NOT_ALLOWED = re.compile(r"[^a-zA-Z0-9_\-]")
+_PLAIN = frozenset({str, int, float, bool, type(None)})  # JSON's plain values, by exact type
+# json.dumps with these options, made once (json.dumps builds an encoder per call).
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 _FIXED = len("mcp_") + 1 + 1 + HASH_LENGTH  # mcp_ <server> _ <operation> _ <hash>
 _BUDGET = MAX_NAME - _FIXED  # 50: for the sanitised server and operation together
 
@@ -109,7 +112,7 @@ class SchemaTooLarge(ValueError):
 
 def sanitise(text: str) -> str:
     """``text`` with every character but ASCII letters, digits, ``_`` and ``-`` as ``_``."""
-    return "".join(ch if ch in _ALLOWED else "_" for ch in text)
+    return _NOT_ALLOWED.sub("_", text)  # one "_" per character (code point), lone surrogates too
 
 
 def name_hash(server: str, operation: str, kind: Kind = "tool") -> str:
@@ -154,26 +157,40 @@ def bound_schema(schema: Any) -> dict[str, Any]:
     required = schema.get("required")
     if required is not None and not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
         raise InvalidSchema('inputSchema "required" is not a list of names')
-    nodes = 0
+    # Only containers go on the stack; their plain values are counted and checked where
+    # they stand (a session with hundreds of servers bounds thousands of schemas).
+    nodes = 1
     stack: list[tuple[Any, int]] = [(schema, 1)]
     while stack:
         value, depth = stack.pop()
-        nodes += 1
-        if nodes > MAX_SCHEMA_NODES:
-            raise SchemaTooLarge(f"inputSchema has more than {MAX_SCHEMA_NODES} values")
         if depth > MAX_SCHEMA_DEPTH:
             raise SchemaTooLarge(f"inputSchema is more than {MAX_SCHEMA_DEPTH} levels deep")
         if isinstance(value, dict):
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    raise InvalidSchema("inputSchema has a key that is not a string")
-                stack.append((item, depth + 1))
-        elif isinstance(value, list):
-            stack.extend((item, depth + 1) for item in value)
-        elif not (value is None or isinstance(value, (str, int, float, bool))):
-            raise InvalidSchema(f"inputSchema holds a {type(value).__name__}, not JSON")
+            try:
+                "".join(value)  # every key a string (str.join checks them in C)
+            except TypeError:
+                raise InvalidSchema("inputSchema has a key that is not a string") from None
+            items: Any = value.values()
+        else:
+            items = value
+        if not items:
+            continue
+        nodes += len(items)
+        if nodes > MAX_SCHEMA_NODES:
+            raise SchemaTooLarge(f"inputSchema has more than {MAX_SCHEMA_NODES} values")
+        below = depth + 1
+        if below > MAX_SCHEMA_DEPTH:  # its values, plain or not, are one level too deep
+            raise SchemaTooLarge(f"inputSchema is more than {MAX_SCHEMA_DEPTH} levels deep")
+        for item in items:
+            if type(item) in _PLAIN:
+                continue
+            if isinstance(item, (dict, list)):
+                stack.append((item, below))
+            elif not isinstance(item, (str, int, float, bool)):
+                raise InvalidSchema(f"inputSchema holds a {type(item).__name__}, not JSON")
     try:
-        size = len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8", "surrogatepass"))
+        text = _COMPACT.encode(schema)
+        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
     except ValueError as exc:
         raise InvalidSchema(f"inputSchema is not valid JSON ({exc})") from None
     if size > MAX_SCHEMA_BYTES:
@@ -246,6 +263,11 @@ GET_PROMPT_SCHEMA: dict[str, Any] = {
     },
     "required": ["name"],
 }
+
+
+# Each synthesised operation gets its own copy of its schema (a caller may change what it
+# is given); decoding the JSON text is a deep copy at a fraction of copy.deepcopy's cost.
+_SCHEMA_TEXT = {READ_RESOURCE: json.dumps(READ_RESOURCE_SCHEMA), GET_PROMPT: json.dumps(GET_PROMPT_SCHEMA)}
 
 
 def _listing(header: str, items: list[str]) -> str:
@@ -335,11 +357,11 @@ def advertise(
                     input_schema=schema,
                 )
             )
-        synthesised: tuple[tuple[Kind, bool, Callable[[str, Catalogue], str], dict[str, Any]], ...] = (
-            (READ_RESOURCE, bool(catalogue.resources or catalogue.resource_templates), _resource_description, READ_RESOURCE_SCHEMA),
-            (GET_PROMPT, bool(catalogue.prompts), _prompt_description, GET_PROMPT_SCHEMA),
+        synthesised: tuple[tuple[Kind, bool, Callable[[str, Catalogue], str]], ...] = (
+            (READ_RESOURCE, bool(catalogue.resources or catalogue.resource_templates), _resource_description),
+            (GET_PROMPT, bool(catalogue.prompts), _prompt_description),
         )
-        for kind, listed, describe, kind_schema in synthesised:
+        for kind, listed, describe in synthesised:
             if not listed:
                 continue
             offered.add(kind)
@@ -351,7 +373,7 @@ def advertise(
                         kind=kind,
                         operation=kind,
                         description=describe(server, catalogue),
-                        input_schema=copy.deepcopy(kind_schema),
+                        input_schema=json.loads(_SCHEMA_TEXT[kind]),
                     )
                 )
         if config is not None:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the records' types only: no layer below actors/ loads the s
     from ..store.records import Credentials, SavedCatalogue
 
 FINGERPRINT_VERSION = 1
+_FIELDS = tuple(f.name for f in dataclasses.fields(ServerConfig))
 MAX_CATALOGUE_BYTES = 8 * 1024 * 1024  # the store refuses larger (store.MAX_CATALOGUE_BYTES)
 
 
@@ -36,6 +37,11 @@ class CatalogueStore(Protocol):
     def save_catalogue(self, server: str, fingerprint: str, era: str, catalogue: dict[str, Any]) -> None: ...
 
 
+# The canonical JSON of a fingerprint (json.dumps with these options, made once).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"),
+                              default=lambda value: dict(value) if isinstance(value, Mapping) else list(value))
+
+
 def _digest(value: str) -> str:
     return sha256(value.encode("utf-8")).hexdigest()
 
@@ -46,9 +52,13 @@ def fingerprint(server: ServerConfig, credentials: Credentials | None = None, en
     ``credentials`` is the server's stored credentials (or None); ``environ`` gives the values of the variables the configuration names,
     so that changing a named secret also changes the fingerprint.
     """
-    config = dataclasses.asdict(server)
-    config.pop("enabled", None)  # switching a server off and on does not change it
-    config.pop("call_timeout_ms", None)
+    # The fields by name, as dataclasses.asdict gives them but without its deep copy
+    # (the canonical JSON below is the same: a host with hundreds of servers computes
+    # one per server at every preparation). Switching a server off and on, or its call
+    # timeout, does not change it.
+    config = {name: getattr(server, name) for name in _FIELDS if name not in ("enabled", "call_timeout_ms")}
+    if config.get("oauth") is not None:
+        config["oauth"] = dataclasses.asdict(config["oauth"])
     named = {}
     if environ is not None:
         variables = list(server.env.values()) + list(server.headers.values())
@@ -62,12 +72,7 @@ def fingerprint(server: ServerConfig, credentials: Credentials | None = None, en
             "header": [credentials.header[0], _digest(credentials.header[1])] if credentials.header else None,
             "env": {key: _digest(value) for key, value in sorted(credentials.env.items())},
         }
-    canonical = json.dumps(
-        {"v": FINGERPRINT_VERSION, "config": config, "named": named, "secrets": secrets},
-        sort_keys=True,
-        separators=(",", ":"),
-        default=lambda value: dict(value) if isinstance(value, Mapping) else list(value),
-    )
+    canonical = _CANONICAL.encode({"v": FINGERPRINT_VERSION, "config": config, "named": named, "secrets": secrets})
     return _digest(canonical)
 
 
@@ -99,6 +104,41 @@ def load_current(store: CatalogueStore, server: str, key: str) -> Catalogue | No
     """
     saved = store.load_catalogue(server)
     return from_json(server, saved.catalogue) if saved is not None and saved.fingerprint == key else None
+
+
+def load_current_all(store: CatalogueStore, keys: Mapping[str, str]) -> dict[str, Catalogue | StoreError | ValueError]:
+    """For each server of ``keys`` (name -> fingerprint) with a catalogue saved under
+    its key: that catalogue, or the error that makes its saved one unusable (a damaged
+    row: StoreError; JSON that is not a catalogue: ValueError). A server with nothing
+    saved, or saved under another key, is absent. A store that reads many servers at
+    once (``load_catalogues``, as :class:`albedo_actors.store.Store` does) is asked
+    once, not once per server.
+
+    Raises:
+        StoreError: the store failed.
+    """
+    many = getattr(store, "load_catalogues", None)
+    rows: Mapping[str, Any]
+    if many is not None:
+        rows = many(list(keys))
+    else:
+        rows = {}
+        for server in keys:
+            try:
+                rows[server] = store.load_catalogue(server)
+            except StoreError as exc:
+                rows[server] = exc
+    out: dict[str, Catalogue | StoreError | ValueError] = {}
+    for server, key in keys.items():
+        saved = rows.get(server)
+        if isinstance(saved, StoreError):
+            out[server] = saved
+        elif saved is not None and saved.fingerprint == key:
+            try:
+                out[server] = from_json(server, saved.catalogue)
+            except ValueError as exc:
+                out[server] = exc
+    return out
 
 
 def save_if_changed(store: CatalogueStore, server: str, key: str, catalogue: Catalogue) -> bool:

@@ -98,7 +98,6 @@ class StdioLink:
         except self._closed_errors:
             raise LinkClosed() from None
 
-
     def send_other(self, message: dict[str, Any]) -> None:
         try:
             self.transport.send(jsonrpc.encode(message), WRITE_TIMEOUT)

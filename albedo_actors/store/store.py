@@ -30,7 +30,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import peewee
 from peewee import PostgresqlDatabase, SqliteDatabase
@@ -53,6 +53,8 @@ MAX_CATALOGUE_BYTES = 8 * 1024 * 1024
 # timeout; PostgreSQL lock_timeout).
 BUSY_TIMEOUT_S = 30.0
 PG_CONNECT_TIMEOUT_S = 10
+# The many-server reads name up to this many servers in their query; more, and they read every row.
+FEW = 16
 PG_STATEMENT_TIMEOUT_S = 60
 # What a user can do about a database that failed (a StoreError says it on its one line).
 RETRY = "check that the database is there, writable and not held by another program, then retry"
@@ -138,6 +140,24 @@ class Store:
         with self._op(f"reading the credentials of {server!r}"):
             row = CredentialRow.select().where(CredentialRow.server == server).first(self._db)
             return _credentials(row)
+
+    def get_credentials_of(self, servers: Iterable[str]) -> dict[str, Credentials]:
+        """The credentials of each of ``servers`` (``Credentials()`` for one with none
+        stored), in one query instead of one per server.
+
+        Raises:
+            StoreError: the database failed, or one server's stored credentials are
+                damaged (as :meth:`get_credentials` of that server would).
+        """
+        names = list(dict.fromkeys(servers))
+        wanted = set(names)
+        found: dict[str, Credentials] = {}
+        with self._op(f"reading the credentials of {len(names)} servers"):
+            for query in _selecting(CredentialRow.select(), CredentialRow.server, names):
+                for row in query.execute(self._db):
+                    if row.server in wanted:
+                        found[row.server] = _credentials(row)
+        return {name: found[name] if name in found else Credentials() for name in names}
 
     def put_credentials(self, server: str, creds: Credentials) -> None:
         """Replace the server's credentials (storing ``Credentials()`` keeps an empty row).
@@ -247,6 +267,31 @@ class Store:
             return SavedCatalogue(server=row.server, fingerprint=row.fingerprint, era=row.era,
                                   catalogue=_json_object(row.catalogue, "catalogue", server),
                                   saved_at=row.saved_at)
+
+    def load_catalogues(self, servers: Iterable[str]) -> dict[str, SavedCatalogue | StoreError]:
+        """The saved catalogue of each of ``servers`` that has one, in one query; a row
+        whose JSON is unreadable is its StoreError (as
+        :meth:`load_catalogue` of that server would raise), the others are still given.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        names = list(dict.fromkeys(servers))
+        wanted = set(names)
+        found: dict[str, SavedCatalogue | StoreError] = {}
+        with self._op(f"loading the catalogues of {len(names)} servers"):
+            select = CatalogueRow.select(CatalogueRow.server, CatalogueRow.fingerprint, CatalogueRow.era,
+                                         CatalogueRow.catalogue, CatalogueRow.saved_at).tuples()
+            for query in _selecting(select, CatalogueRow.server, names):
+                for server, fingerprint, era, text, saved_at in query.execute(self._db):
+                    if server not in wanted:
+                        continue
+                    try:
+                        found[server] = SavedCatalogue(server=server, fingerprint=fingerprint, era=era,
+                                                       catalogue=_json_object(text, "catalogue", server), saved_at=saved_at)
+                    except StoreError as exc:
+                        found[server] = exc
+        return found
 
     def delete_catalogue(self, server: str) -> None:
         """Forget the server's saved catalogue.
@@ -576,13 +621,28 @@ def _json_object(text: str, what: str, name: str) -> dict[str, Any]:
         value = json.loads(text)
     except (ValueError, RecursionError):  # the C decoder raises RecursionError near ~1000 levels
         value = None
-    if isinstance(value, dict) and _deeper_than(value, MAX_DEPTH):
+    # A value cannot nest deeper than the text has opening brackets (counted in C):
+    # most rows are not walked at all.
+    if isinstance(value, dict) and text.count("[") + text.count("{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
         value = None
     if not isinstance(value, dict):
         # Never quote the text: it may be a secret.
         raise StoreError(f"store: the saved {what} of {name!r} is damaged (not a JSON object nested at most "
                          f"{MAX_DEPTH} deep) and cannot be used{_REMEDY.get(what, '')}")
     return value
+
+
+def _selecting(query: Any, key: Any, names: list[str]) -> Iterator[Any]:
+    """The queries that read the rows of ``names`` (the caller drops rows of other names).
+
+    A few names: ``key IN (...)``. Many: every row, in one query; building an IN of
+    hundreds of parameters costs peewee more than reading the rows of servers no longer
+    configured (and SQLite bounds the parameters of one statement)."""
+    if len(names) > FEW:
+        yield query
+        return
+    if names:
+        yield query.where(key.in_(names))
 
 
 def _deeper_than(value: Json, limit: int) -> bool:
