@@ -22,7 +22,9 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time: the rss measurement counts modules
+    from typing import Any, Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)

@@ -20,11 +20,15 @@ Only the standard library at the top level (it also runs in the FastMCP venv, an
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is not imported at run time: the rss measurement counts modules
+    from typing import Any
+
+# json, argparse and tempfile are imported where used: the rss measurement must count the
+# client's modules, not this file's (it parses its own few options, see main()).
 
 CLIENT_CPU, SERVER_CPU = 0, 1
 
@@ -239,13 +243,14 @@ def run_rss(opts: Any) -> dict[str, Any]:
     """VmRSS of this process holding one idle connected stdio connection after one call;
     for ours/before with ``--more N``: RSS and threads added by N more idle servers."""
     import gc
-    import tempfile
 
     import _matrix_clients as mc
 
     pinned = pin_self()
     out: dict[str, Any] = {"client": opts.client}
-    with tempfile.TemporaryDirectory(prefix="albedo-matrix-rss-") as home:
+    home = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"albedo-matrix-rss-{os.getpid()}")
+    os.mkdir(home, 0o700)
+    try:
         if opts.client in mc.ASYNC_CLIENTS:
             import asyncio
 
@@ -292,6 +297,10 @@ def run_rss(opts: Any) -> dict[str, Any]:
             finally:
                 for client in clients:
                     client.close()
+    finally:
+        import shutil
+
+        shutil.rmtree(home, ignore_errors=True)
     out["pinned"] = pinned
     out["module"] = module_of(opts.client)
     return out
@@ -338,7 +347,28 @@ def run_stop(opts: Any) -> dict[str, Any]:
             "module": module_of(opts.client)}
 
 
+class _RssOptions:
+    """``rss --client C [--more N]``, parsed without argparse (see run_rss)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.client, self.more = "", 0
+        it = iter(argv)
+        for arg in it:
+            if arg == "--client":
+                self.client = next(it)
+            elif arg == "--more":
+                self.more = int(next(it))
+            else:
+                raise SystemExit(f"rss: unknown option {arg!r}")
+        if not self.client:
+            raise SystemExit("rss: --client is required")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["rss"]:
+        opts: Any = _RssOptions(argv[1:])
+        return _emit(opts, run_rss)
     import argparse
 
     parser = argparse.ArgumentParser(description="one measurement of the benchmark matrix")
@@ -355,14 +385,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--more", type=int, default=0)
     parser.add_argument("--servers", type=int, default=30)
     opts = parser.parse_args(argv)
-    run = {"calls": run_calls, "import": run_import, "rss": run_rss, "stop": run_stop}[opts.kind]
+    return _emit(opts, {"calls": run_calls, "import": run_import, "rss": run_rss, "stop": run_stop}[opts.kind])
+
+
+def _emit(opts: Any, run: Any) -> int:
+    """Run one measurement and print its JSON object (or one with the error: never a traceback)."""
     try:
         result = run(opts)
-    except Exception as exc:  # one line for the matrix, never a traceback
-        print(json.dumps({"client": opts.client, "error": f"{type(exc).__name__}: {exc}"[:500]}), flush=True)
-        return 1
+    except Exception as exc:
+        result = {"client": opts.client, "error": f"{type(exc).__name__}: {exc}"[:500]}
+    import json
+
     print(json.dumps(result), flush=True)
-    return 0
+    return 1 if "error" in result else 0
 
 
 if __name__ == "__main__":
