@@ -210,7 +210,29 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, port: int, context: ssl.SSLContext | None) -> None:
         self.state = _State()
         self.context = context
+        self.connections: dict[threading.Thread, Any] = {}
         super().__init__(("127.0.0.1", port), _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """One thread per connection, remembered so that :meth:`close_connections` can end it."""
+        thread = threading.Thread(target=self.process_request_thread, args=(request, client_address),
+                                  name="fast-http-connection", daemon=True)
+        with self.state.lock:
+            self.connections = {t: s for t, s in self.connections.items() if t.is_alive()}
+            self.connections[thread] = request
+        thread.start()
+
+    def close_connections(self, timeout: float = 5.0) -> None:
+        """Shut every open connection down (its thread reads EOF and ends) and join the threads."""
+        with self.state.lock:
+            connections, self.connections = dict(self.connections), {}
+        for sock in connections.values():
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+        for thread in connections:
+            thread.join(timeout)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, address = super().get_request()
@@ -242,6 +264,7 @@ class FastServer:
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+        self.httpd.close_connections()
         if self._thread is not None:
             self._thread.join(5)
 
