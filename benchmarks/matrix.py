@@ -69,11 +69,11 @@ ROW_CLIENTS = {
 class Sizes:
     def __init__(self, quick: bool) -> None:
         self.rounds = 1 if quick else 3
-        self.stdio = dict(calls=300, total=1000, warmup=50) if quick else dict(calls=2000, total=5000, warmup=200)
-        self.http = dict(calls=200, total=500, warmup=30) if quick else dict(calls=1000, total=1500, warmup=100)
-        self.http_sdk = dict(calls=100, total=300, warmup=20) if quick else dict(calls=500, total=1000, warmup=50)
-        self.tls = dict(calls=200, total=0, warmup=30) if quick else dict(calls=1000, total=0, warmup=100)
-        self.import_runs = 3 if quick else 7
+        self.stdio = dict(calls=200, total=640, warmup=20) if quick else dict(calls=1000, total=3000, warmup=100)
+        self.http = dict(calls=100, total=320, warmup=20) if quick else dict(calls=500, total=1000, warmup=50)
+        self.http_sdk = dict(calls=50, total=192, warmup=10) if quick else dict(calls=300, total=640, warmup=30)
+        self.tls = dict(calls=100, total=0, warmup=20) if quick else dict(calls=500, total=0, warmup=50)
+        self.import_runs = 2 if quick else 5
         self.rss_more = 5 if quick else 20
         self.scale_servers = 50 if quick else 200
         self.scale_rounds = 1
@@ -97,10 +97,27 @@ class Runner:
         return FASTMCP_PYTHON if client == "fastmcp" else sys.executable
 
     def env(self, client: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        """The worker's environment. Bytecode caches on, in a prefix of this run's own: an
+        installed package has its .pyc files, and PYTHONDONTWRITEBYTECODE (set on some
+        machines) would make every fresh process compile the checkouts from source, which
+        the import row would count; the prefix keeps both checkouts free of __pycache__."""
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
+        env["PYTHONPYCACHEPREFIX"] = os.path.join(self.cwd, "pycache")
         if client == "before":
             env["PYTHONPATH"] = self.opts.baseline
         return env
+
+    def prime(self, clients: list[str]) -> None:
+        """Fill the bytecode cache once for each client's imports, so that no round pays for it."""
+        import _matrix_worker
+
+        for client in clients:
+            if client == "fastmcp" and self.ensure_fastmcp():
+                continue
+            statement = _matrix_worker.IMPORTS.get(client)
+            if statement:
+                subprocess.run([self.python(client), "-c", statement], cwd=self.cwd, env=self.env(client),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
 
     def ensure_fastmcp(self) -> str | None:
         """None when FastMCP's venv is there (made on first use), else why not."""
@@ -337,10 +354,14 @@ def print_table(results: dict[str, dict[str, list[dict[str, Any]]]], clients: li
     add("   threads per further server", "rss",
         lambda r, c: cell(r, c, "threads_per_server", ".2f") if c in ("ours", "before") else "")
     label = f"{sizes.scale_servers}-server host"
+    scale = results.get("scale", {})
+    if scale and all(why_not(runs) for runs in scale.values()):
+        add(f"8 {label}", "scale", lambda r, c: cell(r, c, "ready_ms") if c in r else "")
     for key, spec in (("ready_ms", ".1f"), ("call_us_1", ".0f"), ("call_us_n", ".0f"), ("stop_ms", ".0f"),
                       ("stop_connected_ms", ".0f"), ("rss_mib", ".1f"), ("threads", ".0f"),
                       ("rss_per_server_kib", ".0f"), ("threads_per_server", ".2f")):
-        add(f"8 {label}: {key}", "scale", lambda r, c, key=key, spec=spec: cell(r, c, key, spec) if c in r else "")
+        if scale and not all(why_not(runs) for runs in scale.values()):
+            add(f"8 {label}: {key}", "scale", lambda r, c, key=key, spec=spec: cell(r, c, key, spec) if c in r else "")
     add(f"9 stop {sizes.stop_servers} stdio servers ms (raw: floor)", "stop", lambda r, c: cell(r, c, "stop_ms"))
 
     width = max(len(label) for label, _ in lines) if lines else 10
@@ -361,6 +382,21 @@ def print_table(results: dict[str, dict[str, list[dict[str, Any]]]], clients: li
         if heavy:
             print(f"stdio-only host, after one call, has loaded (of requests, urllib3, peewee, jwt, cryptography): "
                   f"{'; '.join(heavy)}")
+
+
+def print_spread(results: dict[str, dict[str, list[dict[str, Any]]]], clients: list[str]) -> None:
+    """How far the rounds were apart (min..max of the per-round figures): the noise of the run."""
+    print()
+    print("spread over rounds (min..max): latency median us | calls/s | import ms")
+    for row, key in (("stdio", "median_us"), ("stdio", "calls_per_s"), ("http", "median_us"), ("http", "calls_per_s"),
+                     ("http_sdk", "median_us"), ("http_sdk", "calls_per_s"), ("tls", "median_us"), ("import", "net_ms")):
+        parts = []
+        for client in clients + ["requests"]:
+            values = [r[key] for r in results.get(row, {}).get(client, []) if isinstance(r.get(key), (int, float))]
+            if len(values) > 1 and any(values):
+                parts.append(f"{client} {min(values):.0f}..{max(values):.0f}")
+        if parts:
+            print(f"  {row:<8} {key:<12} " + "  ".join(parts))
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -528,6 +564,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory(prefix="albedo-matrix-") as tmp:
         runner = Runner(opts, tmp)
+        progress("filling the bytecode cache ...")
+        runner.prime([c for c in clients if c != "raw"] + (["requests"] if "raw" in clients else []))
         for row in rows:
             row_clients = [c for c in clients if c in ROW_CLIENTS[row]]
             if not row_clients:
@@ -567,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results, clients, sizes)
     print("latency cells: median/p99 us; raw: a pipe (64 in flight pipelined) or a requests.Session; "
           "http.client: the stdlib floor; 9 raw: no client (Popen, every stdin closed)")
+    if sizes.rounds > 1:
+        print_spread(results, clients)
     ratios = print_goals(results, opts.baseline is not None)
     for problem in errors_of(results):
         print(f"error: {problem}")
