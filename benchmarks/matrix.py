@@ -173,6 +173,39 @@ def last_json_object(text: str) -> dict[str, Any] | None:
     return None
 
 
+SERVER_SCRIPTS = (os.path.join(REPO, "albedo_actors", "demo", "server.py"), _matrix_servers.FAST_SERVER,
+                  _matrix_servers.SDK_SERVER)
+
+
+def server_processes() -> set[int]:
+    """Pids of live (not zombie) processes running one of the matrix's servers."""
+    found = set()
+    needles = [path.encode() for path in SERVER_SCRIPTS]
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != b"Z" and any(needle in cmdline for needle in needles):
+            found.add(int(entry))
+    return found
+
+
+def leftovers(before: set[int], wait: float = 5.0) -> set[int]:
+    """Server processes that this run started and that are still there after ``wait`` s."""
+    deadline = time.monotonic() + wait
+    left = server_processes() - before
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = server_processes() - before
+    return left
+
+
 def rotated(clients: list[str], r: int) -> list[str]:
     k = r % len(clients) if clients else 0
     return clients[k:] + clients[:k]
@@ -560,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     elif "before" not in clients:
         clients.insert(1, "before")
 
+    servers_before = server_processes()
     started = time.perf_counter()
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory(prefix="albedo-matrix-") as tmp:
@@ -610,6 +644,8 @@ def main(argv: list[str] | None = None) -> int:
     ratios = print_goals(results, opts.baseline is not None)
     for problem in errors_of(results):
         print(f"error: {problem}")
+    left = leftovers(servers_before)
+    print(f"LEFTOVER server processes: {sorted(left)}" if left else "leftover server processes: none")
     print(f"(run took {elapsed:.0f} s)")
     print(ratios_line(ratios))
     if opts.json:
@@ -617,7 +653,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump({"rows": rows, "clients": clients, "quick": opts.quick, "rounds": sizes.rounds,
                        "baseline": opts.baseline, "load": load, "elapsed_s": elapsed, "results": results,
                        "ratios": ratios}, f, indent=1)
-    return 1 if errors_of(results) else 0
+    return 1 if errors_of(results) or left else 0
 
 
 if __name__ == "__main__":
