@@ -237,7 +237,10 @@ class _RequestsConn:
 
     def post(self, method: str, params: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         id_, data = _body(method, params)
-        response = self.session.post(self.url, data=data, headers=headers, timeout=30)
+        # No timeout, as bench_http.py's raw client: a socket timeout makes every send and
+        # receive wait in poll() first (measurably slower under load); the matrix bounds
+        # the worker process instead.
+        response = self.session.post(self.url, data=data, headers=headers)
         return _result(method, id_, response.status_code, response.headers.get("content-type", ""), response.content)
 
     def close(self) -> None:
@@ -255,9 +258,9 @@ class _HttpClientConn:
             import ssl
 
             context = ssl.create_default_context(cafile=ca)
-            self.conn: Any = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=30, context=context)
+            self.conn: Any = http.client.HTTPSConnection(parts.hostname, parts.port, context=context)
         else:
-            self.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+            self.conn = http.client.HTTPConnection(parts.hostname, parts.port)  # no timeout: as requests above
 
     def post(self, method: str, params: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         id_, data = _body(method, params)

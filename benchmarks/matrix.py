@@ -215,7 +215,7 @@ def rotated(clients: list[str], r: int) -> list[str]:
 
 
 def row_calls(runner: Runner, clients: list[str], rounds: int, transport: str, sizes: dict[str, int],
-              url: str, ca: str | None) -> dict[str, list[dict[str, Any]]]:
+              url: str, ca: str | None, row: str) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {c: [] for c in clients}
     for r in range(rounds):
         for client in rotated(clients, r):
@@ -228,7 +228,7 @@ def row_calls(runner: Runner, clients: list[str], rounds: int, transport: str, s
                 args += ["--ca", ca]
             result = runner.run(client, args)
             out[client].append(result)
-            progress(f"  {transport} {client} round {r + 1}: " + brief(result, "median_us", "calls_per_s"))
+            progress(f"  {row} {client} round {r + 1}: " + brief(result, "median_us", "calls_per_s"))
     return out
 
 
@@ -436,6 +436,16 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def paired(results: dict[str, dict[str, list[dict[str, Any]]]], row: str, a: str, b: str, key: str) -> float | None:
+    """The ratio a/b of ``key`` in ``row``: the median over the rounds of each round's own
+    ratio (the two clients ran back to back in it, so drift in the machine's load hits
+    both alike), or None when no round has both."""
+    runs_a, runs_b = results.get(row, {}).get(a) or [], results.get(row, {}).get(b) or []
+    ratios = [ra[key] / rb[key] for ra, rb in zip(runs_a, runs_b)
+              if isinstance(ra.get(key), (int, float)) and isinstance(rb.get(key), (int, float)) and rb[key]]
+    return statistics.median(ratios) if ratios else None
+
+
 def goals(results: dict[str, dict[str, list[dict[str, Any]]]], who: str) -> list[tuple[str, str, float | None, str, bool | None, str]]:
     """(key, what, value, goal text, passed, unit) for client ``who`` (ours or before)."""
     def m(row: str, client: str, key: str) -> float | None:
@@ -449,18 +459,18 @@ def goals(results: dict[str, dict[str, list[dict[str, Any]]]], who: str) -> list
         out.append((key, what, value, f"{op}{limit:g}{unit if unit != 'x' else 'x'}", passed, unit))
 
     if "http" in results:
-        check("http_lat_{w}/sdk", "HTTP latency", ratio(m("http", who, "median_us"), m("http", "sdk", "median_us")), "<=", 0.5)
+        check("http_lat_{w}/sdk", "HTTP latency", paired(results, "http", who, "sdk", "median_us"), "<=", 0.5)
         check("http_lat_{w}/httpclient", "HTTP latency",
-              ratio(m("http", who, "median_us"), m("http", "http.client", "median_us")), "<=", 1.5)
+              paired(results, "http", who, "http.client", "median_us"), "<=", 1.5)
     if "tls" in results:
-        check("tls_lat_{w}/raw", "TLS latency", ratio(m("tls", who, "median_us"), m("tls", "raw", "median_us")), "<=", 1.3)
+        check("tls_lat_{w}/raw", "TLS latency", paired(results, "tls", who, "raw", "median_us"), "<=", 1.3)
     if "http" in results:
-        check("http_tp_{w}/sdk", "HTTP 64 in flight", ratio(m("http", who, "calls_per_s"), m("http", "sdk", "calls_per_s")),
+        check("http_tp_{w}/sdk", "HTTP 64 in flight", paired(results, "http", who, "sdk", "calls_per_s"),
               ">=", 3)
     if "stdio" in results:
         check("stdio_tp_{w}/raw", "stdio 64 in flight (raw pipelined)",
-              ratio(m("stdio", who, "calls_per_s"), m("stdio", "raw", "calls_per_s")), ">=", 0.8)
-        check("stdio_lat_{w}/raw", "stdio latency", ratio(m("stdio", who, "median_us"), m("stdio", "raw", "median_us")),
+              paired(results, "stdio", who, "raw", "calls_per_s"), ">=", 0.8)
+        check("stdio_lat_{w}/raw", "stdio latency", paired(results, "stdio", who, "raw", "median_us"),
               "<=", 1.1)
     if "import" in results:
         check("import_{w}_ms", "import net", m("import", who, "net_ms"), "<=", 100, " ms")
@@ -492,11 +502,13 @@ def informational(results: dict[str, dict[str, list[dict[str, Any]]]], who: str)
                            ("http_sdk", "calls_per_s", "tp"), ("tls", "median_us", "lat")):
         if row not in results:
             continue
-        for peer in ("sdk", "fastmcp", "raw", "http.client"):
+        for peer in (("before",) if who == "ours" else ()) + ("sdk", "fastmcp", "raw", "http.client"):
             if peer in results[row]:
-                info[f"{row}_{unit}_{who}/{peer.replace('.', '')}"] = ratio(m(row, who, key), m(row, peer, key))
+                info[f"{row}_{unit}_{who}/{peer.replace('.', '')}"] = paired(results, row, who, peer, key)
     if "stop" in results:
-        info[f"stop30_{who}/sdk"] = ratio(m("stop", who, "stop_ms"), m("stop", "sdk", "stop_ms"))
+        if who == "ours" and "before" in results["stop"]:
+            info["stop30_ours/before"] = paired(results, "stop", "ours", "before", "stop_ms")
+        info[f"stop30_{who}/sdk"] = paired(results, "stop", who, "sdk", "stop_ms")
         info[f"stop30_{who}_ms"] = m("stop", who, "stop_ms")
     return info
 
@@ -574,6 +586,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="rounds per row (default 3, --quick 1)")
     parser.add_argument("--json", metavar="FILE", default=None, help="write every figure to FILE")
     parser.add_argument("--no-setup", action="store_true", help="do not make .venv-fastmcp when it is missing")
+    parser.add_argument("--from-json", metavar="FILE", default=None,
+                        help="measure nothing: print the report of a run saved with --json")
     opts = parser.parse_args(argv)
     rows = parse_rows(opts.only, parser)
     sizes = Sizes(opts.quick)
@@ -596,17 +610,26 @@ def main(argv: list[str] | None = None) -> int:
     servers_before = server_processes()
     started = time.perf_counter()
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    if opts.from_json:
+        with open(opts.from_json) as f:
+            saved = json.load(f)
+        results, clients, opts.baseline = saved["results"], saved["clients"], saved["baseline"]
+        opts.quick = saved["quick"]
+        sizes = Sizes(opts.quick)
+        sizes.rounds = saved["rounds"]
+        rows = []
     with tempfile.TemporaryDirectory(prefix="albedo-matrix-") as tmp:
         runner = Runner(opts, tmp)
-        progress("filling the bytecode cache ...")
-        runner.prime([c for c in clients if c != "raw"] + (["requests"] if "raw" in clients else []))
+        if rows:
+            progress("filling the bytecode cache ...")
+            runner.prime([c for c in clients if c != "raw"] + (["requests"] if "raw" in clients else []))
         for row in rows:
             row_clients = [c for c in clients if c in ROW_CLIENTS[row]]
             if not row_clients:
                 continue
             progress(f"row {row} ({', '.join(row_clients)}) ...")
             if row == "stdio":
-                results[row] = row_calls(runner, row_clients, sizes.rounds, "stdio", sizes.stdio, "", None)
+                results[row] = row_calls(runner, row_clients, sizes.rounds, "stdio", sizes.stdio, "", None, row)
             elif row in ("http", "http_sdk", "tls"):
                 ca = key = None
                 if row == "tls":
@@ -615,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     with _matrix_servers.HttpServerProcess(kind, ca, key) as server:
                         row_sizes = {"http": sizes.http, "http_sdk": sizes.http_sdk, "tls": sizes.tls}[row]
-                        results[row] = row_calls(runner, row_clients, sizes.rounds, "http", row_sizes, server.url, ca)
+                        results[row] = row_calls(runner, row_clients, sizes.rounds, "http", row_sizes, server.url, ca, row)
                 except RuntimeError as exc:
                     results[row] = {c: [{"client": c, "error": str(exc)}] for c in row_clients}
             elif row == "import":
@@ -628,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[row] = row_stop(runner, row_clients, sizes.rounds, sizes.stop_servers)
     elapsed = time.perf_counter() - started
 
-    load = os.getloadavg()
+    load = tuple(saved["load"]) if opts.from_json else os.getloadavg()
     print()
     print(f"benchmark matrix, issue 14: tools/call echo {{\"text\":\"x\"}}; python {platform.python_version()}, "
           f"{os.cpu_count()} cpus (client on cpu 0, servers on cpu 1); rounds={sizes.rounds}"
