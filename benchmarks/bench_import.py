@@ -3,9 +3,10 @@
 
 ::
 
-    .venv/bin/python benchmarks/bench_import.py                       # ours vs /work/wt/before
-    .venv/bin/python benchmarks/bench_import.py --before PATH --runs 15
-    .venv/bin/python benchmarks/bench_import.py --quick
+    git worktree add --detach ../before <older commit>
+    .venv/bin/python benchmarks/bench_import.py --before ../before
+    .venv/bin/python benchmarks/bench_import.py --before ../before --runs 15
+    .venv/bin/python benchmarks/bench_import.py --before ../before --quick
 
 Every figure is taken in a fresh child process, the two checkouts alternating run by
 run (A, B, A, B, ...), so that load on the machine falls on both alike; medians are
@@ -50,7 +51,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-BEFORE = "/work/wt/before"
 
 IMPORT = """
 import time
@@ -113,7 +113,8 @@ def _child(code: str, path: str, scratch: str, *args: str) -> tuple[float, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before", default=BEFORE, help="the other checkout (default: %(default)s)")
+    parser.add_argument("--before", required=True, metavar="DIR",
+                        help="a checkout of the code to compare with (e.g. a git worktree of an older commit)")
     parser.add_argument("--runs", type=int, default=11, help="runs of each import figure (default: %(default)s)")
     parser.add_argument("--rss-runs", type=int, default=3, help="runs of each RSS figure (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="5 import runs, 1 RSS run")
