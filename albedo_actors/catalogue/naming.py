@@ -329,54 +329,82 @@ def advertise(
     out: list[Advertised] = []
     for server, catalogue in catalogues.items():
         config = configs.get(server)
-        enabled = config.tool_enabled if config is not None else (lambda _name: True)
-        offered: set[str] = set()
-        for tool in catalogue.tools:
-            operation = tool.get("name") if isinstance(tool, dict) else None
-            if not isinstance(operation, str):
-                warn(f"server {server!r}: a tool without a name is left out")
-                continue
-            if operation in offered:
-                warn(f"server {server!r}: tool {operation!r} is listed twice; the first is kept")
-                continue
-            offered.add(operation)
-            if not enabled(operation):
-                continue
-            try:
-                schema = bound_schema(tool.get("inputSchema"))
-            except ValueError as exc:
-                warn(f"server {server!r}: tool {operation!r} left out: {exc}")
-                continue
+        depends = None if config is None else (config.enabled_tools, config.disabled_tools)
+        built = _BUILT.get(server)
+        if built is None or built[0] is not catalogue or built[1] != depends:
+            warnings: list[str] = []
+            built = (catalogue, depends, tuple(_advertise_one(server, catalogue, config, warnings.append)), tuple(warnings))
+            if len(_BUILT) >= _BUILT_LIMIT and server not in _BUILT:
+                _BUILT.clear()  # a bound only: a host configures far fewer servers
+            _BUILT[server] = built
+        out.extend(built[2])
+        for warning in built[3]:
+            warn(warning)
+    return out
+
+
+# The operations (and warnings) last built for each server name, with the catalogue
+# object and what of its configuration they depend on: a catalogue is immutable once
+# built, and the saved layer gives the same object for the same saved text
+# (catalogue.saved), so a session of hundreds of servers composed again (each start,
+# reload, overlay) builds each server's operations once. An entry whose catalogue is
+# another object, or whose configuration differs, is built again and replaced.
+_BUILT: dict[str, tuple[Catalogue, Any, tuple[Advertised, ...], tuple[str, ...]]] = {}
+_BUILT_LIMIT = 4096
+
+
+def _advertise_one(server: str, catalogue: Catalogue, config: ServerConfig | None,
+                   warn: Callable[[str], None]) -> list[Advertised]:
+    """:func:`advertise` of one server."""
+    out: list[Advertised] = []
+    enabled = config.tool_enabled if config is not None else (lambda _name: True)
+    offered: set[str] = set()
+    for tool in catalogue.tools:
+        operation = tool.get("name") if isinstance(tool, dict) else None
+        if not isinstance(operation, str):
+            warn(f"server {server!r}: a tool without a name is left out")
+            continue
+        if operation in offered:
+            warn(f"server {server!r}: tool {operation!r} is listed twice; the first is kept")
+            continue
+        offered.add(operation)
+        if not enabled(operation):
+            continue
+        try:
+            schema = bound_schema(tool.get("inputSchema"))
+        except ValueError as exc:
+            warn(f"server {server!r}: tool {operation!r} left out: {exc}")
+            continue
+        out.append(
+            Advertised(
+                name=advertised_name(server, operation),
+                server=server,
+                kind="tool",
+                operation=operation,
+                description=bound_description(tool.get("description")),
+                input_schema=schema,
+            )
+        )
+    synthesised: tuple[tuple[Kind, bool, Callable[[str, Catalogue], str]], ...] = (
+        (READ_RESOURCE, bool(catalogue.resources or catalogue.resource_templates), _resource_description),
+        (GET_PROMPT, bool(catalogue.prompts), _prompt_description),
+    )
+    for kind, listed, describe in synthesised:
+        if not listed:
+            continue
+        offered.add(kind)
+        if enabled(kind):
             out.append(
                 Advertised(
-                    name=advertised_name(server, operation),
+                    name=advertised_name(server, kind, kind),
                     server=server,
-                    kind="tool",
-                    operation=operation,
-                    description=bound_description(tool.get("description")),
-                    input_schema=schema,
+                    kind=kind,
+                    operation=kind,
+                    description=describe(server, catalogue),
+                    input_schema=json.loads(_SCHEMA_TEXT[kind]),
                 )
             )
-        synthesised: tuple[tuple[Kind, bool, Callable[[str, Catalogue], str]], ...] = (
-            (READ_RESOURCE, bool(catalogue.resources or catalogue.resource_templates), _resource_description),
-            (GET_PROMPT, bool(catalogue.prompts), _prompt_description),
-        )
-        for kind, listed, describe in synthesised:
-            if not listed:
-                continue
-            offered.add(kind)
-            if enabled(kind):
-                out.append(
-                    Advertised(
-                        name=advertised_name(server, kind, kind),
-                        server=server,
-                        kind=kind,
-                        operation=kind,
-                        description=describe(server, catalogue),
-                        input_schema=json.loads(_SCHEMA_TEXT[kind]),
-                    )
-                )
-        if config is not None:
-            for missing in sorted(set(config.enabled_tools or ()) - offered):
-                warn(f"server {server!r}: enabledTools names {missing!r}, which it does not offer")
+    if config is not None:
+        for missing in sorted(set(config.enabled_tools or ()) - offered):
+            warn(f"server {server!r}: enabledTools names {missing!r}, which it does not offer")
     return out

@@ -103,7 +103,7 @@ def load_current(store: CatalogueStore, server: str, key: str) -> Catalogue | No
         StoreError: the store failed. ValueError: the saved JSON is not a catalogue.
     """
     saved = store.load_catalogue(server)
-    return from_json(server, saved.catalogue) if saved is not None and saved.fingerprint == key else None
+    return _from_saved(server, saved) if saved is not None and saved.fingerprint == key else None
 
 
 def load_current_all(store: CatalogueStore, keys: Mapping[str, str]) -> dict[str, Catalogue | StoreError | ValueError]:
@@ -135,10 +135,33 @@ def load_current_all(store: CatalogueStore, keys: Mapping[str, str]) -> dict[str
             out[server] = saved
         elif saved is not None and saved.fingerprint == key:
             try:
-                out[server] = from_json(server, saved.catalogue)
+                out[server] = _from_saved(server, saved)
             except ValueError as exc:
                 out[server] = exc
     return out
+
+
+# The catalogue last built from each server's saved text, with the text's SHA-256: a
+# catalogue is immutable, so loads of the same saved row give the same object, and what
+# is built from it (its advertised operations, catalogue.naming) is built once. One entry
+# per server name (replaced when its text changes), bounded; a text that is not a
+# catalogue is not kept (it raises again).
+_BUILT: dict[str, tuple[bytes, Catalogue]] = {}
+_BUILT_LIMIT = 4096
+
+
+def _from_saved(server: str, saved: SavedCatalogue) -> Catalogue:
+    if saved.text is None:
+        return from_json(server, saved.catalogue)
+    digest = sha256(saved.text.encode("utf-8", "surrogatepass")).digest()
+    built = _BUILT.get(server)
+    if built is not None and built[0] == digest:
+        return built[1]
+    catalogue = from_json(server, saved.catalogue)
+    if len(_BUILT) >= _BUILT_LIMIT and server not in _BUILT:
+        _BUILT.clear()  # a bound only: a host configures far fewer servers
+    _BUILT[server] = (digest, catalogue)
+    return catalogue
 
 
 def save_if_changed(store: CatalogueStore, server: str, key: str, catalogue: Catalogue) -> bool:

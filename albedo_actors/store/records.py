@@ -104,6 +104,9 @@ class SavedCatalogue:
     era: str
     catalogue: dict[str, Any]
     saved_at: float
+    # The JSON text ``catalogue`` was decoded from (None when not read from a store): the
+    # saved layer reuses the catalogue it built from the same text (catalogue.saved).
+    text: str | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         return (f"SavedCatalogue(server={self.server!r}, fingerprint={self.fingerprint!r}, "

@@ -266,7 +266,7 @@ class Store:
                 return None
             return SavedCatalogue(server=row.server, fingerprint=row.fingerprint, era=row.era,
                                   catalogue=_json_object(row.catalogue, "catalogue", server),
-                                  saved_at=row.saved_at)
+                                  saved_at=row.saved_at, text=row.catalogue)
 
     def load_catalogues(self, servers: Iterable[str]) -> dict[str, SavedCatalogue | StoreError]:
         """The saved catalogue of each of ``servers`` that has one, in one query; a row
@@ -288,7 +288,8 @@ class Store:
                         continue
                     try:
                         found[server] = SavedCatalogue(server=server, fingerprint=fingerprint, era=era,
-                                                       catalogue=_json_object(text, "catalogue", server), saved_at=saved_at)
+                                                       catalogue=_json_object(text, "catalogue", server), saved_at=saved_at,
+                                                       text=text)
                     except StoreError as exc:
                         found[server] = exc
         return found
