@@ -1512,9 +1512,11 @@ class FaultHTTPServer(_HTTPServerBase):
             self._pump(h, stream, index + 1, None, **who)
             return
         if opts.listen_ends_at_once:
+            # Recorded before the end goes out: a client that gives up at once must
+            # not find the last closing missing from the record.
+            self._record_event("get_closed_at_once", session=session.id)
             h.start_sse(None, opts.retry)
             h.end_chunks()
-            self._record_event("get_closed_at_once", session=session.id)
             return
         if opts.listen_sends:
             h.start_sse(None, opts.retry)
