@@ -80,7 +80,7 @@ class Connect(Request):
     fails or the client is closing. Every dial is bounded by ``startupTimeoutMs``."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Close:
     """Close the connection now (the server gets EOF) without waiting for its end; the
     stop that follows waits. A runtime that stops tells every client this first, so its
@@ -90,7 +90,7 @@ class Close:
 # -- messages from the helper threads --------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Dialled:
     attempt: int
     connection: Connection | None
@@ -99,27 +99,27 @@ class _Dialled:
     listen: Pending | None = None  # the held-open subscriptions/listen of a modern stdio server
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Notified:
     attempt: int
     method: str
     params: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Closed:
     attempt: int
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _SavedEra:
     """From the preparer: the era a saved catalogue of this configuration recorded."""
 
     era: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Discovered:
     attempt: int
     catalogue: Catalogue | None

@@ -120,14 +120,14 @@ class ProbesSettled(Request):
     """``reply`` resolves (with None) once no probe of a left-out server is running."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Prepared:
     generation: int
     composition: Composition | None
     error: AlbedoError | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SignInNeeded:
     """Told by the binding: a call found ``server`` needing a sign-in (see
     :meth:`SessionComposer.server_needs_sign_in`); nothing to wait for."""
@@ -135,7 +135,7 @@ class SignInNeeded:
     server: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Probed:
     server: str
     up: bool

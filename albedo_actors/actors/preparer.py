@@ -270,7 +270,7 @@ class BackgroundSettled(Request):
     """``reply`` resolves (with None) once no background dial is pending (and its outcome handled)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CatalogueSaved:
     """Told to subscribers: a background discovery saved a catalogue that differs."""
 
@@ -278,19 +278,19 @@ class CatalogueSaved:
     catalogue: Catalogue
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Subscribe:
     """Told by a session composer: tell it :class:`CatalogueSaved` from now on."""
 
     ref: pykka.ActorRef
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Unsubscribe:
     ref: pykka.ActorRef
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _BackgroundDone:
     server: str
     key: str

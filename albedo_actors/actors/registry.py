@@ -52,7 +52,7 @@ RESTARTS = 3
 RESTART_WINDOW = 60.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Applied:
     """What :meth:`ServerRegistry.apply` did: the current map and the clients it retired."""
 
@@ -60,20 +60,20 @@ class Applied:
     retired: tuple[ServerHandle, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Release:
     """Told by a composition's owner: it no longer holds these clients (see :meth:`ServerRegistry.release`)."""
 
     handles: tuple[ServerHandle, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CloseAll:
     """Told by the runtime that stops: tell every client to close now (each server gets
     EOF at once, all in parallel); the registry's own stop then waits for them."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SetOwner:
     """Told by the preparer: clients started from now on tell ``owner`` their events."""
 

@@ -560,7 +560,7 @@ class StdioTransport:
         return "".join(ch if ch.isprintable() or ch in "\n\t" else "?" for ch in text)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Started:
     launcher: subprocess.Popen[bytes]
     stdout_fd: int
