@@ -95,10 +95,11 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_child(tmp_path, server: dict, via: str = "runtime", store: bool = False) -> dict:
+def run_child(tmp_path, server: dict, via: str = "runtime", store: bool = False,
+              watched: tuple[str, ...] = WATCHED) -> dict:
     home = tmp_path / "child-home"
     home.mkdir(mode=0o700, exist_ok=True)
-    job = {"watched": list(WATCHED), "server": server, "via": via, "store": store, "home": str(home)}
+    job = {"watched": list(watched), "server": server, "via": via, "store": store, "home": str(home)}
     done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(job)], cwd=str(tmp_path), env=child_env(),
                           capture_output=True, text=True, timeout=CHILD_TIMEOUT)
     assert done.returncode == 0, f"the child failed: {done.stderr[-2000:]}"
@@ -116,6 +117,15 @@ def test_importing_the_runtime_and_the_binding_loads_no_job_specific_code(tmp_pa
                           text=True, timeout=CHILD_TIMEOUT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == []
+
+
+@pytest.mark.parametrize("via", ["runtime", "handle"])
+def test_subprocess_and_signal_load_with_the_first_stdio_launch_and_it_works(tmp_path, via):
+    # transport/stdio imports them where a server is launched or ended (issue 14: import time).
+    child = run_child(tmp_path, stdio_server(), via=via, watched=("subprocess", "signal"))
+    assert child["answer"] == "lazy"
+    assert child["steps"]["imported"] == []
+    assert child["steps"]["called"] == ["subprocess", "signal"]
 
 
 @pytest.mark.parametrize("via", ["runtime", "handle"])

@@ -43,7 +43,7 @@ from ..errors import AlbedoError, SessionExpired, Unavailable
 from ..connection.channel import Link, Pending
 from ..transport.stdio import LaunchSpec
 from ..wire import mcp
-from .reply import Request, chain, fail, fail_queued, resolve
+from .reply import Message, Request, chain, fail, fail_queued, resolve, set_field
 
 if TYPE_CHECKING:
     from ..connection.http_link import LinkAuth
@@ -73,57 +73,84 @@ class ServerLost:
 # -- messages to the client ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
 class Connect(Request):
     """``reply`` resolves with the live :class:`Connection`, dialling one when there is
     none; it fails with :class:`Unavailable` (or :class:`Incompatible`) when the dial
     fails or the client is closing. Every dial is bounded by ``startupTimeoutMs``."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True)
-class Close:
+
+class Close(Message):
     """Close the connection now (the server gets EOF) without waiting for its end; the
     stop that follows waits. A runtime that stops tells every client this first, so its
     servers end in parallel."""
+
+    __slots__ = ()
 
 
 # -- messages from the helper threads --------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Dialled:
+class _Dialled(Message):
+    __slots__ = ("attempt", "connection", "catalogue", "error", "listen")
     attempt: int
     connection: Connection | None
     catalogue: Catalogue | None
     error: AlbedoError | None
-    listen: Pending | None = None  # the held-open subscriptions/listen of a modern stdio server
+    listen: Pending | None  # the held-open subscriptions/listen of a modern stdio server
+
+    def __init__(self, attempt: int, connection: Connection | None, catalogue: Catalogue | None,
+                 error: AlbedoError | None, listen: Pending | None = None) -> None:
+        set_field(self, "attempt", attempt)
+        set_field(self, "connection", connection)
+        set_field(self, "catalogue", catalogue)
+        set_field(self, "error", error)
+        set_field(self, "listen", listen)
 
 
-@dataclass(frozen=True)
-class _Notified:
+class _Notified(Message):
+    __slots__ = ("attempt", "method", "params")
     attempt: int
     method: str
     params: dict[str, Any]
 
+    def __init__(self, attempt: int, method: str, params: dict[str, Any]) -> None:
+        set_field(self, "attempt", attempt)
+        set_field(self, "method", method)
+        set_field(self, "params", params)
 
-@dataclass(frozen=True)
-class _Closed:
+
+class _Closed(Message):
+    __slots__ = ("attempt", "reason")
     attempt: int
     reason: str
 
+    def __init__(self, attempt: int, reason: str) -> None:
+        set_field(self, "attempt", attempt)
+        set_field(self, "reason", reason)
 
-@dataclass(frozen=True)
-class _SavedEra:
+
+class _SavedEra(Message):
     """From the preparer: the era a saved catalogue of this configuration recorded."""
 
+    __slots__ = ("era",)
     era: str
 
+    def __init__(self, era: str) -> None:
+        set_field(self, "era", era)
 
-@dataclass(frozen=True)
-class _Discovered:
+
+class _Discovered(Message):
+    __slots__ = ("attempt", "catalogue", "error")
     attempt: int
     catalogue: Catalogue | None
     error: AlbedoError | None
+
+    def __init__(self, attempt: int, catalogue: Catalogue | None, error: AlbedoError | None) -> None:
+        set_field(self, "attempt", attempt)
+        set_field(self, "catalogue", catalogue)
+        set_field(self, "error", error)
 
 
 class ServerClient(pykka.ThreadingActor):

@@ -39,7 +39,6 @@ import concurrent.futures
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import pykka
@@ -49,7 +48,7 @@ from ..errors import AlbedoError, SessionClosed, SessionError
 from .client import ServerHandle, connect_all
 from .preparer import CatalogueSaved, Composition, Prepare, Subscribe, Unsubscribe
 from .registry import Release
-from .reply import Request, chain, fail, fail_queued, resolve
+from .reply import Message, Reply, Request, chain, fail, fail_queued, resolve, set_field
 
 logger = logging.getLogger(__name__)
 
@@ -76,69 +75,99 @@ class Published:
 # preparation it asked for has landed (or fails with the AlbedoError that kept it out) --
 
 
-@dataclass(frozen=True, eq=False)
 class Open(Request):
     """Subscribe to the preparer's catalogue changes and prepare the first composition."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, eq=False)
+
 class Reload(Request):
     """Prepare a replacement from the current configuration; swapped only if it succeeds."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, eq=False)
+
 class SetEnabled(Request):
     """The session's own choice for the "mcp" extension (None: the configured default)."""
 
+    __slots__ = ("enabled",)
     enabled: bool | None
 
+    def __init__(self, enabled: bool | None, *, reply: Reply | None = None) -> None:
+        super().__init__(reply=reply)
+        set_field(self, "enabled", enabled)
 
-@dataclass(frozen=True, eq=False)
+
 class SetOverlays(Request):
     """Editor overlays a host hands over at run time; their credentials stay in memory."""
 
+    __slots__ = ("servers", "credentials")
     servers: tuple[ServerConfig, ...]
-    credentials: Mapping[str, Any] | None = None
+    credentials: Mapping[str, Any] | None
+
+    def __init__(self, servers: tuple[ServerConfig, ...], credentials: Mapping[str, Any] | None = None, *,
+                 reply: Reply | None = None) -> None:
+        super().__init__(reply=reply)
+        set_field(self, "servers", servers)
+        set_field(self, "credentials", credentials)
 
 
-@dataclass(frozen=True, eq=False)
 class SetOverlaysEnabled(Request):
     """The session's own choice for editor overlays (None: the configured default)."""
 
+    __slots__ = ("enabled",)
     enabled: bool | None
 
+    def __init__(self, enabled: bool | None, *, reply: Reply | None = None) -> None:
+        super().__init__(reply=reply)
+        set_field(self, "enabled", enabled)
 
-@dataclass(frozen=True, eq=False)
+
 class TurnEnded(Request):
     """The turn ended: a swap or a refresh that waited for it runs now. ``reply``: the
     composition once that swap or refresh has landed, or None at once when none waited.
     A host that does not wait for it simply tells it."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, eq=False)
+
 class ProbesSettled(Request):
     """``reply`` resolves (with None) once no probe of a left-out server is running."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True)
-class _Prepared:
+
+class _Prepared(Message):
+    __slots__ = ("generation", "composition", "error")
     generation: int
     composition: Composition | None
     error: AlbedoError | None
 
+    def __init__(self, generation: int, composition: Composition | None, error: AlbedoError | None) -> None:
+        set_field(self, "generation", generation)
+        set_field(self, "composition", composition)
+        set_field(self, "error", error)
 
-@dataclass(frozen=True)
-class SignInNeeded:
+
+class SignInNeeded(Message):
     """Told by the binding: a call found ``server`` needing a sign-in (see
     :meth:`SessionComposer.server_needs_sign_in`); nothing to wait for."""
 
+    __slots__ = ("server",)
     server: str
 
+    def __init__(self, server: str) -> None:
+        set_field(self, "server", server)
 
-@dataclass(frozen=True)
-class _Probed:
+
+class _Probed(Message):
+    __slots__ = ("server", "up")
     server: str
     up: bool
+
+    def __init__(self, server: str, up: bool) -> None:
+        set_field(self, "server", server)
+        set_field(self, "up", up)
 
 
 class SessionComposer(pykka.ThreadingActor):

@@ -53,7 +53,7 @@ from ..catalogue.saved import MAX_CATALOGUE_BYTES, fingerprint, load_current_all
 from ..wire.text import printable
 from .client import CatalogueChanged, ServerHandle, ServerLost, connect_all
 from .registry import Release, SetOwner
-from .reply import Request, fail, fail_queued, resolve
+from .reply import Message, Reply, Request, fail, fail_queued, resolve, set_field
 
 if TYPE_CHECKING:
     from ..config import ServerConfig
@@ -253,7 +253,6 @@ class Composition:
         return self._model
 
 
-@dataclass(frozen=True, eq=False)
 class Prepare(Request):
     """Prepare ``config``'s enabled servers. Handled at once (this mailbox never waits on
     a dial); ``reply`` resolves with the :class:`Composition` once every server without
@@ -262,40 +261,62 @@ class Prepare(Request):
     changed: the caller keeps its previous composition). A reply cancelled meanwhile
     gets nothing, and what was prepared for it is released."""
 
+    __slots__ = ("config",)
     config: McpConfig
 
+    def __init__(self, config: McpConfig, *, reply: Reply | None = None) -> None:
+        super().__init__(reply=reply)
+        set_field(self, "config", config)
 
-@dataclass(frozen=True, eq=False)
+
 class BackgroundSettled(Request):
     """``reply`` resolves (with None) once no background dial is pending (and its outcome handled)."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True)
-class CatalogueSaved:
+
+class CatalogueSaved(Message):
     """Told to subscribers: a background discovery saved a catalogue that differs."""
 
+    __slots__ = ("server", "catalogue")
     server: str
     catalogue: Catalogue
 
+    def __init__(self, server: str, catalogue: Catalogue) -> None:
+        set_field(self, "server", server)
+        set_field(self, "catalogue", catalogue)
 
-@dataclass(frozen=True)
-class Subscribe:
+
+class Subscribe(Message):
     """Told by a session composer: tell it :class:`CatalogueSaved` from now on."""
 
+    __slots__ = ("ref",)
     ref: pykka.ActorRef
 
+    def __init__(self, ref: pykka.ActorRef) -> None:
+        set_field(self, "ref", ref)
 
-@dataclass(frozen=True)
-class Unsubscribe:
+
+class Unsubscribe(Message):
+    __slots__ = ("ref",)
     ref: pykka.ActorRef
 
+    def __init__(self, ref: pykka.ActorRef) -> None:
+        set_field(self, "ref", ref)
 
-@dataclass(frozen=True)
-class _BackgroundDone:
+
+class _BackgroundDone(Message):
+    __slots__ = ("server", "key", "catalogue", "error")
     server: str
     key: str
     catalogue: Catalogue | None
     error: str | None
+
+    def __init__(self, server: str, key: str, catalogue: Catalogue | None, error: str | None) -> None:
+        set_field(self, "server", server)
+        set_field(self, "key", key)
+        set_field(self, "catalogue", catalogue)
+        set_field(self, "error", error)
 
 
 class RuntimePreparer(pykka.ThreadingActor):

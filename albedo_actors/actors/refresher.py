@@ -30,7 +30,7 @@ from ..auth.refresh import REFRESH_WAIT_S, default_http, refresh_held
 from ..auth.server_auth import RefreshFn, ServerAuth
 from ..config import ServerConfig
 from ..errors import AuthError
-from .reply import Request, chain, fail, fail_queued
+from .reply import Reply, Request, chain, fail, fail_queued, set_field
 
 if TYPE_CHECKING:
     from ..auth.refresh import RefreshStore
@@ -107,14 +107,19 @@ class TokenRefresher(pykka.ThreadingActor):
         return super().on_receive(message)
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
 class Refresh(Request):
     """Refresh ``server``'s token ``seen``; ``reply`` resolves with its new
     :class:`OAuthRecord` (None: nothing stored for this URL), or fails with the
     :class:`AuthError`, :class:`RefreshDeferred` or :class:`StoreError` that kept it."""
 
+    __slots__ = ("server", "seen")
     server: ServerConfig
     seen: str | None
+
+    def __init__(self, server: ServerConfig, seen: str | None, *, reply: Reply | None = None) -> None:
+        super().__init__(reply=reply)
+        set_field(self, "server", server)
+        set_field(self, "seen", seen)
 
 
 @dataclasses.dataclass(frozen=True)

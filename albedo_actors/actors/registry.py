@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import pykka
@@ -41,6 +40,7 @@ import pykka
 from ..config import ServerConfig
 from ..catalogue.saved import fingerprint
 from .client import STOP_TIMEOUT, ServerHandle
+from .reply import Message, set_field
 
 if TYPE_CHECKING:
     from ..connection.http_link import LinkAuth
@@ -52,32 +52,43 @@ RESTARTS = 3
 RESTART_WINDOW = 60.0
 
 
-@dataclass(frozen=True)
-class Applied:
+class Applied(Message):
     """What :meth:`ServerRegistry.apply` did: the current map and the clients it retired."""
 
+    __slots__ = ("handles", "retired")
     handles: Mapping[str, ServerHandle]
     retired: tuple[ServerHandle, ...]
 
+    def __init__(self, handles: Mapping[str, ServerHandle], retired: tuple[ServerHandle, ...]) -> None:
+        set_field(self, "handles", handles)
+        set_field(self, "retired", retired)
 
-@dataclass(frozen=True)
-class Release:
+
+class Release(Message):
     """Told by a composition's owner: it no longer holds these clients (see :meth:`ServerRegistry.release`)."""
 
+    __slots__ = ("handles",)
     handles: tuple[ServerHandle, ...]
 
+    def __init__(self, handles: tuple[ServerHandle, ...]) -> None:
+        set_field(self, "handles", handles)
 
-@dataclass(frozen=True)
-class CloseAll:
+
+class CloseAll(Message):
     """Told by the runtime that stops: tell every client to close now (each server gets
     EOF at once, all in parallel); the registry's own stop then waits for them."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True)
-class SetOwner:
+
+class SetOwner(Message):
     """Told by the preparer: clients started from now on tell ``owner`` their events."""
 
+    __slots__ = ("owner",)
     owner: pykka.ActorRef
+
+    def __init__(self, owner: pykka.ActorRef) -> None:
+        set_field(self, "owner", owner)
 
 
 class ServerRegistry(pykka.ThreadingActor):

@@ -18,19 +18,48 @@ resolves it, and a request still queued when the actor stops is failed by
 from __future__ import annotations
 
 import concurrent.futures
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError
 from typing import Any, Callable
 
 import pykka
 
 Reply = concurrent.futures.Future
 
+# Sets a field of a frozen Message (in its __init__), as a frozen dataclass does.
+set_field = object.__setattr__
 
-@dataclass(frozen=True, eq=False)
-class Request:
-    """A message that answers later through ``reply`` (made by its sender)."""
 
-    reply: Reply = field(default_factory=concurrent.futures.Future, kw_only=True, repr=False)
+class Message:
+    """A frozen message with identity equality: what ``@dataclass(frozen=True, eq=False)``
+    generates, written once by hand. Each generated dataclass costs about a millisecond
+    of ``import albedo_actors.runtime`` (one ``exec`` per method), and the actors define
+    some thirty messages. A subclass names its fields in ``__slots__`` (in ``__init__``'s
+    order, after its bases') and sets them in ``__init__`` with :data:`set_field`; a field
+    can then no longer be set or deleted (``FrozenInstanceError``), and ``repr`` lists the
+    fields as a dataclass's does (but ``reply``)."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __repr__(self) -> str:
+        names = [name for cls in reversed(type(self).__mro__) for name in cls.__dict__.get("__slots__", ())
+                 if name != "reply"]
+        return f"{type(self).__qualname__}({', '.join(f'{name}={getattr(self, name)!r}' for name in names)})"
+
+
+class Request(Message):
+    """A message that answers later through ``reply`` (made by its sender unless given)."""
+
+    __slots__ = ("reply",)
+    reply: Reply
+
+    def __init__(self, *, reply: Reply | None = None) -> None:
+        set_field(self, "reply", concurrent.futures.Future() if reply is None else reply)
 
 
 def request(ref: pykka.ActorRef, message: Request, timeout: float) -> Any:

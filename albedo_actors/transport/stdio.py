@@ -37,15 +37,19 @@ import logging
 import marshal
 import os
 import select
-import signal
-import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 from ..wire.framing import FrameTooLarge, LineFramer
+
+if TYPE_CHECKING:
+    import subprocess
+
+# subprocess and signal (with selectors and their enums, some 4 ms of
+# ``import albedo_actors.runtime``) are imported where a server is launched or ended.
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +132,8 @@ class StdioTransport:
             LaunchFailed: the executable could not be started (its reason, e.g. not
                 found or not executable), or the launcher did not come up.
         """
+        import subprocess
+
         with self._write_lock:
             if self._closing:
                 raise LaunchFailed("the connection was closed before it started")
@@ -233,6 +239,8 @@ class StdioTransport:
                 return False
             return True
         if launcher is not None:
+            import subprocess
+
             try:
                 launcher.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -320,6 +328,8 @@ class StdioTransport:
         self._kill()
 
     def _kill(self) -> None:
+        import signal
+
         if self.server_pid is not None:
             try:
                 os.killpg(self.server_pid, signal.SIGKILL)
@@ -489,6 +499,8 @@ class StdioTransport:
 
     def _reap(self, launcher: subprocess.Popen[bytes]) -> None:
         """The launcher closed its status channel: reap it; end the group if it could not."""
+        import subprocess
+
         try:
             launcher.wait(KILL_GRACE)
         except subprocess.TimeoutExpired:  # it closed its stderr and lives on: not ours to trust
@@ -518,6 +530,8 @@ class StdioTransport:
     def _orphan_advance(self, leader_gone: bool) -> None:
         """The orphaned group's next step: SIGTERM, then SIGKILL; once its leader is
         gone (or after SIGKILL), SIGKILL for the helpers left in it, and done."""
+        import signal
+
         pid = self.server_pid
         if pid is not None and self._orphan_step == 1 and not leader_gone:
             _signal_group(pid, signal.SIGTERM)
@@ -560,7 +574,7 @@ class StdioTransport:
         return "".join(ch if ch.isprintable() or ch in "\n\t" else "?" for ch in text)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Started:
     launcher: subprocess.Popen[bytes]
     stdout_fd: int

@@ -51,13 +51,25 @@ ELLIPSIS = "…"
 
 _BIDI = "\u202a-\u202e\u2066-\u2069"
 _SURROGATES = "\ud800-\udfff"
-# Compiled from code points, never from the characters themselves, so that this file
-# holds none of them.
-_UNSAFE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}{_SURROGATES}]")
-_UNSAFE_LINE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}{_SURROGATES}]")
-# What json.dumps(ensure_ascii=False) leaves raw but printable() escapes (json already
-# writes every C0 control as an escape, RFC 8259 section 7).
-_JSON_UNSAFE = re.compile(f"[\x7f-\x9f{_BIDI}{_SURROGATES}]")
+# Written from code points, never from the characters themselves, so that this file
+# holds none of them. Compiled at first use: each takes most of a millisecond (a charset
+# that reaches the surrogates), which ``import albedo_actors.runtime`` need not pay.
+_SOURCES = {
+    "unsafe": f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}{_SURROGATES}]",
+    "unsafe_line": f"[\x00-\x1f\x7f-\x9f{_BIDI}{_SURROGATES}]",
+    # What json.dumps(ensure_ascii=False) leaves raw but printable() escapes (json
+    # already writes every C0 control as an escape, RFC 8259 section 7).
+    "json_unsafe": f"[\x7f-\x9f{_BIDI}{_SURROGATES}]",
+}
+_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+
+def _pattern(name: str) -> re.Pattern[str]:
+    pattern = _PATTERNS.get(name)
+    if pattern is None:  # two threads may both compile it: the same pattern either way
+        pattern = _PATTERNS[name] = re.compile(_SOURCES[name])
+    return pattern
+
 
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
@@ -84,7 +96,7 @@ def printable(text: Any, *, one_line: bool = False, limit: int | None = None) ->
     """
     if not isinstance(text, str):
         text = str(text)
-    pattern = _UNSAFE_LINE if one_line else _UNSAFE
+    pattern = _pattern("unsafe_line" if one_line else "unsafe")
     if limit is None:
         return pattern.sub(_escape_match, text)
     if limit < 1:
@@ -123,4 +135,4 @@ def json_text(value: Json, *, indent: int | None = 2) -> str:
     Raises:
         TypeError, ValueError: ``value`` is not JSON data (as json.dumps).
     """
-    return _JSON_UNSAFE.sub(_json_escape, json.dumps(value, indent=indent, ensure_ascii=False))
+    return _pattern("json_unsafe").sub(_json_escape, json.dumps(value, indent=indent, ensure_ascii=False))
