@@ -45,7 +45,7 @@ from ..wire.mcp import Negotiated, Verdict
 
 if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
     from ..store.records import Credentials
-    # The HTTP link and transport load requests and urllib3: open_http imports them at
+    # The HTTP link and transport load http.client and ssl: open_http imports them at
     # first use, so that a stdio-only host never loads them.
     from .http_link import HttpLink, LinkAuth
 
@@ -445,7 +445,7 @@ def open_http(
         raise ConfigError(f"server {server!r}: an http server needs a \"url\"")
     deadline = time.monotonic() + timeout
     headers = http_headers(config, environ, credentials)
-    from ..transport.http import HttpTransport  # first use: requests and urllib3 load here
+    from ..transport.http import HttpTransport  # first use: http.client and ssl load here
     from .http_link import HttpLink
 
     opened_event = threading.Event()
