@@ -36,6 +36,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)  # run from a checkout even when the package is not installed
 
 import albedo_actors  # noqa: E402
+from _plain import shares, threaded_throughput  # noqa: E402,F401 - the benchmarks import them from here
 
 ARGS = {"text": "x"}
 
@@ -99,39 +100,6 @@ def timed_calls(call: Callable[[], Any], n: int) -> list[int]:
         call()
         out.append(clock() - t0)
     return out
-
-
-def shares(total: int, parts: int) -> list[int]:
-    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-
-
-def threaded_throughput(calls: list[Callable[[], Any]], total: int) -> float:
-    """One thread per entry of ``calls``, each calling its function in a loop,
-    ``total`` calls in all; calls per second from the moment they all start."""
-    start = threading.Barrier(len(calls) + 1)
-    errors: list[BaseException] = []
-
-    def worker(call: Callable[[], Any], n: int) -> None:
-        start.wait()
-        try:
-            for _ in range(n):
-                call()
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [
-        threading.Thread(target=worker, args=(call, n), daemon=True) for call, n in zip(calls, shares(total, len(calls)))
-    ]
-    for thread in threads:
-        thread.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise RuntimeError(f"{len(errors)} threaded calls failed, first: {errors[0]!r}")
-    return total / elapsed
 
 
 async def sdk_negotiate(session: Any) -> str:

@@ -20,11 +20,12 @@ import itertools
 import json
 import os
 import sys
-import threading
 import time
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported at run time: the rss measurement counts modules
     from typing import Any, Callable
+
+from _plain import shares, threaded_throughput  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -52,36 +53,6 @@ def check_echo(result: Any) -> None:
         text = result
     if text != ARGS["text"]:
         raise RuntimeError(f"echo answered {text!r:.200}")
-
-
-def shares(total: int, parts: int) -> list[int]:
-    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-
-
-def threaded_throughput(calls: list[Callable[[], Any]], total: int) -> float:
-    """One thread per entry of ``calls``, each calling in a loop, ``total`` calls in all."""
-    start = threading.Barrier(len(calls) + 1)
-    errors: list[BaseException] = []
-
-    def worker(call: Callable[[], Any], n: int) -> None:
-        start.wait()
-        try:
-            for _ in range(n):
-                call()
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(c, n), daemon=True) for c, n in zip(calls, shares(total, len(calls)))]
-    for thread in threads:
-        thread.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for thread in threads:
-        thread.join(600)
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise RuntimeError(f"{len(errors)} threaded calls failed, first: {errors[0]!r}")
-    return total / elapsed
 
 
 # -- ours (and before: the same code, another PYTHONPATH) -------------------------------------

@@ -27,6 +27,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is not imported at run time: the rss measurement counts modules
     from typing import Any
 
+from _plain import descendants  # noqa: E402
+
 # json, argparse and tempfile are imported where used: the rss measurement must count the
 # client's modules, not this file's (it parses its own few options, see main()).
 
@@ -41,28 +43,6 @@ def pin_self() -> bool:
     except (AttributeError, OSError):
         pass
     return False
-
-
-def descendants() -> set[int]:
-    """Pids of every live process below this one (zombies count as gone)."""
-    parent_of: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] != "Z":
-            parent_of[int(entry)] = int(fields[1])
-    found, frontier = set(), {os.getpid()}
-    while frontier:
-        children = {pid for pid, ppid in parent_of.items() if ppid in frontier} - found
-        found |= children
-        frontier = children
-    return found
 
 
 def pin_servers(pinned: bool) -> int:

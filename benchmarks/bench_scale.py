@@ -49,6 +49,8 @@ import threading
 import time
 from typing import Any
 
+from _plain import descendants
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 SERVER = os.path.join(REPO, "albedo_actors", "demo", "server.py")  # the same servers whatever code is measured
@@ -83,28 +85,6 @@ def rss_kib() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
-
-
-def descendants() -> set[int]:
-    """Pids of every live process below this one (zombies count as gone)."""
-    parent_of: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] != "Z":
-            parent_of[int(entry)] = int(fields[1])
-    found, frontier = set(), {os.getpid()}
-    while frontier:
-        children = {pid for pid, ppid in parent_of.items() if ppid in frontier} - found
-        found |= children
-        frontier = children
-    return found
 
 
 def leftover(wait: float = 5.0) -> int:

@@ -39,35 +39,13 @@ import time
 
 import _common  # benchmarks/_common.py; it also puts the checkout first on sys.path
 from _common import REPO, ratio
+from _plain import descendants
 
 from albedo_actors.config import McpConfig, ServerConfig
 from albedo_actors.runtime import Runtime
 
 SERVER = os.path.join(REPO, "albedo_actors", "demo", "server.py")
 GONE_LIMIT = 30.0  # a bound only: no close in this benchmark should come near it
-
-
-def descendants() -> set[int]:
-    """Pids of every live process below this one (from /proc; zombies count as gone)."""
-    parent_of: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] == "Z":
-            continue
-        parent_of[int(entry)] = int(fields[1])
-    found, frontier = set(), {os.getpid()}
-    while frontier:
-        children = {pid for pid, ppid in parent_of.items() if ppid in frontier} - found
-        found |= children
-        frontier = children
-    return found
 
 
 def alive(pids: set[int]) -> set[int]:
