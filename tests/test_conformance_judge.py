@@ -70,9 +70,31 @@ def test_an_entry_naming_no_scored_scenario_fails(tmp_path):
     assert run(tmp_path, ["tools-call # typo"], {"tools_call": ["SUCCESS"]}) == 1
 
 
-def test_unscored_scenarios_never_fail(tmp_path):
+def test_an_unscored_scenario_is_judged_like_a_scored_one(tmp_path, capsys):
+    # Issue 15: the extensions count too; a failing one fails the run unless listed.
     results = {"tools_call": ["SUCCESS"], "auth/dpop": ["FAILURE"]}
-    assert run(tmp_path, [], results, scored=["tools_call"], not_scored=["auth/dpop"]) == 0
+    assert run(tmp_path, [], results, scored=["tools_call"], not_scored=["auth/dpop"]) == 1
+    assert "auth/dpop @ 2025-11-25 failed" in capsys.readouterr().out
+
+
+def test_an_unscored_scenario_without_result_fails(tmp_path):
+    assert run(tmp_path, [], {"tools_call": ["SUCCESS"]}, scored=["tools_call"], not_scored=["auth/dpop"]) == 1
+
+
+def test_a_listed_unscored_failure_is_excused_and_its_pass_is_not(tmp_path):
+    failing = {"tools_call": ["SUCCESS"], "auth/dpop": ["FAILURE"]}
+    assert run(tmp_path, ["auth/dpop # not yet"], failing, scored=["tools_call"], not_scored=["auth/dpop"]) == 0
+    passing = {"tools_call": ["SUCCESS"], "auth/dpop": ["SUCCESS"]}
+    assert run(tmp_path, ["auth/dpop # not yet"], passing, scored=["tools_call"], not_scored=["auth/dpop"]) == 1
+
+
+def test_unscored_passes_are_counted_apart(tmp_path, capsys):
+    results = {"tools_call": ["SUCCESS"], "auth/dpop": ["SUCCESS"], "auth/wif-jwt-bearer": ["SUCCESS"]}
+    assert run(tmp_path, [], results, scored=["tools_call"], not_scored=["auth/dpop", "auth/wif-jwt-bearer"]) == 0
+    out = capsys.readouterr().out
+    assert "scored 1 passed, unscored (extensions) 2 passed" in out
+    assert "conformance: 3 passed, 0 failed" in out
+    assert "ext pass" in out
 
 
 def test_nested_scenario_folders_are_named_by_their_path(tmp_path):

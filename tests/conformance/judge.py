@@ -13,10 +13,12 @@ that emitted no passing check at all fails: ``initialize`` and
 ``http-standard-headers`` otherwise "pass" for a client that never connected.
 
 EXPECTED_FILE names one scenario per line, ``NAME`` for every revision or
-``NAME@REVISION`` for one, with a ``# reason``. The run fails when a scored scenario
-fails without being listed, when a listed scenario passes (remove its line), and when
-a line names no scored scenario of any revision. Scenarios a revision runs but does
-not score (extensions, later additions) are shown and never fail the run.
+``NAME@REVISION`` for one, with a ``# reason``. The run fails when a scenario fails
+without being listed, when a listed scenario passes (remove its line), and when a line
+names no scenario of any revision. Scenarios a revision runs but does not score (the
+extensions: DPoP, workload identity, enterprise-managed authorization, client
+credentials, ...) are judged exactly like scored ones; the table marks them ``ext`` and
+the summary counts them apart.
 """
 
 from __future__ import annotations
@@ -84,14 +86,17 @@ def judge(expected_path: str, out_dir: str) -> int:
     expected = load_expected(expected_path)
     revisions = sorted(d for d in os.listdir(out_dir) if os.path.isfile(os.path.join(out_dir, d, "requirements.json")))
     scored: dict[str, set[str]] = {}
+    judged: dict[str, set[str]] = {}  # scored and unscored
     table: dict[str, dict[str, str]] = {}  # scenario -> revision -> cell
     problems: list[str] = []
     counts = {"pass": 0, "FAIL": 0, "xfail": 0, "XPASS": 0}
+    extension_counts = dict(counts)
     run = []
     for rev in revisions:
         with open(os.path.join(out_dir, rev, "requirements.json"), encoding="utf-8") as f:
             requirements = json.load(f)
         scored[rev] = set(requirements["client"])
+        judged[rev] = scored[rev] | set(requirements["not_scored"])
         results_dir = os.path.join(out_dir, rev, "results")
         if not os.path.isdir(results_dir):
             continue
@@ -100,15 +105,15 @@ def judge(expected_path: str, out_dir: str) -> int:
         for name in requirements["client"] + requirements["not_scored"]:
             folder, checks = results.get(name, ("", None))
             passed, why = verdict(checks)
-            if name not in scored[rev]:
-                table.setdefault(name, {})[rev] = "n/s pass" if passed else "n/s fail"
-                continue
+            # Unscored scenarios (the extensions) are judged like scored ones; only
+            # their cells and counts are kept apart.
+            extension = name not in scored[rev]
             listed = name in expected or f"{name}@{rev}" in expected
             cell = {(True, False): "pass", (False, False): "FAIL", (False, True): "xfail", (True, True): "XPASS"}[
                 (passed, listed)
             ]
-            counts[cell] += 1
-            table.setdefault(name, {})[rev] = cell
+            (extension_counts if extension else counts)[cell] += 1
+            table.setdefault(name, {})[rev] = f"ext {cell}" if extension else cell
             if cell == "FAIL":
                 said = client_says(folder) if folder else ""
                 problems.append(f"{name} @ {rev} failed: {why}" + (f"\n    client: {said}" if said else ""))
@@ -117,25 +122,27 @@ def judge(expected_path: str, out_dir: str) -> int:
                 problems.append(f"{name} @ {rev} passes but is listed as '{entry}': remove or narrow that line")
     for entry in expected:
         name, _, rev = entry.partition("@")
-        if not any(name in names for r, names in scored.items() if not rev or r == rev):
-            problems.append(f"'{entry}' in {expected_path} names no scored scenario: fix or remove the line")
+        if not any(name in names for r, names in judged.items() if not rev or r == rev):
+            problems.append(f"'{entry}' in {expected_path} names no scenario of any revision: fix or remove the line")
     if not run:
         print(f"judge: no results under {out_dir}", file=sys.stderr)
         return 1
 
     # Scored scenarios first, in the suite's order, then those only run for show.
-    rows = sorted(table, key=lambda name: all(table[name][r].startswith("n/s") for r in table[name]))
+    rows = sorted(table, key=lambda name: all(table[name][r].startswith("ext") for r in table[name]))
     width = max(len(name) for name in rows) if rows else 10
     print(f"\n{'scenario'.ljust(width)}  " + "  ".join(rev.ljust(10) for rev in run))
     for name in rows:
         print(f"{name.ljust(width)}  " + "  ".join(table[name].get(rev, "-").ljust(10) for rev in run))
     print("\npass: required and passing; xfail: failing as listed in expected-failures.txt;")
-    print("FAIL: failing, not listed; XPASS: listed but passing; n/s: run but not scored\n")
+    print("FAIL: failing, not listed; XPASS: listed but passing; ext: an unscored scenario (an extension),")
+    print("judged the same way\n")
     for problem in problems:
         print(f"  ✗ {problem}")
-    print(f"\nconformance: {counts['xfail']} failing as expected-failures.txt lists")
+    print(f"\nconformance: {counts['xfail'] + extension_counts['xfail']} failing as expected-failures.txt lists")
+    print(f"conformance: scored {counts['pass']} passed, unscored (extensions) {extension_counts['pass']} passed")
     # The plain closing line CI reads: "N passed, N failed".
-    print(f"conformance: {counts['pass']} passed, {len(problems)} failed")
+    print(f"conformance: {counts['pass'] + extension_counts['pass']} passed, {len(problems)} failed")
     return 1 if problems else 0
 
 
