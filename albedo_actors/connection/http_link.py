@@ -75,8 +75,13 @@ class LinkAuth(Protocol):
     """The OAuth of one server as its link uses it, from the link's worker threads
     (implemented by :class:`albedo_actors.auth.server_auth.ServerAuth`)."""
 
-    def header(self) -> str | None:
-        """The ``Authorization`` value for the next request; None to send none."""
+    def headers(self, method: str, url: str) -> dict[str, str]:
+        """The auth headers (``Authorization``, and a ``DPoP`` proof for a DPoP-bound token)
+        of one ``method`` request to ``url``; empty to send none. Called once per HTTP
+        request: a proof is never reused."""
+
+    def dpop_nonce(self, url: str, nonce: str) -> bool:
+        """A response carried ``DPoP-Nonce`` (RFC 9449 9); True when it was kept."""
 
     def unauthorized(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
         """After a 401 to a request that sent ``sent``: the header to post it again
@@ -97,6 +102,7 @@ class HttpLink:
         self._static_headers = headers  # configured credentials: never logged
         # OAuth (a ServerAuth) unless the configuration gives its own Authorization.
         self._auth = None if any(h.lower() == "authorization" for h in headers) else auth
+        self._url = transport.url  # a DPoP proof's htu
         self._negotiated: mcp.Negotiated | None = None  # the connection's (use()); None: probing, modern headers
         self.session_id: str | None = None
         self._tool_headers: dict[str, dict[str, tuple[str, ...]]] = {}  # tool -> Mcp-Param header -> path
@@ -153,6 +159,7 @@ class HttpLink:
         finally:
             with self._lock:
                 self._others.discard(exchange)
+        self._nonce_from(reply)
         reply.close()
         if not 200 <= reply.status < 300:
             logger.debug("server %r refused %s with HTTP %s", self._server, message.get("method", "a response"), reply.status)
@@ -326,7 +333,9 @@ class HttpLink:
         """POST ``message``; None when it failed (``pending`` has failed then, or, past
         its deadline, is left for the caller's wait to time out)."""
         try:
-            return self._transport.send("POST", headers, exchange, body=jsonrpc.encode(message))
+            reply = self._transport.send("POST", headers, exchange, body=jsonrpc.encode(message))
+            self._nonce_from(reply)
+            return reply
         except HttpFailed as exc:
             if exc.timed_out and exchange.deadline is not None:
                 return None
@@ -338,6 +347,7 @@ class HttpLink:
     def _exchange(self, pending: Pending, message: dict[str, Any], exchange: Exchange,
                   reply: Reply | None = None, headers: dict[str, str] | None = None) -> None:
         attempt = 0
+        nonce_retried = False
         while True:
             if reply is None:
                 headers = self._headers_for(message)
@@ -345,11 +355,19 @@ class HttpLink:
                 if reply is None:
                     return
             assert headers is not None
+            if self._auth is not None and reply.status == 401 and "DPoP" in headers:
+                nonce = self._nonce_asked(pending, reply, nonce_retried)
+                if nonce is not None:
+                    if not nonce:
+                        return  # failed: asked again, or without a usable nonce
+                    nonce_retried, reply = True, None  # RFC 9449 9: once more, with the nonce
+                    continue
             if not self._authorize_again(pending, reply, headers.get("Authorization"), attempt):
                 if not self._channel.is_pending(pending):
                     return  # it failed as needing a sign-in
                 break
             attempt += 1
+            nonce_retried = False  # a new token: its server may ask for a nonce once more
             reply = None
             if self._closing.is_set() or not self._channel.is_pending(pending):
                 return
@@ -400,11 +418,33 @@ class HttpLink:
             return False
         return True
 
-    def _auth_header(self, headers: dict[str, str]) -> dict[str, str]:
+    def _nonce_asked(self, pending: Pending, reply: Reply, retried: bool) -> bool | None:
+        """A 401 to a DPoP request: None when it is not ``use_dpop_nonce`` (the usual 401
+        path follows); True to post again with the nonce it gave (once per token); False
+        when ``pending`` has failed (asked again, or gave no usable nonce)."""
+        challenge = auth_discovery.dpop_challenge(reply.headers)
+        if challenge is None or challenge.error != "use_dpop_nonce":
+            return None
+        reply.close()
+        assert self._auth is not None
+        nonce = reply.headers.get("dpop-nonce")
+        if retried or nonce is None or not self._auth.dpop_nonce(self._url, nonce):
+            why = ("asked again for a new DPoP nonce (use_dpop_nonce) after albedo sent the one it gave; albedo asks once"
+                   if retried else "asked for a DPoP nonce (use_dpop_nonce) without giving a usable one")
+            self._channel.fail(pending, HttpRefused(self._server, 401, f"{why}; {pending.method} did not run"))
+            return False
+        return True
+
+    def _nonce_from(self, reply: Reply) -> None:
+        """RFC 9449 8.2, 9: any response may carry the next nonce; the auth keeps it for the origin."""
         if self._auth is not None:
-            value = self._auth.header()
-            if value:
-                headers["Authorization"] = value
+            nonce = reply.headers.get("dpop-nonce")
+            if nonce is not None:
+                self._auth.dpop_nonce(self._url, nonce)
+
+    def _auth_header(self, headers: dict[str, str], method: str = "POST") -> dict[str, str]:
+        if self._auth is not None:
+            headers.update(self._auth.headers(method, self._url))
         return headers
 
     def _read_json(self, pending: Pending, reply: Reply) -> None:
@@ -541,7 +581,8 @@ class HttpLink:
         self.close("the server ended the session (HTTP 404)")
 
     def _delete_session(self, session_id: str) -> None:
-        headers = self._auth_header({"Mcp-Session-Id": session_id, "MCP-Protocol-Version": self.version, **self._static_headers})
+        headers = self._auth_header({"Mcp-Session-Id": session_id, "MCP-Protocol-Version": self.version, **self._static_headers},
+                                    "DELETE")
         try:
             self._transport.send("DELETE", headers, Exchange(), read_timeout=DELETE_TIMEOUT).close()
         except HttpFailed:
@@ -579,7 +620,7 @@ class HttpLink:
             InvalidHeaderValue: the id cannot go into a header.
         """
         headers: dict[str, str | bytes] = {**self._auth_header(
-            {"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers})}
+            {"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers}, "GET")}
         if self.session_id is not None:
             headers["Mcp-Session-Id"] = self.session_id
         if last_event_id:  # WHATWG: an empty last event ID string sends no header
@@ -643,6 +684,7 @@ class HttpLink:
             logger.debug("server %r: listening stream failed: %s", self._server, exc)
             return False, None, False
         self._listen_answered.set()
+        self._nonce_from(reply)
         if reply.status != 200 or not reply.is_sse:
             # A 405 or any other refusal leaves the stream closed for the connection's life.
             reply.close()
