@@ -150,16 +150,19 @@ class HttpLink:
                 raise LinkClosed()
             self._others.add(exchange)
         try:
-            reply = self._transport.send(
-                "POST", self._headers_for(message), exchange, body=jsonrpc.encode(message), read_timeout=NOTIFY_TIMEOUT
-            )
+            for again in (False, True):
+                headers = self._headers_for(message)
+                reply = self._transport.send("POST", headers, exchange, body=jsonrpc.encode(message), read_timeout=NOTIFY_TIMEOUT)
+                self._nonce_from(reply)
+                if again or not self._nonce_refused(reply, headers):
+                    break
+                reply.close()  # RFC 9449 9: once more, with the nonce it gave
         except HttpFailed as exc:
             logger.debug("server %r: %s was not delivered: %s", self._server, message.get("method", "a response"), exc)
             raise LinkClosed() from None
         finally:
             with self._lock:
                 self._others.discard(exchange)
-        self._nonce_from(reply)
         reply.close()
         if not 200 <= reply.status < 300:
             logger.debug("server %r refused %s with HTTP %s", self._server, message.get("method", "a response"), reply.status)
@@ -434,6 +437,15 @@ class HttpLink:
             self._channel.fail(pending, HttpRefused(self._server, 401, f"{why}; {pending.method} did not run"))
             return False
         return True
+
+    def _nonce_refused(self, reply: Reply, headers: dict[str, str]) -> bool:
+        """A 401 ``use_dpop_nonce`` to a DPoP request that gave a usable nonce (already kept)."""
+        if self._auth is None or reply.status != 401 or "DPoP" not in headers:
+            return False
+        challenge = auth_discovery.dpop_challenge(reply.headers)
+        nonce = reply.headers.get("dpop-nonce")
+        return (challenge is not None and challenge.error == "use_dpop_nonce" and nonce is not None
+                and self._auth.dpop_nonce(self._url, nonce))
 
     def _nonce_from(self, reply: Reply) -> None:
         """RFC 9449 8.2, 9: any response may carry the next nonce; the auth keeps it for the origin."""

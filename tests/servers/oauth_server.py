@@ -593,7 +593,7 @@ class Dpop:
         except jwt.PyJWTError:
             raise DpopProofError("not a JWS")
         jwk = header.get("jwk")
-        if header.get("typ") != "dpop+jwt" or header.get("alg") not in self.algorithms or header.get("alg") != "ES256":
+        if header.get("typ") != "dpop+jwt" or header.get("alg") not in (self.algorithms or ["ES256"]) or header.get("alg") != "ES256":
             raise DpopProofError("typ or alg not accepted")
         if not isinstance(jwk, dict) or "d" in jwk or jwk.get("kty") != "EC":
             raise DpopProofError("jwk missing, private or not EC")
@@ -935,7 +935,7 @@ def build_app(args: argparse.Namespace, port: int):
     metadata_body = json.loads(metadata.model_dump_json(exclude_none=True))
     metadata_body["issuer"] = issuer  # exact string (no normalisation of the path)
     dpop = Dpop(args, config, stats) if args.dpop else None
-    if dpop is not None:
+    if dpop is not None and dpop.algorithms:  # --dpop-algs "": listed nowhere, ES256 taken
         metadata_body["dpop_signing_alg_values_supported"] = dpop.algorithms
 
     async def as_metadata(request: Request) -> Response:
