@@ -137,17 +137,19 @@ class Prover:
         """A fresh proof for one ``method`` request to ``url``; ``ath`` when ``access_token`` is
         given (resource server), the origin's cached nonce unless ``nonce`` names one."""
         target, where = _split(url)
-        claims: dict[str, Any] = {"jti": _b64(secrets.token_bytes(16)), "htm": method, "htu": target,
-                                  "iat": int(time.time())}
+        # The claims are written out by hand (a proof is made per request): jti and ath are
+        # base64url, a nonce is NQCHAR (no quote, no backslash), htm and htu are JSON-quoted.
+        claims = (f'{{"jti":"{_b64(secrets.token_bytes(16))}","htm":{_quoted(method)},"htu":{_quoted(target)},'
+                  f'"iat":{int(time.time())}')
         if access_token is not None:
             cached = self._ath_for
             if cached is None or cached[0] != access_token:
                 cached = self._ath_for = (access_token, _ath(access_token))
-            claims["ath"] = cached[1]
+            claims += f',"ath":"{cached[1]}"'
         nonce = nonce if nonce is not None else NONCES.get(where)
-        if nonce is not None:
-            claims["nonce"] = nonce
-        signing_input = self._header + _b64(json.dumps(claims, separators=(",", ":")).encode("ascii"))
+        if nonce is not None and valid_nonce(nonce):
+            claims += f',"nonce":"{nonce}"'
+        signing_input = self._header + _b64((claims + "}").encode("ascii"))
         return signing_input + "." + _b64(self._sign(signing_input.encode("ascii")))
 
 
@@ -175,6 +177,11 @@ def prover(jwk: str) -> Prover:
 
 
 # -- URLs and nonces ---------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=64)
+def _quoted(text: str) -> str:
+    return json.dumps(text, ensure_ascii=True)
 
 
 @lru_cache(maxsize=256)

@@ -439,3 +439,14 @@ def test_a_token_response_says_whether_the_token_is_dpop_bound(sent, kept):
 
     body = json.dumps({"access_token": "a", "token_type": sent, "expires_in": 60}).encode()
     assert parse_token_response(body, 200, 0.0).token_type == kept
+
+
+def test_a_dpop_challenge_is_read_like_a_bearer_one():
+    from albedo_actors.auth.discovery import bearer_challenge, dpop_challenge
+
+    first = bearer_challenge({"www-authenticate": 'DPoP resource_metadata="https://rs.example/.well-known/x"'})
+    assert first is not None and first.scheme == "dpop" and first.resource_metadata == "https://rs.example/.well-known/x"
+    both = 'Bearer realm="a", DPoP error="use_dpop_nonce", algs="ES256"'
+    assert bearer_challenge(both).scheme == "bearer"  # the first of either scheme
+    assert dpop_challenge(both).error == "use_dpop_nonce"
+    assert dpop_challenge('Bearer error="invalid_token"') is None
