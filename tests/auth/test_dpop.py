@@ -450,3 +450,21 @@ def test_a_dpop_challenge_is_read_like_a_bearer_one():
     assert bearer_challenge(both).scheme == "bearer"  # the first of either scheme
     assert dpop_challenge(both).error == "use_dpop_nonce"
     assert dpop_challenge('Bearer error="invalid_token"') is None
+
+
+def test_a_refresh_writes_the_token_type_and_key_with_the_tokens():
+    from albedo_actors.auth.refresh import _carry_tokens
+
+    key = dpop.new_key()
+    stored = OAuthRecord(url="http://x/mcp", state="signed_in", access_token="old", token_type="Bearer", scope="s")
+    fresh = stored.replace(access_token="new", token_type="DPoP", dpop_key=key)
+    carried = _carry_tokens(stored, fresh)
+    assert (carried.access_token, carried.token_type, carried.dpop_key) == ("new", "DPoP", key)
+
+
+def test_a_dpop_token_type_to_a_request_without_a_proof_is_refused_in_one_line(kit, oauth_server):
+    server = oauth_server("--dpop", "--dpop-mislabel")
+    with pytest.raises(AuthError) as caught:
+        kit.sign_in(config_for(server.url, OAuthSettings(dpop=False)))
+    assert "\n" not in str(caught.value) and "without a DPoP proof" in str(caught.value)
+    assert from_credentials(kit.store.get_credentials(NAME)) is None  # nothing stored

@@ -565,12 +565,14 @@ class Dpop:
       401 ``invalid_token`` and counted. Challenges use the ``DPoP`` scheme.
     * ``--dpop-nonce-loop``: every nonce demand gives a new nonce and none is ever accepted.
     * ``--dpop-nonce-value V``: the nonce the server gives (else a random one).
+    * ``--dpop-mislabel``: a token request without a proof is answered token_type ``DPoP``.
     """
 
     def __init__(self, args: argparse.Namespace, config: "ServerConfig", stats: Stats) -> None:
         self.config, self.stats = config, stats
         self.algorithms = args.dpop_algs.split()
         self.bearer = args.dpop_bearer
+        self.mislabel = args.dpop_mislabel
         self.nonce_as, self.nonce_rs, self.loop = args.dpop_nonce_as, args.dpop_nonce_rs, args.dpop_nonce_loop
         self.nonce = args.dpop_nonce_value or secrets.token_urlsafe(16)
         self.seen_jtis: set[str] = set()
@@ -652,6 +654,8 @@ class Dpop:
         headers = dict(NO_STORE)
         if self.nonce_as and not self.loop:
             headers["DPoP-Nonce"] = self.nonce
+        if jkt is None and self.mislabel:
+            body["token_type"] = "DPoP"  # a bound token to a request that sent no proof
         if jkt is None or self.bearer:
             return body, headers
         self.bound[token.access_token] = jkt
@@ -1037,6 +1041,7 @@ def main() -> None:
     parser.add_argument("--dpop-nonce-rs", action="store_true", help="/mcp demands a DPoP nonce")
     parser.add_argument("--dpop-nonce-loop", action="store_true", help="every nonce demand gives a new one, none accepted")
     parser.add_argument("--dpop-nonce-value", default="", metavar="NONCE", help="the nonce given (default: random)")
+    parser.add_argument("--dpop-mislabel", action="store_true", help="answer token_type DPoP to a request without a proof")
     args = parser.parse_args()
 
     import uvicorn
