@@ -146,8 +146,11 @@ class Prover:
             if cached is None or cached[0] != access_token:
                 cached = self._ath_for = (access_token, _ath(access_token))
             claims += f',"ath":"{cached[1]}"'
-        nonce = nonce if nonce is not None else NONCES.get(where)
-        if nonce is not None and valid_nonce(nonce):
+        if nonce is None:
+            nonce = NONCES.get(where)  # checked when it was kept
+        elif not valid_nonce(nonce):
+            raise ValueError("not a DPoP nonce")
+        if nonce is not None:
             claims += f',"nonce":"{nonce}"'
         signing_input = self._header + _b64((claims + "}").encode("ascii"))
         return signing_input + "." + _b64(self._sign(signing_input.encode("ascii")))

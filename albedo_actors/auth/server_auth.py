@@ -75,6 +75,7 @@ class ServerAuth:
         self._signing_in = threading.Lock()  # one interactive sign-in at a time per server
         self._record: OAuthRecord | None = None
         self._loaded = 0.0
+        self._last_prover: dpop.Prover | None = None  # the record's key, loaded
 
     # -- what the link asks --------------------------------------------------------------------
 
@@ -203,8 +204,12 @@ class ServerAuth:
     def _prover(self, record: OAuthRecord) -> dpop.Prover | None:
         """The key of a DPoP-bound record; None (and the server needs a sign-in) when it is lost."""
         if record.dpop_key:
+            kept = self._last_prover
+            if kept is not None and kept.jwk == record.dpop_key:
+                return kept
             try:
-                return dpop.prover(record.dpop_key)
+                self._last_prover = dpop.prover(record.dpop_key)
+                return self._last_prover
             except dpop.DpopKeyError:
                 pass
         token = record.access_token
