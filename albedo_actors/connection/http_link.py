@@ -8,6 +8,12 @@ session id of an older server, and the listening thread.
   basic/transports); messages on its SSE stream go to the channel, which answers
   the server's requests (by POST) and resolves the pending request. A non-2xx
   answer carrying a JSON-RPC error reaches the request as the server's error.
+- Auth (a :class:`LinkAuth`, unless the configuration gives its own ``Authorization``):
+  every HTTP request asks it for its headers (``Authorization``, and a fresh DPoP proof
+  for a DPoP-bound token: the proof names the request's method), and every answer's
+  ``DPoP-Nonce`` goes to it. A 401 ``use_dpop_nonce`` to a DPoP request is posted again
+  once with the nonce it gave (RFC 9449 9; no refresh, no sign-in), a second one fails
+  the request; any other 401 (or a 403 ``insufficient_scope``) goes to the auth.
 - Modern requests carry ``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name`` and the
   tool's ``Mcp-Param-*`` headers; older ones ``Mcp-Session-Id`` and the negotiated
   ``MCP-Protocol-Version``. A 404 for the session ends the connection.
@@ -533,6 +539,7 @@ class HttpLink:
             resumed: Reply | None
             try:
                 resumed = self._transport.send("GET", headers, exchange)
+                self._nonce_from(resumed)
             except HttpFailed as exc:
                 resumed = None
                 problem = str(exc)
@@ -596,7 +603,9 @@ class HttpLink:
         headers = self._auth_header({"Mcp-Session-Id": session_id, "MCP-Protocol-Version": self.version, **self._static_headers},
                                     "DELETE")
         try:
-            self._transport.send("DELETE", headers, Exchange(), read_timeout=DELETE_TIMEOUT).close()
+            reply = self._transport.send("DELETE", headers, Exchange(), read_timeout=DELETE_TIMEOUT)
+            self._nonce_from(reply)
+            reply.close()
         except HttpFailed:
             pass  # the server may already be gone; the session ends with it
 

@@ -468,3 +468,12 @@ def test_a_dpop_token_type_to_a_request_without_a_proof_is_refused_in_one_line(k
         kit.sign_in(config_for(server.url, OAuthSettings(dpop=False)))
     assert "\n" not in str(caught.value) and "without a DPoP proof" in str(caught.value)
     assert from_credentials(kit.store.get_credentials(NAME)) is None  # nothing stored
+
+
+def test_a_hostile_authorization_server_nonce_is_refused_in_one_line(kit, oauth_server):
+    server = oauth_server("--dpop", "--dpop-nonce-as", "--dpop-nonce-value", "x" * 3000)
+    with pytest.raises(AuthError) as caught:
+        kit.sign_in(config_for(server.url))
+    message = str(caught.value)
+    assert "\n" not in message and "without giving a usable one" in message and "x" * 100 not in message
+    assert server.stats()["token_requests"]["authorization_code"] == 1  # no retry with a nonce it cannot use
