@@ -532,6 +532,7 @@ class SignIn:
         step_up = previous.step_up if previous is not None else None
         scope = discovery.choose_scope(step_up, challenge.scope if challenge else None,
                                        found.resource.scopes_supported, metadata.scopes_supported)
+        prover = _dpop_prover(self.server, metadata, previous)  # before the user is sent anywhere
         state = pkce.new_state()
         verifier = pkce.new_verifier()
         with self._lock:
@@ -578,7 +579,6 @@ class SignIn:
             raise AuthError(name, "the authorization response carried no code")
         form = tokens.code_grant(code, listener.redirect_uri, verifier, client.client_id, found.resource.resource or None)
         headers = _authenticate(form, client, metadata.token_endpoint, metadata.issuer, self.server.oauth, self.environ, name)
-        prover = _dpop_prover(self.server, metadata, previous)
         try:
             granted = _token_request(http, name, metadata.token_endpoint, form, headers, prover)
         except TokenError as exc:

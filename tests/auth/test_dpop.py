@@ -404,10 +404,12 @@ def test_dpop_false_sends_no_proof_even_to_a_server_that_lists_it(kit, oauth_ser
 def test_without_es256_listed_dpop_is_not_used_and_with_dpop_true_the_sign_in_stops(kit, oauth_server):
     server = oauth_server("--dpop", "--dpop-algs", "RS256 PS256")
     assert kit.sign_in(config_for(server.url)).token_type == "Bearer"
-    assert server.stats()["dpop_token_requests"] == 0
+    before = server.stats()
+    assert before["dpop_token_requests"] == 0
     with pytest.raises(AuthError) as caught:
         kit.sign_in(config_for(server.url, OAuthSettings(dpop=True)))
     assert "\n" not in str(caught.value) and "ES256" in str(caught.value) and '"dpop": false' in str(caught.value)
+    assert server.stats()["authorize_requests"] == before["authorize_requests"]  # stopped before the browser
 
 
 def test_dpop_true_uses_dpop_with_a_server_that_lists_no_algorithms(kit, oauth_server):
