@@ -234,7 +234,8 @@ def test_the_legacy_era_sends_proofs_for_post_get_and_delete(kit, oauth_server, 
     assert stats["bearer_with_bound_token"] == 0 and stats["dpop_replays"] == 0 and stats["dpop_proofs_refused"] == 0
 
 
-def test_a_refresh_keeps_the_key_and_a_restart_from_the_store_uses_it(kit, oauth_server):
+def test_a_refresh_keeps_the_key_and_a_restart_from_the_store_uses_it(kit, oauth_server, caplog):
+    caplog.set_level(logging.DEBUG)
     server = oauth_server("--dpop")
     config = config_for(server.url)
     before = kit.sign_in(config)
@@ -253,6 +254,9 @@ def test_a_refresh_keeps_the_key_and_a_restart_from_the_store_uses_it(kit, oauth
     assert stats["token_requests"]["refresh_token"] == 1 and stats["dpop_token_requests"] == 2
     assert stats["token_jkts"] == [thumbprint(before)] * 2 and stats["mcp_jkts"] == [thumbprint(before)]
     assert stats["bearer_with_bound_token"] == 0
+    logged = "\n".join(f"{r.getMessage()} {r.exc_text or ''}" for r in caplog.records)
+    assert json.loads(before.dpop_key)["d"] not in logged  # the private key is never logged
+    assert before.access_token not in logged and after.access_token not in logged
 
 
 def test_the_authorization_servers_nonce_is_answered_once(kit, oauth_server):
