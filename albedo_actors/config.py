@@ -45,7 +45,7 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _COMMON_KEYS = {"type", "enabled", "enabledTools", "disabledTools", "startupTimeoutMs", "callTimeoutMs"}
 _STDIO_KEYS = _COMMON_KEYS | {"command", "args", "cwd", "env"}
 _HTTP_KEYS = _COMMON_KEYS | {"url", "bearerTokenEnvVar", "headers", "caFile", "oauth"}
-_OAUTH_KEYS = {"grant", "clientId", "clientSecretEnvVar", "privateKeyEnvVar", "signingAlgorithm", "tokenEndpointAuthMethod", "clientMetadataUrl", "scope"}
+_OAUTH_KEYS = {"grant", "clientId", "clientSecretEnvVar", "privateKeyEnvVar", "signingAlgorithm", "tokenEndpointAuthMethod", "clientMetadataUrl", "scope", "dpop"}
 OAUTH_GRANTS = ("authorization_code", "client_credentials")
 OAUTH_AUTH_METHODS = ("none", "client_secret_basic", "client_secret_post", "private_key_jwt")
 OAUTH_SIGNING_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "ES512", "EdDSA")
@@ -71,6 +71,9 @@ class OAuthSettings:
     token_endpoint_auth_method: str | None = None
     client_metadata_url: str | None = None
     scope: str | None = None
+    # DPoP (RFC 9449): True always, False never, None when the authorization server lists
+    # dpop_signing_alg_values_supported (see auth/dpop.py).
+    dpop: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,9 @@ def _oauth(value: Any, where: str) -> OAuthSettings | None:
         parts = urllib.parse.urlsplit(metadata_url)
         if parts.scheme != "https" or not parts.hostname or parts.fragment or parts.username or parts.password:
             raise ConfigError(f'{where}: "clientMetadataUrl" must be an https URL without a fragment or userinfo')
+    dpop = value.get("dpop")  # DPoP (RFC 9449): see OAuthSettings.dpop
+    if dpop is not None and not isinstance(dpop, bool):
+        raise ConfigError(f'{where}: "dpop" must be true or false')
     settings = OAuthSettings(
         grant=grant,
         client_id=text("clientId"),
@@ -280,6 +286,7 @@ def _oauth(value: Any, where: str) -> OAuthSettings | None:
         token_endpoint_auth_method=method,
         client_metadata_url=metadata_url,
         scope=text("scope", 4096),
+        dpop=dpop,
     )
     if settings.client_secret_env_var and not settings.client_id:
         raise ConfigError(f'{where}: "clientSecretEnvVar" needs a "clientId"')

@@ -29,6 +29,7 @@ __all__ = [
     "check_iss",
     "check_resource_metadata",
     "choose_scope",
+    "dpop_challenge",
     "parse_www_authenticate",
     "protected_resource_metadata_urls",
     "step_up_scope",
@@ -263,15 +264,26 @@ def _header_values(headers: Any, name: str) -> list[str]:
 
 
 def bearer_challenge(headers: Any) -> Challenge | None:
-    """The first ``Bearer`` challenge of the response's ``WWW-Authenticate``.
+    """The first ``Bearer`` or ``DPoP`` challenge of the response's ``WWW-Authenticate``.
 
-    RFC 6750 3 / digest 7.1 step 1 and 7.2. ``headers`` may be a mapping
-    (case-insensitive names honoured), a list of ``(name, value)`` pairs (for
-    repeated headers) or the header value itself. None when there is none.
+    RFC 6750 3 / digest 7.1 step 1 and 7.2; RFC 9449 7.1: a server taking DPoP-bound
+    tokens challenges with the ``DPoP`` scheme (it carries ``resource_metadata``,
+    ``scope`` and ``error`` alike). ``headers`` may be a mapping (case-insensitive
+    names honoured), a list of ``(name, value)`` pairs (for repeated headers) or the
+    header value itself. None when there is none.
     """
     for value in _header_values(headers, "www-authenticate"):
         for challenge in parse_www_authenticate(value):
-            if challenge.scheme == "bearer":
+            if challenge.scheme in ("bearer", "dpop"):
+                return challenge
+    return None
+
+
+def dpop_challenge(headers: Any) -> Challenge | None:
+    """The first ``DPoP`` challenge (RFC 9449 7.1, 9: ``error="use_dpop_nonce"``), if any."""
+    for value in _header_values(headers, "www-authenticate"):
+        for challenge in parse_www_authenticate(value):
+            if challenge.scheme == "dpop":
                 return challenge
     return None
 
@@ -435,6 +447,8 @@ class AuthServerMetadata:
     token_endpoint_auth_methods_supported: tuple[str, ...]
     authorization_response_iss_parameter_supported: bool
     client_id_metadata_document_supported: bool
+    # RFC 9449 5.1: the JWS algorithms it takes for DPoP proofs (empty: it lists none)
+    dpop_signing_alg_values_supported: tuple[str, ...] = ()
 
 
 def _endpoint(doc: dict[str, Any], name: str, allow_http: bool, required: bool) -> str | None:
@@ -492,6 +506,7 @@ def check_authorization_server_metadata(doc: Json, issuer: str, mcp_url: str) ->
             doc.get("authorization_response_iss_parameter_supported") is True),
         client_id_metadata_document_supported=(
             doc.get("client_id_metadata_document_supported") is True),
+        dpop_signing_alg_values_supported=_str_list(doc.get("dpop_signing_alg_values_supported"), MAX_LIST, 32),
     )
 
 

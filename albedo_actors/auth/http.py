@@ -70,6 +70,7 @@ class AuthReply:
     body: bytes
     location: str | None = None
     www_authenticate: str | None = None
+    dpop_nonce: str | None = None  # RFC 9449 8: the server's DPoP-Nonce (unchecked server text)
 
     def json(self) -> Json:
         """The body as JSON, or None when it is not JSON (bounded as MCP messages are:
@@ -308,6 +309,7 @@ class AuthHttp:
             body=b"".join(chunks),
             location=response.getheader("Location"),
             www_authenticate=", ".join(challenges) if challenges else None,
+            dpop_nonce=response.getheader("DPoP-Nonce"),
         )
 
 

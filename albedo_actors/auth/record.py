@@ -55,6 +55,11 @@ class OAuthRecord:
     bound_client_id: str | None = None
     bound_issuer: str | None = None
     obtained_at: float | None = None  # when the access token was issued to us
+    # DPoP (RFC 9449, auth/dpop.py): the server's private key as a JWK, while DPoP is used
+    # for it, and the access token's type. A "DPoP" token is only ever sent with a proof
+    # of that key, never as Bearer.
+    token_type: str | None = None  # "Bearer" or "DPoP" (None: an older record, Bearer)
+    dpop_key: str | None = field(default=None, repr=False)
     updated_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -79,8 +84,13 @@ class OAuthRecord:
     def tokens(self) -> TokenSet | None:
         if not self.access_token:
             return None
-        return TokenSet(access_token=self.access_token, expires_at=self.expires_at,
+        return TokenSet(access_token=self.access_token, token_type=self.token_type or "Bearer", expires_at=self.expires_at,
                         refresh_token=self.refresh_token, scope=self.scope, account=self.account)
+
+    @property
+    def dpop_bound(self) -> bool:
+        """True when the access token is DPoP-bound: sent only with a proof of ``dpop_key``."""
+        return self.token_type == "DPoP"
 
     def expiring(self, now: float | None = None) -> bool:
         """True when the access token should be refreshed before it is sent.
@@ -103,6 +113,7 @@ class OAuthRecord:
     def with_tokens(self, tokens: TokenSet, requested_scope: str | None = None) -> "OAuthRecord":
         return self.replace(
             state="signed_in", reason=None, access_token=tokens.access_token, obtained_at=time.time(),
+            token_type=tokens.token_type,
             refresh_token=tokens.refresh_token, expires_at=tokens.expires_at,
             scope=tokens.scope or requested_scope or self.scope, account=tokens.account or self.account,
             requested_scope=requested_scope if requested_scope is not None else self.requested_scope,
@@ -111,7 +122,7 @@ class OAuthRecord:
     def signed_out(self, state: str, reason: str | None) -> "OAuthRecord":
         """The record without tokens (the client registration, its issuer and step-up are kept)."""
         return self.replace(state=state, reason=reason, access_token=None, refresh_token=None, expires_at=None, scope=None,
-                            obtained_at=None)
+                            obtained_at=None, token_type=None)
 
     def view(self) -> dict[str, Any]:
         """What the settings show: never a token or a secret."""

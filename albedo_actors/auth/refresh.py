@@ -104,8 +104,9 @@ def default_http(server: ServerConfig) -> AuthHttp:
     return AuthHttp(verify=server.ca_file or True, guard=AddressGuard(server.url or ""))
 
 
+# The DPoP key travels with the tokens it binds (a refresh keeps it: RFC 9449 5).
 _TOKEN_FIELDS = ("state", "reason", "access_token", "refresh_token", "expires_at", "obtained_at", "scope", "account",
-                 "requested_scope")
+                 "requested_scope", "token_type", "dpop_key")
 
 
 def _same_tokens(a: OAuthRecord, b: OAuthRecord) -> bool:

@@ -1,8 +1,9 @@
 """ServerAuth: the tokens of one server for its HTTP link.
 
 :class:`ServerAuth` is the per-server face an :class:`~albedo_actors.connection.http_link.HttpLink`
-uses from its POST worker threads: the ``Authorization`` value for the next request,
-what to do after a 401, and after a 403 ``insufficient_scope``.
+uses from its worker threads: the auth headers of each HTTP request (``Authorization``,
+plus a fresh ``DPoP`` proof for a DPoP-bound token, RFC 9449 7.1), the ``DPoP-Nonce``
+values answers carry, what to do after a 401, and after a 403 ``insufficient_scope``.
 
 It refreshes tokens through the :class:`RefreshFn` seam it declares (the daemon's
 TokenRefresher, adapted by ``actors.refresher.refresh_by``); nothing here knows actors.
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..config import ServerConfig
 from ..errors import AlbedoError, AuthError, NeedsSignIn, RefreshDeferred, StoreError
-from . import discovery
+from . import discovery, dpop
 from .discovery import Challenge
 from .record import OAuthRecord, from_credentials, usable
 from .refresh import REFRESH_WAIT_S
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the st
 log = logging.getLogger(__name__)
 
 MAX_AUTHORIZATIONS = 3  # interactive sign-ins in a row for one request (step-up loops end)
+KEY_LOST = "its DPoP key is missing or unreadable, so its DPoP-bound token is not sent; sign in again"
 
 
 class RefreshFn(Protocol):
@@ -73,23 +75,47 @@ class ServerAuth:
         self._signing_in = threading.Lock()  # one interactive sign-in at a time per server
         self._record: OAuthRecord | None = None
         self._loaded = 0.0
+        self._last_prover: dpop.Prover | None = None  # the record's key, loaded
 
     # -- what the link asks --------------------------------------------------------------------
 
-    def header(self) -> str | None:
-        """``Bearer <token>`` for the next request, refreshed first when it is expiring; None without one."""
+    def headers(self, method: str, url: str) -> dict[str, str]:
+        """The auth headers of one HTTP request (``method`` to ``url``), the token refreshed
+        first when it is expiring; empty without a token.
+
+        A Bearer token: ``Authorization: Bearer <token>``. A DPoP-bound token (RFC 9449 7.1):
+        ``Authorization: DPoP <token>`` and a fresh ``DPoP`` proof for this very request
+        (``htm``, ``htu``, ``ath``, the origin's nonce). A bound token whose key is missing or
+        unreadable is never sent (the server then needs a sign-in).
+        """
         record = self._current()
         if record is None or record.state != "signed_in" or not record.access_token:
-            return None
+            return {}
         if record.expiring():
             try:
                 fresh = self._refresh(record.access_token)
             except NeedsSignIn:
-                return None if record.expiring(time.time() - 60) else f"Bearer {record.access_token}"
+                fresh = None if record.expiring(time.time() - 60) else record
             if fresh is None or not fresh.access_token:
-                return None
-            return f"Bearer {fresh.access_token}"
-        return f"Bearer {record.access_token}"
+                return {}
+            record = fresh
+        token = record.access_token
+        assert token is not None
+        if record.token_type != "DPoP":
+            return {"Authorization": f"Bearer {token}"}
+        prover = self._prover(record)
+        if prover is None:
+            return {}
+        return {"Authorization": f"DPoP {token}", "DPoP": prover.proof(method, url, token)}
+
+    def header(self) -> str | None:
+        """The ``Authorization`` value for the next POST to the server; None without one."""
+        return self.headers("POST", self.server.url or "").get("Authorization")
+
+    def dpop_nonce(self, url: str, nonce: str) -> bool:
+        """A response from ``url`` carried ``DPoP-Nonce: nonce`` (RFC 9449 8.2, 9): kept for its
+        origin when it is well-formed; True then."""
+        return dpop.NONCES.put(url, nonce)
 
     def unauthorized(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
         """After a 401: the header to post again with, or raise :class:`NeedsSignIn`.
@@ -99,12 +125,15 @@ class ServerAuth:
         ``resource_metadata`` and ``scope`` guide the sign-in) and the interactive
         sign-in runs when there is one, at most :data:`MAX_AUTHORIZATIONS` times.
         """
-        seen = sent[7:] if sent and sent.startswith("Bearer ") else None
+        seen = _sent_token(sent)
+        why = "the server refused the token" if seen else "the server asks for a sign-in"
         if seen is None:
             # Nothing was sent: perhaps the user signed in since this link last looked.
             record = self._current(force=True)
             if record is not None and record.state == "signed_in" and record.access_token and attempt == 0:
-                return f"Bearer {record.access_token}"
+                return _authorization(record)
+            if record is not None and record.state == "needs_sign_in" and record.reason == KEY_LOST:
+                why = KEY_LOST
         if seen is not None and attempt == 0:
             try:
                 record = self._refresh(seen)
@@ -113,17 +142,16 @@ class ServerAuth:
             except NeedsSignIn:
                 record = None
             if record is not None and record.state == "signed_in" and record.access_token and record.access_token != seen:
-                return f"Bearer {record.access_token}"
-        return self._sign_in(challenge, method, attempt, "the server refused the token" if seen else "the server asks for a sign-in",
-                             seen)
+                return _authorization(record)
+        return self._sign_in(challenge, method, attempt, why, seen)
 
     def forbidden(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
         """After a 403 ``insufficient_scope``: record the step-up; sign in again or raise."""
-        seen = sent[7:] if sent and sent.startswith("Bearer ") else None
+        seen = _sent_token(sent)
         record = self._current(force=True)
         if (record is not None and record.state == "signed_in" and record.access_token
                 and record.access_token != seen and not record.step_up):
-            return f"Bearer {record.access_token}"  # signed in again elsewhere since: try that token
+            return _authorization(record)  # signed in again elsewhere since: try that token
         requested = (record.requested_scope or record.scope) if record is not None else None
         wanted = discovery.step_up_scope(requested, challenge.scope if challenge else None) or None
 
@@ -171,7 +199,29 @@ class ServerAuth:
         record = self._current(force=True)
         if record is None or not record.access_token:
             raise NeedsSignIn(self.server.name, why, method)
-        return f"Bearer {record.access_token}"
+        return _authorization(record)
+
+    def _prover(self, record: OAuthRecord) -> dpop.Prover | None:
+        """The key of a DPoP-bound record; None (and the server needs a sign-in) when it is lost."""
+        if record.dpop_key:
+            kept = self._last_prover
+            if kept is not None and kept.jwk == record.dpop_key:
+                return kept
+            try:
+                self._last_prover = dpop.prover(record.dpop_key)
+                return self._last_prover
+            except dpop.DpopKeyError:
+                pass
+        token = record.access_token
+        log.warning("server %r: %s", self.server.name, KEY_LOST)
+
+        def lost(r: OAuthRecord) -> OAuthRecord:
+            if r.access_token != token:
+                return r  # signed in again meanwhile
+            return r.signed_out("needs_sign_in", KEY_LOST)
+
+        self._update(lost)
+        return None
 
     def _refresh(self, seen: str | None) -> OAuthRecord | None:
         try:
@@ -229,6 +279,19 @@ class ServerAuth:
             return
         with self._lock:
             self._record, self._loaded = usable(from_credentials(new), url), time.monotonic()
+
+
+def _sent_token(sent: str | None) -> str | None:
+    """The token of a sent ``Authorization`` value (``Bearer`` or ``DPoP`` scheme)."""
+    if sent:
+        scheme, _, token = sent.partition(" ")
+        if scheme.lower() in ("bearer", "dpop") and token:
+            return token
+    return None
+
+
+def _authorization(record: OAuthRecord) -> str:
+    return f"{'DPoP' if record.token_type == 'DPoP' else 'Bearer'} {record.access_token}"
 
 
 def sign_in_needed(server: ServerConfig, credentials: Credentials | None) -> str | None:

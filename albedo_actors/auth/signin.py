@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from ..config import OAuthSettings, ServerConfig
 from ..errors import AuthError, ConfigError, StoreError
-from . import discovery, pkce, registration, tokens
+from . import discovery, dpop, pkce, registration, tokens
 from .addresses import AddressGuard
 from .browser import check_authorization_url, open_authorization_url
 from .callback import DEFAULT_LIFETIME_S, DEFAULT_PORT, CallbackListener
@@ -324,12 +324,96 @@ def _assertion(client_id: str, audience: str, settings: OAuthSettings | None, en
         raise ConfigError(f"server {name!r}: the private key in ${variable} cannot sign {settings.signing_algorithm} ({type(exc).__name__})") from None
 
 
-def _token_request(http: AuthHttp, name: str, endpoint: str, form: dict, headers: dict) -> TokenSet:
-    try:
-        reply = http.post_form(endpoint, form, headers)
-    except AuthHttpError as exc:
-        raise TokenError(f"token request failed: {exc}", error="unreachable", transient=exc.transient) from None
-    return tokens.parse_token_response(reply.body, reply.status, time.time())
+def _token_request(http: AuthHttp, name: str, endpoint: str, form: dict, headers: dict,
+                   prover: dpop.Prover | None = None) -> TokenSet:
+    """One token request (every grant's, and every refresh's): the answer's checked tokens.
+
+    With a ``prover`` (DPoP, RFC 9449 5) each POST carries a fresh proof (no ``ath``);
+    a 400 ``use_dpop_nonce`` carrying a usable ``DPoP-Nonce`` is answered once with a new
+    proof holding that nonce (RFC 9449 8), a second one is an error. Any answer's
+    ``DPoP-Nonce`` is kept for the origin. A DPoP-bound token to a request that sent no
+    proof is refused (it could never be used); a ``Bearer`` answer to a proof is
+    accepted (RFC 9449 5: the server may issue one) and used as Bearer.
+
+    Raises:
+        TokenError: refused, unreachable, or an answer that cannot be used.
+    """
+    retried = False
+    while True:
+        sent = headers if prover is None else {**headers, "DPoP": prover.proof("POST", endpoint)}
+        try:
+            reply = http.post_form(endpoint, form, sent)
+        except AuthHttpError as exc:
+            raise TokenError(f"token request failed: {exc}", error="unreachable", transient=exc.transient) from None
+        fresh_nonce = reply.dpop_nonce is not None and dpop.NONCES.put(endpoint, reply.dpop_nonce)
+        if prover is not None and reply.status == 400 and _error_code(reply) == "use_dpop_nonce":
+            if not fresh_nonce:
+                raise TokenError("the authorization server asked for a DPoP nonce (use_dpop_nonce) without giving a "
+                                 "usable one", error="use_dpop_nonce", transient=False, status=400)
+            if retried:
+                raise TokenError("the authorization server asked again for a new DPoP nonce (use_dpop_nonce) after "
+                                 "albedo sent the one it gave; albedo asks once", error="use_dpop_nonce", transient=True,
+                                 status=400)
+            retried = True
+            continue
+        granted = tokens.parse_token_response(reply.body, reply.status, time.time())
+        if prover is None and granted.token_type == "DPoP":
+            raise TokenError("the authorization server issued a DPoP-bound token to a request without a DPoP proof",
+                             error="invalid_response", transient=False, status=reply.status)
+        return granted
+
+
+def _error_code(reply: AuthReply) -> str | None:
+    data = reply.json()
+    return tokens._error_code(data.get("error")) if isinstance(data, dict) else None
+
+
+def _dpop_prover(server: ServerConfig, metadata: AuthServerMetadata, previous: OAuthRecord | None) -> dpop.Prover | None:
+    """The DPoP key of a new sign-in (the stored one, else a new one), or None without DPoP.
+
+    DPoP is used when ``"oauth": {"dpop": true}``, or, unless ``"dpop": false``, when the
+    authorization server lists ``dpop_signing_alg_values_supported`` (RFC 9449 5.1).
+    albedo signs ES256 only: a server listing other algorithms only is not sent proofs
+    (Bearer, as without DPoP), and with ``"dpop": true`` the sign-in stops.
+
+    Raises:
+        AuthError: DPoP is configured and the server lists algorithms without ES256.
+    """
+    wanted = server.oauth.dpop if server.oauth is not None else None
+    algorithms = metadata.dpop_signing_alg_values_supported
+    if wanted is False or (wanted is None and not algorithms):
+        return None
+    if algorithms and dpop.ALGORITHM not in algorithms:
+        if wanted:
+            shown = ", ".join(a[:16] for a in algorithms[:8])
+            raise AuthError(server.name, f"its authorization server takes DPoP proofs signed with {shown} only, and albedo "
+                                         f'signs them with {dpop.ALGORITHM}; set "dpop": false to sign in without DPoP')
+        return None
+    stored = previous.dpop_key if previous is not None else None
+    if stored:
+        try:
+            return dpop.prover(stored)
+        except dpop.DpopKeyError:
+            pass  # a damaged key: this sign-in makes a new one
+    return dpop.prover(dpop.new_key())
+
+
+def _record_prover(record: OAuthRecord) -> dpop.Prover | None:
+    """The DPoP key of a stored sign-in, for its refresh (the same key: RFC 9449 5).
+
+    Raises:
+        TokenError: the token is DPoP-bound and its key is missing or unreadable (never
+            a Bearer fallback: sign in again).
+    """
+    if record.dpop_key:
+        try:
+            return dpop.prover(record.dpop_key)
+        except dpop.DpopKeyError:
+            pass
+    elif not record.dpop_bound:
+        return None
+    raise TokenError("its DPoP key is missing or unreadable, so its DPoP-bound tokens cannot be used; sign in again",
+                     error="dpop_key", transient=False)
 
 
 # -- storing ----------------------------------------------------------------------------------
@@ -448,6 +532,7 @@ class SignIn:
         step_up = previous.step_up if previous is not None else None
         scope = discovery.choose_scope(step_up, challenge.scope if challenge else None,
                                        found.resource.scopes_supported, metadata.scopes_supported)
+        prover = _dpop_prover(self.server, metadata, previous)  # before the user is sent anywhere
         state = pkce.new_state()
         verifier = pkce.new_verifier()
         with self._lock:
@@ -495,7 +580,7 @@ class SignIn:
         form = tokens.code_grant(code, listener.redirect_uri, verifier, client.client_id, found.resource.resource or None)
         headers = _authenticate(form, client, metadata.token_endpoint, metadata.issuer, self.server.oauth, self.environ, name)
         try:
-            granted = _token_request(http, name, metadata.token_endpoint, form, headers)
+            granted = _token_request(http, name, metadata.token_endpoint, form, headers, prover)
         except TokenError as exc:
             if exc.error == "invalid_client" and client.kind == "registered":
                 raise AuthError(name, f"{exc}; {forget_registration(self.store, metadata.issuer, client.client_id)}") from None
@@ -506,7 +591,7 @@ class SignIn:
             token_endpoint=metadata.token_endpoint, client_kind=client.kind, client_id=client.client_id,
             client_secret=client.secret if client.kind == "registered" else None, auth_method=client.method,
             step_up=None, resource_metadata=challenge.resource_metadata if challenge else None,
-            challenge_scope=challenge.scope if challenge else None,
+            challenge_scope=challenge.scope if challenge else None, dpop_key=prover.jwk if prover is not None else None,
         )
         return _bound(record, client, metadata.issuer).with_tokens(granted, requested_scope=scope)
 
@@ -572,12 +657,14 @@ def client_credentials_record(http: AuthHttp, server: ServerConfig, found: Disco
     (settings, client_id), url = _credentials_client(server), _url(server)
     check_client_issuer(store, server, client_id, metadata.issuer)
     scope = _scope_for_credentials(server, found, challenge, previous)
+    prover = _dpop_prover(server, metadata, previous)
     base = (previous or OAuthRecord(url=url)).replace(
         url=url, resource=found.resource.resource or None, issuer=metadata.issuer, token_endpoint=metadata.token_endpoint,
         client_kind="client_credentials", client_id=client_id, client_secret=None,
         auth_method=_credentials_method(settings, metadata), step_up=None, requested_scope=scope,
         resource_metadata=challenge.resource_metadata if challenge else None,
-        challenge_scope=challenge.scope if challenge else None,
+        challenge_scope=challenge.scope if challenge else None, dpop_key=prover.jwk if prover is not None else None,
+        token_type=None,
     )
     granted = _credentials_grant(http, server, base, environ)
     base = dataclasses.replace(base, bound_client_id=client_id, bound_issuer=metadata.issuer)
@@ -615,7 +702,7 @@ def _credentials_grant(http: AuthHttp, server: ServerConfig, record: OAuthRecord
         form["scope"] = record.requested_scope
     headers = _authenticate(form, client, record.token_endpoint, record.issuer, settings, environ, server.name)
     try:
-        return _token_request(http, server.name, record.token_endpoint, form, headers)
+        return _token_request(http, server.name, record.token_endpoint, form, headers, _record_prover(record))
     except TokenError as exc:
         if exc.transient:
             raise
@@ -653,6 +740,6 @@ def refresh_record(http: AuthHttp, server: ServerConfig, record: OAuthRecord, en
         secret = record.client_secret
     client = Client(record.client_kind or "registered", record.client_id, secret, record.auth_method)
     headers = _authenticate(form, client, record.token_endpoint, record.issuer, server.oauth, environ, server.name)
-    granted = _token_request(http, server.name, record.token_endpoint, form, headers)
+    granted = _token_request(http, server.name, record.token_endpoint, form, headers, _record_prover(record))
     merged = tokens.merge_refreshed(record.tokens or granted, granted)
     return record.with_tokens(merged)

@@ -229,9 +229,10 @@ def parse_token_response(body: bytes, status: int, now: float) -> TokenSet:
     access = _check_token("access_token", data.get("access_token"),
                           allow_space=False)
     token_type = data.get("token_type")
-    if not isinstance(token_type, str) or token_type.lower() != "bearer":
+    # RFC 9449 5: a DPoP-bound token says "DPoP" (whether one may come is the caller's check)
+    if not isinstance(token_type, str) or token_type.lower() not in ("bearer", "dpop"):
         shown = token_type[:32] if isinstance(token_type, str) else None
-        raise TokenError(f"token_type {shown!r} is not Bearer",
+        raise TokenError(f"token_type {shown!r} is not Bearer (nor DPoP)",
                          error="invalid_response", transient=False,
                          status=status)
 
@@ -260,7 +261,7 @@ def parse_token_response(body: bytes, status: int, now: float) -> TokenSet:
                              status=status)
         scope = scope or None
 
-    return TokenSet(access_token=access, token_type="Bearer",
+    return TokenSet(access_token=access, token_type="DPoP" if token_type.lower() == "dpop" else "Bearer",
                     expires_at=expires_at, refresh_token=refresh, scope=scope,
                     account=_account(data.get("id_token")))
 

@@ -8,6 +8,12 @@ session id of an older server, and the listening thread.
   basic/transports); messages on its SSE stream go to the channel, which answers
   the server's requests (by POST) and resolves the pending request. A non-2xx
   answer carrying a JSON-RPC error reaches the request as the server's error.
+- Auth (a :class:`LinkAuth`, unless the configuration gives its own ``Authorization``):
+  every HTTP request asks it for its headers (``Authorization``, and a fresh DPoP proof
+  for a DPoP-bound token: the proof names the request's method), and every answer's
+  ``DPoP-Nonce`` goes to it. A 401 ``use_dpop_nonce`` to a DPoP request is posted again
+  once with the nonce it gave (RFC 9449 9; no refresh, no sign-in), a second one fails
+  the request; any other 401 (or a 403 ``insufficient_scope``) goes to the auth.
 - Modern requests carry ``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name`` and the
   tool's ``Mcp-Param-*`` headers; older ones ``Mcp-Session-Id`` and the negotiated
   ``MCP-Protocol-Version``. A 404 for the session ends the connection.
@@ -75,8 +81,13 @@ class LinkAuth(Protocol):
     """The OAuth of one server as its link uses it, from the link's worker threads
     (implemented by :class:`albedo_actors.auth.server_auth.ServerAuth`)."""
 
-    def header(self) -> str | None:
-        """The ``Authorization`` value for the next request; None to send none."""
+    def headers(self, method: str, url: str) -> dict[str, str]:
+        """The auth headers (``Authorization``, and a ``DPoP`` proof for a DPoP-bound token)
+        of one ``method`` request to ``url``; empty to send none. Called once per HTTP
+        request: a proof is never reused."""
+
+    def dpop_nonce(self, url: str, nonce: str) -> bool:
+        """A response carried ``DPoP-Nonce`` (RFC 9449 9); True when it was kept."""
 
     def unauthorized(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
         """After a 401 to a request that sent ``sent``: the header to post it again
@@ -97,6 +108,7 @@ class HttpLink:
         self._static_headers = headers  # configured credentials: never logged
         # OAuth (a ServerAuth) unless the configuration gives its own Authorization.
         self._auth = None if any(h.lower() == "authorization" for h in headers) else auth
+        self._url = transport.url  # a DPoP proof's htu
         self._negotiated: mcp.Negotiated | None = None  # the connection's (use()); None: probing, modern headers
         self.session_id: str | None = None
         self._tool_headers: dict[str, dict[str, tuple[str, ...]]] = {}  # tool -> Mcp-Param header -> path
@@ -144,9 +156,13 @@ class HttpLink:
                 raise LinkClosed()
             self._others.add(exchange)
         try:
-            reply = self._transport.send(
-                "POST", self._headers_for(message), exchange, body=jsonrpc.encode(message), read_timeout=NOTIFY_TIMEOUT
-            )
+            for again in (False, True):
+                headers = self._headers_for(message)
+                reply = self._transport.send("POST", headers, exchange, body=jsonrpc.encode(message), read_timeout=NOTIFY_TIMEOUT)
+                self._nonce_from(reply)
+                if again or not self._nonce_refused(reply, headers):
+                    break
+                reply.close()  # RFC 9449 9: once more, with the nonce it gave
         except HttpFailed as exc:
             logger.debug("server %r: %s was not delivered: %s", self._server, message.get("method", "a response"), exc)
             raise LinkClosed() from None
@@ -326,7 +342,9 @@ class HttpLink:
         """POST ``message``; None when it failed (``pending`` has failed then, or, past
         its deadline, is left for the caller's wait to time out)."""
         try:
-            return self._transport.send("POST", headers, exchange, body=jsonrpc.encode(message))
+            reply = self._transport.send("POST", headers, exchange, body=jsonrpc.encode(message))
+            self._nonce_from(reply)
+            return reply
         except HttpFailed as exc:
             if exc.timed_out and exchange.deadline is not None:
                 return None
@@ -338,6 +356,7 @@ class HttpLink:
     def _exchange(self, pending: Pending, message: dict[str, Any], exchange: Exchange,
                   reply: Reply | None = None, headers: dict[str, str] | None = None) -> None:
         attempt = 0
+        nonce_retried = False
         while True:
             if reply is None:
                 headers = self._headers_for(message)
@@ -345,11 +364,19 @@ class HttpLink:
                 if reply is None:
                     return
             assert headers is not None
+            if self._auth is not None and reply.status == 401 and "DPoP" in headers:
+                nonce = self._nonce_asked(pending, reply, nonce_retried)
+                if nonce is not None:
+                    if not nonce:
+                        return  # failed: asked again, or without a usable nonce
+                    nonce_retried, reply = True, None  # RFC 9449 9: once more, with the nonce
+                    continue
             if not self._authorize_again(pending, reply, headers.get("Authorization"), attempt):
                 if not self._channel.is_pending(pending):
                     return  # it failed as needing a sign-in
                 break
             attempt += 1
+            nonce_retried = False  # a new token: its server may ask for a nonce once more
             reply = None
             if self._closing.is_set() or not self._channel.is_pending(pending):
                 return
@@ -400,11 +427,42 @@ class HttpLink:
             return False
         return True
 
-    def _auth_header(self, headers: dict[str, str]) -> dict[str, str]:
+    def _nonce_asked(self, pending: Pending, reply: Reply, retried: bool) -> bool | None:
+        """A 401 to a DPoP request: None when it is not ``use_dpop_nonce`` (the usual 401
+        path follows); True to post again with the nonce it gave (once per token); False
+        when ``pending`` has failed (asked again, or gave no usable nonce)."""
+        challenge = auth_discovery.dpop_challenge(reply.headers)
+        if challenge is None or challenge.error != "use_dpop_nonce":
+            return None
+        reply.close()
+        assert self._auth is not None
+        nonce = reply.headers.get("dpop-nonce")
+        if retried or nonce is None or not self._auth.dpop_nonce(self._url, nonce):
+            why = ("asked again for a new DPoP nonce (use_dpop_nonce) after albedo sent the one it gave; albedo asks once"
+                   if retried else "asked for a DPoP nonce (use_dpop_nonce) without giving a usable one")
+            self._channel.fail(pending, HttpRefused(self._server, 401, f"{why}; {pending.method} did not run"))
+            return False
+        return True
+
+    def _nonce_refused(self, reply: Reply, headers: dict[str, str]) -> bool:
+        """A 401 ``use_dpop_nonce`` to a DPoP request that gave a usable nonce (already kept)."""
+        if self._auth is None or reply.status != 401 or "DPoP" not in headers:
+            return False
+        challenge = auth_discovery.dpop_challenge(reply.headers)
+        nonce = reply.headers.get("dpop-nonce")
+        return (challenge is not None and challenge.error == "use_dpop_nonce" and nonce is not None
+                and self._auth.dpop_nonce(self._url, nonce))
+
+    def _nonce_from(self, reply: Reply) -> None:
+        """RFC 9449 8.2, 9: any response may carry the next nonce; the auth keeps it for the origin."""
         if self._auth is not None:
-            value = self._auth.header()
-            if value:
-                headers["Authorization"] = value
+            nonce = reply.headers.get("dpop-nonce")
+            if nonce is not None:
+                self._auth.dpop_nonce(self._url, nonce)
+
+    def _auth_header(self, headers: dict[str, str], method: str = "POST") -> dict[str, str]:
+        if self._auth is not None:
+            headers.update(self._auth.headers(method, self._url))
         return headers
 
     def _read_json(self, pending: Pending, reply: Reply) -> None:
@@ -481,6 +539,7 @@ class HttpLink:
             resumed: Reply | None
             try:
                 resumed = self._transport.send("GET", headers, exchange)
+                self._nonce_from(resumed)
             except HttpFailed as exc:
                 resumed = None
                 problem = str(exc)
@@ -541,9 +600,12 @@ class HttpLink:
         self.close("the server ended the session (HTTP 404)")
 
     def _delete_session(self, session_id: str) -> None:
-        headers = self._auth_header({"Mcp-Session-Id": session_id, "MCP-Protocol-Version": self.version, **self._static_headers})
+        headers = self._auth_header({"Mcp-Session-Id": session_id, "MCP-Protocol-Version": self.version, **self._static_headers},
+                                    "DELETE")
         try:
-            self._transport.send("DELETE", headers, Exchange(), read_timeout=DELETE_TIMEOUT).close()
+            reply = self._transport.send("DELETE", headers, Exchange(), read_timeout=DELETE_TIMEOUT)
+            self._nonce_from(reply)
+            reply.close()
         except HttpFailed:
             pass  # the server may already be gone; the session ends with it
 
@@ -579,7 +641,7 @@ class HttpLink:
             InvalidHeaderValue: the id cannot go into a header.
         """
         headers: dict[str, str | bytes] = {**self._auth_header(
-            {"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers})}
+            {"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers}, "GET")}
         if self.session_id is not None:
             headers["Mcp-Session-Id"] = self.session_id
         if last_event_id:  # WHATWG: an empty last event ID string sends no header
@@ -643,6 +705,7 @@ class HttpLink:
             logger.debug("server %r: listening stream failed: %s", self._server, exc)
             return False, None, False
         self._listen_answered.set()
+        self._nonce_from(reply)
         if reply.status != 200 or not reply.is_sse:
             # A 405 or any other refusal leaves the stream closed for the connection's life.
             reply.close()

@@ -132,7 +132,7 @@ def test_repr_hides_tokens_and_is_frozen():
         tokens.access_token = "x"
 
 
-@pytest.mark.parametrize("token_type", ["mac", "DPoP", "", None, 5, "Bearer "])
+@pytest.mark.parametrize("token_type", ["mac", "DPoP ", "", None, 5, "Bearer "])
 def test_wrong_token_type_is_refused(token_type):
     fields = {"access_token": ACCESS}
     if token_type is not None:

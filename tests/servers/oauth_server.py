@@ -148,6 +148,17 @@ class Stats:
         self.mcp_requests_authorized = 0
         self.mcp_requests_unauthorized = 0
         self.mcp_requests_forbidden = 0
+        # DPoP (--dpop)
+        self.dpop_token_requests = 0  # token requests with a valid proof
+        self.dpop_proofs_refused = 0  # proofs refused (token endpoint and /mcp)
+        self.dpop_replays = 0  # proofs whose jti was seen before
+        self.dpop_nonce_challenges_as = 0
+        self.dpop_nonce_challenges_rs = 0
+        self.mcp_requests_dpop = 0  # /mcp requests authorized with the DPoP scheme
+        self.dpop_methods: dict[str, int] = {}  # ... per HTTP method
+        self.bearer_with_bound_token = 0  # a DPoP-bound token sent as Bearer (must stay 0)
+        self.token_jkts: list[str] = []  # the key thumbprint of every bound token issued
+        self.mcp_jkts: list[str] = []  # the key thumbprints /mcp saw
 
     def as_json(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -333,6 +344,7 @@ class TokenEndpoint:
     def __init__(self, provider: MemoryProvider, config: ServerConfig, stats: Stats) -> None:
         self.provider, self.config, self.stats = provider, config, stats
         self.seen_jtis: set[str] = set()
+        self.dpop: Dpop | None = None
 
     async def authenticate(self, request: Request, form: dict[str, str]) -> OAuthClientInformationFull:
         auth_header = request.headers.get("authorization", "")
@@ -442,6 +454,12 @@ class TokenEndpoint:
             self.stats.token_requests[grant_type] += 1
         if "scope" in form:
             self.stats.last_token_scope = form["scope"]
+        jkt = None
+        if self.dpop is not None:
+            checked = await self.dpop.token_request(request, form)
+            if isinstance(checked, Response):
+                return checked
+            jkt = checked
         try:
             if not grant_type:
                 raise TokenFailure("invalid_request", "grant_type is required")
@@ -453,6 +471,9 @@ class TokenEndpoint:
             return failure.response()
         except TokenError as error:
             return TokenFailure(error.error, error.error_description or error.error).response()
+        if self.dpop is not None:
+            body, headers = self.dpop.issued(token, jkt)
+            return JSONResponse(body, headers=headers)
         return JSONResponse(token.model_dump(exclude_none=True), headers=NO_STORE)
 
     async def _authorization_code(self, client: OAuthClientInformationFull, form: dict[str, str]) -> OAuthToken:
@@ -507,6 +528,191 @@ class TokenEndpoint:
         return self.provider.issue_client_credentials(client.client_id, scopes, resource)
 
 
+# -- DPoP (RFC 9449): --dpop and its flags ------------------------------------------------------
+
+
+class DpopProofError(Exception):
+    pass
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def jwk_thumbprint(jwk: dict) -> str:
+    """RFC 7638 SHA-256 thumbprint of an EC public JWK."""
+    members = {name: jwk[name] for name in ("crv", "kty", "x", "y")}
+    return _b64url(hashlib.sha256(json.dumps(members, separators=(",", ":"), sort_keys=True).encode()).digest())
+
+
+class Dpop:
+    """The server's DPoP side (``--dpop``): proofs checked with pyjwt/cryptography at the
+    token endpoint and at /mcp, tokens bound to the proof key (``cnf.jkt``), nonces.
+
+    * Token endpoint: a request with a ``DPoP`` header must carry one valid proof
+      (``typ`` dpop+jwt, ``alg`` listed, a public ``jwk``, the signature, ``htm`` POST,
+      ``htu`` the token endpoint, ``iat`` within 5 minutes, a ``jti`` never seen): else 400
+      ``invalid_dpop_proof``. With ``--dpop-nonce-as`` its ``nonce`` must be the server's
+      (else 400 ``use_dpop_nonce`` with ``DPoP-Nonce``). The tokens it gets are bound to
+      the key (token_type ``DPoP``; the refresh token too: refreshing it needs a proof of
+      the same key, else ``invalid_grant``), unless ``--dpop-bearer`` (Bearer, unbound).
+      A request without a proof gets unbound Bearer tokens.
+    * /mcp: a bound token is taken only as ``Authorization: DPoP <token>`` with one valid
+      proof (``htm`` the method, ``htu`` the MCP URL, ``ath`` of the token, the token's
+      ``jkt``, a fresh ``jti``: a replayed proof is 401 ``invalid_dpop_proof``); with
+      ``--dpop-nonce-rs`` its nonce must be the server's (401 ``WWW-Authenticate: DPoP
+      error="use_dpop_nonce"`` with ``DPoP-Nonce``). A bound token sent as Bearer is
+      401 ``invalid_token`` and counted. Challenges use the ``DPoP`` scheme.
+    * ``--dpop-nonce-loop``: every nonce demand gives a new nonce and none is ever accepted.
+    * ``--dpop-nonce-value V``: the nonce the server gives (else a random one).
+    * ``--dpop-mislabel``: a token request without a proof is answered token_type ``DPoP``.
+    """
+
+    def __init__(self, args: argparse.Namespace, config: "ServerConfig", stats: Stats) -> None:
+        self.config, self.stats = config, stats
+        self.algorithms = args.dpop_algs.split()
+        self.bearer = args.dpop_bearer
+        self.mislabel = args.dpop_mislabel
+        self.nonce_as, self.nonce_rs, self.loop = args.dpop_nonce_as, args.dpop_nonce_rs, args.dpop_nonce_loop
+        self.nonce = args.dpop_nonce_value or secrets.token_urlsafe(16)
+        self.seen_jtis: set[str] = set()
+        self.bound: dict[str, str] = {}  # access token -> jkt
+        self.bound_refresh: dict[str, str] = {}  # refresh token -> jkt
+
+    # -- proofs --------------------------------------------------------------------------
+
+    def verify(self, headers: Headers, method: str, url: str, token: str | None = None) -> dict:
+        """The checked claims of the request's one proof, with ``jkt``; raises DpopProofError."""
+        import jwt
+        from jwt.algorithms import ECAlgorithm
+
+        proofs = headers.getlist("dpop")
+        if len(proofs) != 1 or "," in proofs[0]:
+            raise DpopProofError("exactly one DPoP proof is needed")
+        proof = proofs[0]
+        try:
+            header = jwt.get_unverified_header(proof)
+        except jwt.PyJWTError:
+            raise DpopProofError("not a JWS")
+        jwk = header.get("jwk")
+        if header.get("typ") != "dpop+jwt" or header.get("alg") not in (self.algorithms or ["ES256"]) or header.get("alg") != "ES256":
+            raise DpopProofError("typ or alg not accepted")
+        if not isinstance(jwk, dict) or "d" in jwk or jwk.get("kty") != "EC":
+            raise DpopProofError("jwk missing, private or not EC")
+        try:
+            key = ECAlgorithm.from_jwk(json.dumps(jwk))
+            claims = jwt.decode(proof, key, algorithms=["ES256"],  # type: ignore[arg-type]
+                                options={"require": ["jti", "htm", "htu", "iat"], "verify_aud": False, "verify_iat": False})
+        except (jwt.PyJWTError, ValueError, KeyError) as error:
+            raise DpopProofError(f"signature or claims refused ({type(error).__name__})")
+        if claims["htm"] != method or claims["htu"] != url:
+            raise DpopProofError("htm or htu does not match the request")
+        if not isinstance(claims["iat"], int) or abs(time.time() - claims["iat"]) > 300:
+            raise DpopProofError("iat outside the window")
+        if token is not None and claims.get("ath") != _b64url(hashlib.sha256(token.encode()).digest()):
+            raise DpopProofError("ath does not match the access token")
+        if claims["jti"] in self.seen_jtis:
+            self.stats.dpop_replays += 1
+            raise DpopProofError("the proof was replayed (jti seen before)")
+        self.seen_jtis.add(claims["jti"])
+        claims["jkt"] = jwk_thumbprint(jwk)
+        return claims
+
+    def _nonce_ok(self, claims: dict) -> bool:
+        if self.loop:
+            self.nonce = secrets.token_urlsafe(16)
+            return False
+        return claims.get("nonce") == self.nonce
+
+    # -- token endpoint ------------------------------------------------------------------
+
+    async def token_request(self, request: Request, form: dict[str, str]) -> "str | None | Response":
+        """Before the grant: the proof's jkt (None without a proof), or the refusal to send."""
+        if "dpop" not in request.headers:
+            if form.get("grant_type") == "refresh_token" and form.get("refresh_token") in self.bound_refresh:
+                return TokenFailure("invalid_grant", "this refresh token is DPoP-bound: a proof is needed").response()
+            return None
+        try:
+            claims = self.verify(request.headers, "POST", self.config.token_url)
+        except DpopProofError as error:
+            self.stats.dpop_proofs_refused += 1
+            return TokenFailure("invalid_dpop_proof", str(error)).response()
+        if self.nonce_as and not self._nonce_ok(claims):
+            self.stats.dpop_nonce_challenges_as += 1
+            response = TokenFailure("use_dpop_nonce", "Authorization server requires nonce in DPoP proof").response()
+            response.headers["DPoP-Nonce"] = self.nonce
+            return response
+        self.stats.dpop_token_requests += 1
+        bound = self.bound_refresh.get(form.get("refresh_token", "")) if form.get("grant_type") == "refresh_token" else None
+        if bound is not None and bound != claims["jkt"]:
+            return TokenFailure("invalid_grant", "this refresh token is bound to another DPoP key").response()
+        return claims["jkt"]
+
+    def issued(self, token: OAuthToken, jkt: str | None) -> tuple[dict, dict]:
+        """The token response's body and headers, the tokens bound to ``jkt``."""
+        body = token.model_dump(exclude_none=True)
+        headers = dict(NO_STORE)
+        if self.nonce_as and not self.loop:
+            headers["DPoP-Nonce"] = self.nonce
+        if jkt is None and self.mislabel:
+            body["token_type"] = "DPoP"  # a bound token to a request that sent no proof
+        if jkt is None or self.bearer:
+            return body, headers
+        self.bound[token.access_token] = jkt
+        if token.refresh_token:
+            self.bound_refresh[token.refresh_token] = jkt
+        self.stats.token_jkts.append(jkt)
+        body["token_type"] = "DPoP"
+        return body, headers
+
+    # -- the MCP endpoint ----------------------------------------------------------------
+
+    async def guard(self, scope, receive, send, guard: "McpGuard"):
+        """Check a /mcp request's DPoP; the scope to go on with (the token as Bearer for the
+        SDK's backend) or None when it was answered here."""
+        headers = Headers(scope=scope)
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        scheme = scheme.lower()
+        if scheme == "bearer" and token in self.bound:
+            self.stats.bearer_with_bound_token += 1
+            await guard._drain(receive)
+            await guard._deny(send, 401, ['error="invalid_token"', 'error_description="a DPoP-bound token sent as Bearer"',
+                                          f'resource_metadata="{self.config.prm_url}"'], "invalid_token", "DPoP-bound token")
+            return None
+        if scheme != "dpop":
+            return scope
+        if token not in self.bound:
+            self.stats.dpop_proofs_refused += 1
+            await guard._drain(receive)
+            await guard._deny(send, 401, ['error="invalid_token"', f'resource_metadata="{self.config.prm_url}"'],
+                              "invalid_token", "not a DPoP-bound token")
+            return None
+        try:
+            claims = self.verify(headers, scope["method"], self.config.mcp_url, token)
+            if claims["jkt"] != self.bound[token]:
+                raise DpopProofError("the proof key is not the token's")
+        except DpopProofError as error:
+            self.stats.dpop_proofs_refused += 1
+            await guard._drain(receive)
+            await guard._deny(send, 401, ['error="invalid_dpop_proof"', f'error_description="{error}"',
+                                          f'resource_metadata="{self.config.prm_url}"'], "invalid_dpop_proof", str(error))
+            return None
+        if self.nonce_rs and not self._nonce_ok(claims):
+            self.stats.dpop_nonce_challenges_rs += 1
+            await guard._drain(receive)
+            await guard._deny(send, 401, ['error="use_dpop_nonce"', 'error_description="Resource server requires nonce in DPoP proof"',
+                                          f'resource_metadata="{self.config.prm_url}"'], "use_dpop_nonce", "nonce needed",
+                              extra=[(b"dpop-nonce", self.nonce.encode("latin-1"))])
+            return None
+        self.stats.mcp_requests_dpop += 1
+        self.stats.dpop_methods[scope["method"]] = self.stats.dpop_methods.get(scope["method"], 0) + 1
+        if claims["jkt"] not in self.stats.mcp_jkts:
+            self.stats.mcp_jkts.append(claims["jkt"])
+        rewritten = [(k, v) for k, v in scope["headers"] if k.lower() != b"authorization"]
+        rewritten.append((b"authorization", b"Bearer " + token.encode("latin-1")))
+        return {**scope, "headers": rewritten}
+
+
 def add_query(url: str, **params: str) -> str:
     parsed = urlparse(url)
     query = parse_qsl(parsed.query, keep_blank_values=True) + list(params.items())
@@ -518,11 +724,13 @@ class McpGuard:
 
     def __init__(self, app, provider: MemoryProvider, config: ServerConfig, stats: Stats) -> None:
         self.app, self.config, self.stats = app, config, stats
+        self.dpop: Dpop | None = None
         self.backend = BearerAuthBackend(
             ProviderTokenVerifier(provider), resource_server_url=AnyHttpUrl(config.mcp_url)
         )
 
-    async def _deny(self, send, status: int, challenge: list[str], error: str | None, description: str) -> None:
+    async def _deny(self, send, status: int, challenge: list[str], error: str | None, description: str,
+                    extra: list | None = None) -> None:
         body = json.dumps({"error": error or "invalid_request", "error_description": description}).encode()
         await send({
             "type": "http.response.start",
@@ -530,12 +738,17 @@ class McpGuard:
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", ("Bearer " + ", ".join(challenge)).encode()),
+                (b"www-authenticate", (("DPoP " if self.dpop else "Bearer ") + ", ".join(challenge)).encode()),
+                *(extra or []),
             ],
         })
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope, receive, send) -> None:
+        if self.dpop is not None:
+            scope = await self.dpop.guard(scope, receive, send, self)
+            if scope is None:
+                return
         headers = Headers(scope=scope)
         authorization = headers.get("authorization", "")
         presented = authorization[:7].lower() == "bearer "
@@ -725,6 +938,9 @@ def build_app(args: argparse.Namespace, port: int):
     metadata.authorization_response_iss_parameter_supported = True if config.send_iss else None
     metadata_body = json.loads(metadata.model_dump_json(exclude_none=True))
     metadata_body["issuer"] = issuer  # exact string (no normalisation of the path)
+    dpop = Dpop(args, config, stats) if args.dpop else None
+    if dpop is not None and dpop.algorithms:  # --dpop-algs "": listed nowhere, ES256 taken
+        metadata_body["dpop_signing_alg_values_supported"] = dpop.algorithms
 
     async def as_metadata(request: Request) -> Response:
         return JSONResponse(metadata_body)
@@ -747,6 +963,7 @@ def build_app(args: argparse.Namespace, port: int):
 
     registration_handler = RegistrationHandler(provider, registration)
     token_endpoint = TokenEndpoint(provider, config, stats)
+    token_endpoint.dpop = dpop
 
     async def stats_route(request: Request) -> Response:
         return JSONResponse(stats.as_json())
@@ -789,6 +1006,7 @@ def build_app(args: argparse.Namespace, port: int):
             sdk_server.echo_after_reconnect
         )
     guard = McpGuard(mcp_app, provider, config, stats)
+    guard.dpop = dpop
     return Root(mcp_app, guard, auth_app), mcp_url
 
 
@@ -816,6 +1034,14 @@ def main() -> None:
     parser.add_argument("--stateless", action="store_true", help="no legacy sessions (stateless_http)")
     parser.add_argument("--json-response", action="store_true", help="answer with JSON instead of SSE")
     parser.add_argument("--event-store", action="store_true", help="keep SSE events so sessions can resume")
+    parser.add_argument("--dpop", action="store_true", help="DPoP (RFC 9449): see the Dpop class")
+    parser.add_argument("--dpop-algs", default="ES256", help='dpop_signing_alg_values_supported (default "ES256")')
+    parser.add_argument("--dpop-bearer", action="store_true", help="answer Bearer (unbound) tokens to DPoP token requests")
+    parser.add_argument("--dpop-nonce-as", action="store_true", help="the token endpoint demands a DPoP nonce")
+    parser.add_argument("--dpop-nonce-rs", action="store_true", help="/mcp demands a DPoP nonce")
+    parser.add_argument("--dpop-nonce-loop", action="store_true", help="every nonce demand gives a new one, none accepted")
+    parser.add_argument("--dpop-nonce-value", default="", metavar="NONCE", help="the nonce given (default: random)")
+    parser.add_argument("--dpop-mislabel", action="store_true", help="answer token_type DPoP to a request without a proof")
     args = parser.parse_args()
 
     import uvicorn
