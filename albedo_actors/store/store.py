@@ -470,11 +470,36 @@ class Store:
                 counts["rewritten" if new != text else "kept"] += 1
                 if progress is not None:
                     progress("oauth_clients", (issuer, redirect_uri))
-        if not self._pg:
-            # The replaced values' old pages must not linger in the -wal file either.
-            with self._op("checkpointing the database"):
-                self._db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        if counts["rewritten"]:
+            self._compact()
         return counts
+
+    def _compact(self) -> None:
+        """Drop the old versions of rewritten rows from the database's files.
+
+        SQLite: ``VACUUM`` builds the file afresh (free pages and the free space inside
+        pages may still hold the values in clear), then the -wal is checkpointed and
+        truncated. PostgreSQL: ``VACUUM FULL`` of the two tables rewrites them without
+        their dead row versions; it waits for other sessions' locks within the lock
+        timeout, and if it cannot run (not the tables' owner) the rows are still sealed.
+        """
+        if not self._pg:
+            with self._op("compacting the database"):
+                self._db.execute_sql("VACUUM")  # type: ignore[no-untyped-call]
+                self._db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")  # type: ignore[no-untyped-call]
+            return
+        try:
+            with self._op("compacting the credentials tables"):
+                conn = self._db.connection()  # type: ignore[no-untyped-call]
+                conn.autocommit = True  # VACUUM runs outside any transaction block
+                try:
+                    with conn.cursor() as cursor:
+                        cursor.execute("VACUUM FULL credentials, oauth_clients")
+                finally:
+                    conn.autocommit = False
+        except StoreError as exc:
+            log.warning("the old row versions were not compacted away (run VACUUM FULL credentials, "
+                        "oauth_clients as their owner): %s", exc)
 
     def _resealed(self, where: tuple[str, ...], text: str | None, to_plaintext: bool, what: str) -> str | None:
         if text is None:
