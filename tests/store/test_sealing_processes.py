@@ -299,3 +299,44 @@ def test_after_store_encrypt_the_database_holds_no_token_or_secret_in_clear(oaut
         assert store.get_credentials("guarded").oauth["access_token"] == record.access_token
     finally:
         store.close()
+
+
+# --- the refresher over a row it cannot read ---------------------------------------------------
+
+
+def test_a_refresh_without_the_right_key_makes_no_request_and_leaves_the_row_as_it_was(oauth_server, backend):
+    from albedo_actors.actors.refresher import TokenRefresher, refresh_by
+    from albedo_actors.auth.http import AuthHttp
+    from albedo_actors.auth.refresh import refresh_held
+    from albedo_actors.auth.server_auth import ServerAuth
+    from albedo_actors.errors import NeedsSignIn, StoreError
+    from albedo_actors.store.models import CredentialRow
+    from albedo_actors.store.sealing import NEEDS_KEY
+
+    _kind, home, url = backend
+    server = oauth_server()
+    store = open_store(home, url, keys=keys_of(new_key()))
+    try:
+        record = sign_in(server, store)
+    finally:
+        store.close()
+    server.expire()
+    config = ServerConfig(name="guarded", type="http", url=server.url)
+    for keys in (None, keys_of(new_key())):
+        store = open_store(home, url, keys=keys)
+        try:
+            before = list(CredentialRow.select().tuples().execute(store._db))
+            with pytest.raises(StoreError) as caught:
+                refresh_held(store, config, record.access_token, {}, lambda s: AuthHttp())
+            assert str(caught.value).endswith(NEEDS_KEY) and "\n" not in str(caught.value)
+            ref = TokenRefresher.start(store, {})
+            try:
+                with pytest.raises(NeedsSignIn) as needs:
+                    ServerAuth(config, store, refresh_by(ref))._refresh(record.access_token)
+                assert NEEDS_KEY in str(needs.value)
+            finally:
+                ref.stop(timeout=WAIT_S)
+            assert list(CredentialRow.select().tuples().execute(store._db)) == before
+        finally:
+            store.close()
+    assert server.stats()["token_requests"]["refresh_token"] == 0
