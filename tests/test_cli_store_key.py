@@ -77,6 +77,7 @@ COMMANDS = [
     ("sign-out", NAME),
     ("sign-in", NAME, "--timeout", "30", "--no-browser", "--port", "0"),
     ("edit", NAME, "--bearer-token-env", "SOME_TOKEN"),
+    ("enable", NAME),
     ("disable", NAME),
 ]
 
