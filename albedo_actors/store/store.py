@@ -226,7 +226,8 @@ class Store:
         """
         with self._op(f"updating the credentials of {server!r}"), self._write():
             # Make sure there is a row to lock (FOR UPDATE locks nothing that is not there).
-            CredentialRow.insert(server=server, env="{}", updated_at=time.time()) \
+            empty = "{}" if self._keys is None else self._keys.seal(("credentials", server, "env"), "{}")
+            CredentialRow.insert(server=server, env=empty, updated_at=time.time()) \
                 .on_conflict_ignore().execute(self._db)
             query = CredentialRow.select().where(CredentialRow.server == server)
             if self._pg:

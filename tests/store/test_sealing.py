@@ -285,3 +285,13 @@ def test_a_key_file_must_be_a_regular_file_no_one_else_may_read(tmp_path):
         keys_from({"ALBEDO_STORE_KEY_FILE": str(tmp_path)})
     with pytest.raises(StoreError, match="cannot be read"):
         keys_from({"ALBEDO_STORE_KEY_FILE": str(tmp_path / "absent")})
+
+
+def test_the_row_a_lease_creates_is_sealed_too(open_):
+    keys = a_key()
+    store = open_(keys)
+    with store.holding_credentials("new") as (current, put):
+        assert current == Credentials()
+        put.take_lease("me", 1.0)
+    assert store.sealing_status() == {"plaintext": 0, f"key {keys.kid}": 1}
+    assert store.get_credentials("new") == Credentials()
