@@ -15,6 +15,7 @@
     albedo-mcp edit NAME [--url URL | --command LINE] [the secret options of add]
     albedo-mcp remove NAME | enable NAME | disable NAME
     albedo-mcp sign-in NAME [--timeout S] [--port P] [--no-browser] | sign-out NAME
+    albedo-mcp store new-key [--file PATH] | status | encrypt | rotate-key [--new-key-file PATH] | decrypt
 
 ``sign-in`` signs in to an HTTP server that asks for OAuth: it prints the authorization
 URL, opens the browser (unless ``--no-browser`` is given or ``$ALBEDO_NO_BROWSER`` is set), and waits for the
@@ -82,6 +83,14 @@ second ``tools`` is as quick whatever the servers do; ``call`` starts only the s
 its name can mean. Both choose the ``mcp`` extension on for their own session: they are
 admin tools and work whatever the configured default says.
 
+``store`` manages the encryption of the secrets at rest (see :mod:`albedo_actors.store.sealing`):
+``new-key`` prints a fresh key (or writes it, 0600, to a new ``--file``); ``status``
+counts the rows in clear and sealed under each key id; ``encrypt`` seals every row
+under ``$ALBEDO_STORE_KEY`` (or ``$ALBEDO_STORE_KEY_FILE``), one row per transaction, so
+it may be killed at any moment and run again; ``rotate-key`` re-seals under
+``--new-key-file`` (else ``$ALBEDO_STORE_NEW_KEY``, or ``$ALBEDO_STORE_NEW_KEY_FILE``),
+opening with the current key; ``decrypt`` writes every row back in clear.
+
 ``extension`` lists each extension's default for every session (the top-level
 ``enabled`` object of extensions.json: ``mcp`` off and ``editor-mcp`` on unless set);
 ``extension mcp on`` (or ``off``; ``editor-mcp`` likewise) changes it through
@@ -115,6 +124,7 @@ from .errors import (
     ConfigError,
     SessionClosed,
     SessionTimedOut,
+    StoreError,
     Unavailable,
     exit_code,
 )
@@ -171,6 +181,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("demo", help="show what albedo_actors does, on the bundled demo server")
     _admin_parsers(commands)
     _serve_parser(commands)
+    _store_parsers(commands)
     return parser
 
 
@@ -270,9 +281,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(out=sys.stdout)
         if args.command == "serve":
             return _serve(args)
+        if args.command == "store":
+            return _store_command(args)
         if args.command in _ADMIN:
             return _admin(args)
-        _error(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in, sign-out or extension (see {PROG} --help)")
+        _error(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in, sign-out, extension, serve or store (see {PROG} --help)")
         return EXIT_USAGE
     except _Usage as exc:
         _error(str(exc))
@@ -439,6 +452,81 @@ def _serve(args: argparse.Namespace) -> int:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     return EXIT_OK
+
+
+# -- store: the encryption of the secrets at rest --------------------------------------------
+
+
+def _store_parsers(commands: Any) -> None:
+    store = commands.add_parser("store", help="encrypt the stored secrets, rotate or make the key, show the status",
+                                description="The secrets in the store (tokens, refresh tokens, client secrets, header "
+                                            "and env values) are encrypted at rest with AES-256-GCM when "
+                                            "$ALBEDO_STORE_KEY (or $ALBEDO_STORE_KEY_FILE) gives a key.")
+    actions = store.add_subparsers(dest="store_command", metavar="ACTION", parser_class=_Parser)
+
+    def action(name: str, help: str) -> argparse.ArgumentParser:
+        sub = actions.add_parser(name, help=help, description=help)
+        _place_options(sub)
+        return sub
+
+    new_key = action("new-key", "print a new store key (32 random bytes, base64url), or write it to a new file")
+    new_key.add_argument("--file", metavar="PATH", help="write it to PATH (created 0600; an existing file is never replaced)")
+    action("status", "count the rows whose secrets are in clear, and those encrypted under each key id (needs no key)")
+    action("encrypt", "encrypt every row under $ALBEDO_STORE_KEY, one row per transaction (safe to kill and run again)")
+    rotate = action("rotate-key", "re-encrypt every row under a new key; the current one ($ALBEDO_STORE_KEY) opens them")
+    rotate.add_argument("--new-key-file", metavar="PATH",
+                        help="the file holding the new key (default: $ALBEDO_STORE_NEW_KEY, else $ALBEDO_STORE_NEW_KEY_FILE)")
+    action("decrypt", "write every row back in clear (needs the key)")
+
+
+def _store_command(args: argparse.Namespace) -> int:
+    from .store import open_store, sealing
+
+    action = getattr(args, "store_command", None)
+    if action is None:
+        raise _Usage(f"store needs an action: new-key, status, encrypt, rotate-key or decrypt (see {PROG} store --help)")
+    if action == "new-key":
+        key = sealing.new_key()
+        if not args.file:
+            _out(key)
+            return EXIT_OK
+        try:
+            fd = os.open(args.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError as exc:
+            raise _Usage(f"store new-key: {args.file} cannot be created ({exc.strerror or type(exc).__name__}); "
+                         "give a path where no file is") from None
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            os.fchmod(fd, 0o600)
+            f.write(key + "\n")
+        _out(f"wrote a new store key (key id {sealing.key_id(sealing.parse_key(key, 'the new key'))}) to {args.file}")
+        return EXIT_OK
+    home = resolve_home(args.home)
+    keys: Any = sealing.keys_from(os.environ)  # FROM_ENVIRON would read them again
+    if action == "rotate-key":
+        if keys is None:
+            raise StoreError(f"store rotate-key: no current key: {sealing.NEEDS_KEY}")
+        new = sealing.new_key_from(os.environ, args.new_key_file)
+        if new is None:
+            raise _Usage("store rotate-key: give the new key with --new-key-file PATH or $ALBEDO_STORE_NEW_KEY "
+                         "(make one with: albedo-mcp store new-key)")
+        keys = sealing.StoreKeys(new, (keys.key,) + keys.also_open)
+    store = open_store(home, url=args.database, keys=keys)
+    try:
+        if action == "status":
+            counts = store.sealing_status()
+            current = f" (the key given is {keys.kid})" if keys is not None else " (no key is set)"
+            _out(f"{counts.pop('plaintext')} rows in clear" + "".join(
+                f", {n} encrypted under {label}" for label, n in sorted(counts.items())) + current)
+            return EXIT_OK
+        done = store.reseal(to_plaintext=action == "decrypt")
+        verb = {"encrypt": "encrypted", "rotate-key": "re-encrypted", "decrypt": "decrypted"}[action]
+        under = f" under key {keys.kid}" if action != "decrypt" and keys is not None else ""
+        _out(f"{verb} {done['rewritten']} rows{under}; {done['kept']} were so already")
+        if action == "rotate-key":
+            _out(f"now set ALBEDO_STORE_KEY (or ALBEDO_STORE_KEY_FILE) to the new key (key id {keys.kid})")
+        return EXIT_OK
+    finally:
+        store.close()
 
 
 # -- admin commands ---------------------------------------------------------------------------

@@ -30,7 +30,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import peewee
 from peewee import PostgresqlDatabase, SqliteDatabase
@@ -38,9 +38,10 @@ from peewee import PostgresqlDatabase, SqliteDatabase
 from ..errors import StoreError
 from ..wire.jsonrpc import MAX_DEPTH, Json  # the wire's nesting bound (store may import wire: it is pure)
 from ..safefiles import FileRefused, check_not_link, make_private_dirs, open_private
-from . import migrations
+from . import migrations, sealing
 from .models import CatalogueRow, CredentialRow, OAuthClientRow
 from .records import Credentials, SavedCatalogue, thaw
+from .sealing import StoreKeys
 
 __all__ = ["open_store", "Store", "CredentialsWriter", "Lease", "MAX_CATALOGUE_BYTES", "DB_FILENAME", "BUSY_TIMEOUT_S"]
 
@@ -87,27 +88,44 @@ except ImportError:  # pragma: no cover - depends on the extra
     _DRIVER_ERRORS = (sqlite3.Error,)
 
 
-def open_store(home: str, url: str | None = None) -> "Store":
+class _FromEnviron:
+    def __repr__(self) -> str:
+        return "FROM_ENVIRON"
+
+
+FROM_ENVIRON: Any = _FromEnviron()
+
+
+def open_store(home: str, url: str | None = None, keys: StoreKeys | None = FROM_ENVIRON,
+               environ: Mapping[str, str] | None = None) -> "Store":
     """Open (creating and migrating as needed) the store.
 
     ``url`` None means ``$ALBEDO_DATABASE_URL``, else SQLite at ``home/albedo.db``.
     ``postgresql://`` (or ``postgres://``) URLs select PostgreSQL (extra ``postgres``);
     ``sqlite:///PATH`` names another SQLite file.
 
+    ``keys`` seal the secrets at rest (:mod:`.sealing`); by default they come from
+    ``$ALBEDO_STORE_KEY`` (or ``$ALBEDO_STORE_KEY_FILE``, plus ``$ALBEDO_STORE_OLD_KEY``
+    to read a store mid-rotation) of ``environ`` (default ``os.environ``); None: no key.
+
     Raises:
-        StoreError: the URL is not understood, or the database cannot be opened or migrated.
+        StoreError: the URL is not understood, a key variable gives no key, or the
+            database cannot be opened or migrated.
     """
-    url = url or os.environ.get("ALBEDO_DATABASE_URL") or None
+    environ = os.environ if environ is None else environ
+    if keys is FROM_ENVIRON:
+        keys = sealing.keys_from(environ)
+    url = url or environ.get("ALBEDO_DATABASE_URL") or None
     if url is None:
-        return Store(_sqlite(os.path.join(home, DB_FILENAME), home), "sqlite:" + DB_FILENAME)
+        return Store(_sqlite(os.path.join(home, DB_FILENAME), home, keys is not None), "sqlite:" + DB_FILENAME, keys)
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     if scheme in ("postgresql", "postgres"):
-        return Store(_postgres(url), _redact(url))
+        return Store(_postgres(url), _redact(url), keys)
     if scheme == "sqlite":
         path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
         if not path:
             raise StoreError(f"store: database URL {_redact(url)} names no file")
-        return Store(_sqlite(path, os.path.dirname(path) or "."), "sqlite:" + path)
+        return Store(_sqlite(path, os.path.dirname(path) or ".", keys is not None), "sqlite:" + path, keys)
     raise StoreError(f"store: database URL scheme {scheme or '(none)'!r} is not supported; "
                      "use postgresql://... or leave it unset for SQLite in $ALBEDO_HOME")
 
@@ -118,9 +136,10 @@ class Store:
     Use :func:`open_store` to get one, and :meth:`close` it when every thread is done.
     """
 
-    def __init__(self, db: _SqliteDatabase | _PostgresqlDatabase, where: str) -> None:
+    def __init__(self, db: _SqliteDatabase | _PostgresqlDatabase, where: str, keys: StoreKeys | None = None) -> None:
         self._db = db
         self._where = where
+        self._keys = keys
         self._pg = isinstance(db, PostgresqlDatabase)
         self._closed = False
         with self._op("open"):
@@ -139,7 +158,7 @@ class Store:
         """
         with self._op(f"reading the credentials of {server!r}"):
             row = CredentialRow.select().where(CredentialRow.server == server).first(self._db)
-            return _credentials(row)
+            return self._credentials(row)
 
     def get_credentials_of(self, servers: Iterable[str]) -> dict[str, Credentials]:
         """The credentials of each of ``servers`` (``Credentials()`` for one with none
@@ -156,7 +175,7 @@ class Store:
             for query in _selecting(CredentialRow.select(), CredentialRow.server, names):
                 for row in query.execute(self._db):
                     if row.server in wanted:
-                        found[row.server] = _credentials(row)
+                        found[row.server] = self._credentials(row)
         return {name: found[name] if name in found else Credentials() for name in names}
 
     def put_credentials(self, server: str, creds: Credentials) -> None:
@@ -166,6 +185,11 @@ class Store:
             StoreError: the database failed.
         """
         with self._op(f"saving the credentials of {server!r}"), self._write():
+            query = CredentialRow.select(*_SEALED_CREDENTIAL_COLUMNS).where(CredentialRow.server == server)
+            if self._pg:
+                query = query.for_update()
+            for values in query.tuples().execute(self._db):  # never replace what the key given cannot read
+                sealing.check_overwritable(self._keys, values, f"credentials of {server!r}")
             self._upsert_credentials(server, creds)
 
     def update_credentials(self, server: str, fn: Callable[[Credentials], Credentials]) -> Credentials:
@@ -202,13 +226,14 @@ class Store:
         """
         with self._op(f"updating the credentials of {server!r}"), self._write():
             # Make sure there is a row to lock (FOR UPDATE locks nothing that is not there).
-            CredentialRow.insert(server=server, env="{}", updated_at=time.time()) \
+            empty = "{}" if self._keys is None else self._keys.seal(("credentials", server, "env"), "{}")
+            CredentialRow.insert(server=server, env=empty, updated_at=time.time()) \
                 .on_conflict_ignore().execute(self._db)
             query = CredentialRow.select().where(CredentialRow.server == server)
             if self._pg:
                 query = query.for_update()
             row = query.first(self._db)
-            yield _credentials(row), CredentialsWriter(self, server, _lease(row))
+            yield self._credentials(row), CredentialsWriter(self, server, _lease(row))
 
     def credentials_and_lease(self, server: str) -> tuple[Credentials, "Lease | None"]:
         """The server's credentials and its refresh lease, read without taking any lock.
@@ -218,7 +243,7 @@ class Store:
         """
         with self._op(f"reading the credentials of {server!r}"):
             row = CredentialRow.select().where(CredentialRow.server == server).first(self._db)
-            return _credentials(row), _lease(row)
+            return self._credentials(row), _lease(row)
 
     def delete_credentials(self, server: str) -> None:
         """Forget the server's credentials (nothing happens when there are none).
@@ -316,6 +341,15 @@ class Store:
         except (TypeError, ValueError, RecursionError):
             raise StoreError(f"store: the OAuth client for issuer {issuer!r} is not JSON") from None
         with self._op(f"saving the OAuth client for issuer {issuer!r}"), self._write():
+            where = ("oauth_clients", issuer, redirect_uri, "client")
+            query = OAuthClientRow.select(OAuthClientRow.client).where(
+                (OAuthClientRow.issuer == issuer) & (OAuthClientRow.redirect_uri == redirect_uri))
+            if self._pg:
+                query = query.for_update()
+            for (old,) in query.tuples().execute(self._db):
+                sealing.check_overwritable(self._keys, (old,), f"OAuth client for issuer {issuer!r}")
+            if self._keys is not None:
+                text = self._keys.seal(where, text)
             OAuthClientRow.insert(issuer=issuer, redirect_uri=redirect_uri, client=text,
                                   saved_at=time.time()).on_conflict(
                 conflict_target=[OAuthClientRow.issuer, OAuthClientRow.redirect_uri],
@@ -331,7 +365,9 @@ class Store:
             row = OAuthClientRow.select().where(
                 (OAuthClientRow.issuer == issuer) & (OAuthClientRow.redirect_uri == redirect_uri)
             ).first(self._db)
-            return None if row is None else _json_object(row.client, "OAuth client", issuer)
+            if row is None:
+                return None
+            return _json_object(self._open_client(row.issuer, row.redirect_uri, row.client), "OAuth client", issuer)
 
     def delete_oauth_client(self, issuer: str, client_id: str) -> int:
         """Forget the registrations of ``client_id`` at ``issuer`` (any redirect URI); how many.
@@ -345,11 +381,139 @@ class Store:
         with self._op(f"deleting an OAuth client for issuer {issuer!r}"), self._write():
             rows = OAuthClientRow.select().where(OAuthClientRow.issuer == issuer).execute(self._db)
             gone = [row.redirect_uri for row in rows
-                    if _client_id_of(row.client) == client_id]
+                    if _client_id_of(self._open_client(row.issuer, row.redirect_uri, row.client, strict=False)) == client_id]
             for redirect_uri in gone:
                 OAuthClientRow.delete().where((OAuthClientRow.issuer == issuer)
                                               & (OAuthClientRow.redirect_uri == redirect_uri)).execute(self._db)
             return len(gone)
+
+    # --- sealing: store encrypt / rotate-key / decrypt / status ------------------
+
+    def sealing_status(self) -> dict[str, int]:
+        """How many rows (credentials and OAuth clients) hold a secret in clear
+        (``"plaintext"``), and how many are sealed, by key id (``"key <id>"``). Needs no key.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        counts: dict[str, int] = {"plaintext": 0}
+        with self._op("reading the store's encryption status"):
+            rows = [values for values in CredentialRow.select(*_SEALED_CREDENTIAL_COLUMNS).tuples().execute(self._db)]
+            rows += [values for values in OAuthClientRow.select(OAuthClientRow.client).tuples().execute(self._db)]
+        for values in rows:
+            present = [v for v in values if v is not None]
+            if any(not sealing.is_sealed(v) for v in present):
+                counts["plaintext"] += 1
+                continue
+            kids = sorted({sealing.sealed_key_id(v) or "?" for v in present})
+            label = "key " + "+".join(kids)
+            counts[label] = counts.get(label, 0) + 1
+        return counts
+
+    def reseal(self, to_plaintext: bool = False,
+               progress: Callable[[str, tuple[str, ...]], None] | None = None) -> dict[str, int]:
+        """Write every secret value of the store sealed under the key (``store encrypt``;
+        ``rotate-key`` when the store was opened with the new key and the old one as a
+        previous key), or in clear (``to_plaintext``: ``store decrypt``).
+
+        One row per short transaction, the row locked: a process killed at any moment
+        leaves each row as it was or as it is now, every row readable (in clear, or
+        sealed under one of the keys), and a second run finishes. Values already in the
+        wanted form are left as they are. ``progress(table, row key)`` is called inside
+        each row's transaction, after its update, before its commit (tests stop there).
+
+        Returns ``{"rewritten": n, "kept": n}``.
+
+        Raises:
+            StoreError: no key is set (to seal), a row is sealed under a key not given (it
+                is left as it is, the rows done stay done), or the database failed.
+        """
+        if not to_plaintext and self._keys is None:
+            raise StoreError("store: no key is set: set ALBEDO_STORE_KEY (or ALBEDO_STORE_KEY_FILE) to the key to "
+                             "encrypt with (make one with: albedo-mcp store new-key)")
+        counts = {"rewritten": 0, "kept": 0}
+        with self._op("listing the rows to rewrite"):
+            servers = [name for (name,) in CredentialRow.select(CredentialRow.server).tuples().execute(self._db)]
+            clients = list(OAuthClientRow.select(OAuthClientRow.issuer, OAuthClientRow.redirect_uri)
+                           .tuples().execute(self._db))
+        for server in servers:
+            with self._op(f"rewriting the credentials of {server!r}"), self._write():
+                query = CredentialRow.select(*_SEALED_CREDENTIAL_COLUMNS).where(CredentialRow.server == server)
+                if self._pg:
+                    query = query.for_update()
+                found = list(query.tuples().execute(self._db))
+                if not found:
+                    continue  # deleted meanwhile
+                changes = {}
+                for column, text in zip(_SEALED_CREDENTIALS, found[0]):
+                    new = self._resealed(("credentials", server, column), text, to_plaintext, f"credentials of {server!r}")
+                    if new != text:
+                        changes[getattr(CredentialRow, column)] = new
+                if changes:
+                    CredentialRow.update(changes).where(CredentialRow.server == server).execute(self._db)
+                counts["rewritten" if changes else "kept"] += 1
+                if progress is not None:
+                    progress("credentials", (server,))
+        for issuer, redirect_uri in clients:
+            with self._op(f"rewriting the OAuth client for issuer {issuer!r}"), self._write():
+                match = (OAuthClientRow.issuer == issuer) & (OAuthClientRow.redirect_uri == redirect_uri)
+                clients_query = OAuthClientRow.select(OAuthClientRow.client).where(match)
+                if self._pg:
+                    clients_query = clients_query.for_update()
+                found = list(clients_query.tuples().execute(self._db))
+                if not found:
+                    continue
+                text = found[0][0]
+                new = self._resealed(("oauth_clients", issuer, redirect_uri, "client"), text, to_plaintext,
+                                     f"OAuth client for issuer {issuer!r}")
+                if new != text:
+                    OAuthClientRow.update(client=new).where(match).execute(self._db)
+                counts["rewritten" if new != text else "kept"] += 1
+                if progress is not None:
+                    progress("oauth_clients", (issuer, redirect_uri))
+        if counts["rewritten"]:
+            self._compact()
+        return counts
+
+    def _compact(self) -> None:
+        """Drop the old versions of rewritten rows from the database's files.
+
+        SQLite: ``VACUUM`` builds the file afresh (free pages and the free space inside
+        pages may still hold the values in clear), then the -wal is checkpointed and
+        truncated. PostgreSQL: ``VACUUM FULL`` of the two tables rewrites them without
+        their dead row versions; it waits for other sessions' locks within the lock
+        timeout, and if it cannot run (not the tables' owner) the rows are still sealed.
+        """
+        if not self._pg:
+            with self._op("compacting the database"):
+                self._db.execute_sql("VACUUM")  # type: ignore[no-untyped-call]
+                self._db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")  # type: ignore[no-untyped-call]
+            return
+        try:
+            with self._op("compacting the credentials tables"):
+                conn = self._db.connection()  # type: ignore[no-untyped-call]
+                conn.autocommit = True  # VACUUM runs outside any transaction block
+                try:
+                    with conn.cursor() as cursor:
+                        cursor.execute("VACUUM FULL credentials, oauth_clients")
+                finally:
+                    conn.autocommit = False
+        except StoreError as exc:
+            log.warning("the old row versions were not compacted away (run VACUUM FULL credentials, "
+                        "oauth_clients as their owner): %s", exc)
+
+    def _resealed(self, where: tuple[str, ...], text: str | None, to_plaintext: bool, what: str) -> str | None:
+        if text is None:
+            return None
+        if to_plaintext:
+            return sealing.open_value(self._keys, where, text, what)
+        keys = self._keys
+        assert keys is not None
+        if not sealing.is_sealed(text):
+            return keys.seal(where, text)
+        if sealing.sealed_key_id(text) == keys.kid:
+            return text  # done already (a run killed midway, run again)
+        return keys.seal(where, keys.open(where, text, what))  # under a previous key: rotate
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -383,20 +547,36 @@ class Store:
             log.warning("%s", message)
             raise StoreError(message) from None
 
+    def _credentials(self, row: CredentialRow | None) -> Credentials:
+        return _credentials(row, self._keys)
+
+    def _open_client(self, issuer: str, redirect_uri: str, text: str, strict: bool = True) -> str:
+        try:
+            return sealing.open_value(self._keys, ("oauth_clients", issuer, redirect_uri, "client"), text,
+                                      f"OAuth client for issuer {issuer!r}") or ""
+        except StoreError:
+            if strict:
+                raise
+            return ""
+
     def _write(self) -> peewee._atomic:
         # BEGIN IMMEDIATE takes SQLite's write lock up front, so the busy timeout
         # applies (a deferred transaction upgrading to a writer fails at once instead).
         return self._db.atomic() if self._pg else self._db.atomic("IMMEDIATE")
 
     def _upsert_credentials(self, server: str, creds: Credentials) -> None:
-        values = {
+        values: dict[str, Any] = {
             "bearer_token": creds.bearer_token,
             "header_name": creds.header[0] if creds.header else None,
             "header_value": creds.header[1] if creds.header else None,
             "env": json.dumps(dict(creds.env), sort_keys=True),
             "oauth": None if creds.oauth is None else json.dumps(thaw(creds.oauth), sort_keys=True),
-            "updated_at": time.time(),
         }
+        if self._keys is not None:
+            for column in _SEALED_CREDENTIALS:
+                if values[column] is not None:
+                    values[column] = self._keys.seal(("credentials", server, column), values[column])
+        values["updated_at"] = time.time()
         CredentialRow.insert(server=server, **values).on_conflict(
             conflict_target=[CredentialRow.server],
             update={getattr(CredentialRow, k): v for k, v in values.items()},
@@ -508,11 +688,16 @@ class _Tracked:
 
 
 class _SqliteDatabase(_Tracked, SqliteDatabase):
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, secure_delete: bool = False) -> None:
         self._track_init()
+        pragmas: dict[str, Any] = {"journal_mode": "wal", "synchronous": "full", "foreign_keys": 1}
+        if secure_delete:
+            # With a store key: the bytes a write replaces (a plaintext value being
+            # sealed) are zeroed in the file, not left in a free page.
+            pragmas["secure_delete"] = 1
         super().__init__(
             path,
-            pragmas={"journal_mode": "wal", "synchronous": "full", "foreign_keys": 1},
+            pragmas=pragmas,
             timeout=BUSY_TIMEOUT_S,
             # Connections stay in their own thread; close_all_connections may close
             # them from another thread once every user is done.
@@ -540,7 +725,7 @@ class _PostgresqlDatabase(_Tracked, PostgresqlDatabase):
         )
 
 
-def _sqlite(path: str, home: str) -> _SqliteDatabase:
+def _sqlite(path: str, home: str, secure_delete: bool = False) -> _SqliteDatabase:
     try:
         # Only directories we create are made 0700; an existing one (say /tmp, named
         # by --database sqlite:///tmp/albedo.db) keeps its mode.
@@ -554,7 +739,7 @@ def _sqlite(path: str, home: str) -> _SqliteDatabase:
         raise StoreError(f"store sqlite:{path}: refused: {exc}") from None
     except OSError as exc:
         raise StoreError(f"store sqlite:{path}: cannot create it: {_line(exc)}") from None
-    return _SqliteDatabase(path)
+    return _SqliteDatabase(path, secure_delete)
 
 
 def _restrict(path: str) -> None:
@@ -600,15 +785,24 @@ def _line(exc: BaseException, limit: int = 200) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _credentials(row: CredentialRow | None) -> Credentials:
+# The columns of a credentials row that hold secrets, sealed when a key is set (the header
+# name, the timestamps and the refresh lease are not secret).
+_SEALED_CREDENTIALS = ("bearer_token", "header_value", "env", "oauth")
+_SEALED_CREDENTIAL_COLUMNS = tuple(getattr(CredentialRow, c) for c in _SEALED_CREDENTIALS)
+
+
+def _credentials(row: CredentialRow | None, keys: StoreKeys | None) -> Credentials:
     if row is None:
         return Credentials()
+    what = f"credentials of {row.server!r}"
+    opened = {column: sealing.open_value(keys, ("credentials", row.server, column), getattr(row, column), what)
+              for column in _SEALED_CREDENTIALS}
     header = None
-    if row.header_name is not None and row.header_value is not None:
-        header = (row.header_name, row.header_value)
-    env = _json_object(row.env or "{}", "credentials", row.server)
-    oauth = None if row.oauth is None else _json_object(row.oauth, "credentials", row.server)
-    return Credentials(bearer_token=row.bearer_token, header=header, env=env, oauth=oauth)
+    if row.header_name is not None and opened["header_value"] is not None:
+        header = (row.header_name, opened["header_value"])
+    env = _json_object(opened["env"] or "{}", "credentials", row.server)
+    oauth = None if opened["oauth"] is None else _json_object(opened["oauth"], "credentials", row.server)
+    return Credentials(bearer_token=opened["bearer_token"], header=header, env=env, oauth=oauth)
 
 
 _REMEDY = {"credentials": "; save them again (albedo-mcp edit NAME, or sign-in NAME)"}
