@@ -36,6 +36,7 @@ from ..wire.jsonrpc import Json
 
 if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
     from ..store.records import Credentials
+    from .grants import IdTokenProvider
 
 CLIENT_NAME = "albedo_actors"
 JWT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
@@ -324,11 +325,16 @@ def _assertion(client_id: str, audience: str, settings: OAuthSettings | None, en
         raise ConfigError(f"server {name!r}: the private key in ${variable} cannot sign {settings.signing_algorithm} ({type(exc).__name__})") from None
 
 
-def _token_request(http: AuthHttp, name: str, endpoint: str, form: dict, headers: dict) -> TokenSet:
+def _token_request(http: AuthHttp, name: str, endpoint: str, form: dict, headers: dict, *,
+                   parse: Callable[[AuthReply], Any] | None = None) -> Any:
+    """POST one token request; the :class:`TokenSet` of its answer (or what ``parse``
+    makes of the reply: the token exchange of :mod:`.grants`, whose answer is no access token)."""
     try:
         reply = http.post_form(endpoint, form, headers)
     except AuthHttpError as exc:
         raise TokenError(f"token request failed: {exc}", error="unreachable", transient=exc.transient) from None
+    if parse is not None:
+        return parse(reply)
     return tokens.parse_token_response(reply.body, reply.status, time.time())
 
 
@@ -385,8 +391,10 @@ class SignIn:
         port: int = DEFAULT_PORT,
         lifetime: float = DEFAULT_LIFETIME_S,
         http: AuthHttp | None = None,
+        id_token: IdTokenProvider | None = None,
     ) -> None:
         self.url = _url(server)
+        self._id_token = id_token  # the user's id_token, for the enterprise grant (see grants.IdTokenProvider)
         self.server = server
         self.store = store
         self.environ = dict(os.environ) if environ is None else dict(environ)
@@ -433,6 +441,11 @@ class SignIn:
             settings = self.server.oauth or OAuthSettings()
             if settings.grant == "client_credentials":
                 record = client_credentials_record(http, self.server, found, challenge, self.environ, previous, self.store)
+            elif settings.grant in ("jwt-bearer", "enterprise"):
+                from .grants import grant_record  # workload identity, enterprise-managed authorization
+
+                record = grant_record(http, self.server, found, challenge, self.environ, previous, self.store,
+                                      id_token=self._id_token)
             else:
                 record = self._authorize(http, found, challenge, previous)
             store_record(self.store, name, record)
@@ -542,12 +555,17 @@ def follow_redirect_agent(http_factory: Callable[[], AuthHttp] = AuthHttp) -> Ag
 
 def authorizer(store: SignInStore | None, *, environ: Mapping[str, str] | None = None, agent: Agent | None = None,
                announce: Callable[[str], None] | None = None, port: int = DEFAULT_PORT,
-               lifetime: float = DEFAULT_LIFETIME_S) -> Callable[[ServerConfig, Challenge | None], OAuthRecord]:
-    """A sign-in a link may run by itself when a server asks (see ``ServerAuth``)."""
+               lifetime: float = DEFAULT_LIFETIME_S,
+               id_token: IdTokenProvider | None = None) -> Callable[[ServerConfig, Challenge | None], OAuthRecord]:
+    """A sign-in a link may run by itself when a server asks (see ``ServerAuth``).
+
+    ``id_token(server)`` is the host's source of the user's OpenID Connect id_token for
+    the enterprise grant (a server whose ``oauth.idTokenEnvVar`` is set reads that instead).
+    """
 
     def sign_in(server: ServerConfig, challenge: Challenge | None) -> OAuthRecord:
         return SignIn(server, store, environ=environ, agent=agent, announce=announce, port=port,
-                      lifetime=lifetime).run(challenge)
+                      lifetime=lifetime, id_token=id_token).run(challenge)
 
     return sign_in
 
@@ -629,7 +647,7 @@ def refresh_record(http: AuthHttp, server: ServerConfig, record: OAuthRecord, en
         TokenError: the authorization server refused (``transient`` False: sign in
             again) or could not answer (``transient`` True: keep the tokens).
     """
-    if (record.client_kind in ("configured", "client_credentials") and record.bound_issuer
+    if (record.client_kind in ("configured", "client_credentials", "jwt-bearer", "enterprise") and record.bound_issuer
             and record.bound_client_id == record.client_id and record.issuer != record.bound_issuer):
         raise TokenError("the record's authorization server is not the one its configured client belongs to",
                          error="issuer_mismatch", transient=False)
@@ -639,6 +657,11 @@ def refresh_record(http: AuthHttp, server: ServerConfig, record: OAuthRecord, en
         except AuthError as exc:
             raise TokenError(exc.detail, error="invalid_client", transient=False) from None
         return record.with_tokens(granted)
+    if record.client_kind in ("jwt-bearer", "enterprise") and server.oauth is not None \
+            and server.oauth.grant == record.client_kind:
+        from .grants import regrant  # no refresh token: the grant again (the assertion re-read)
+
+        return record.with_tokens(regrant(http, server, record, environ))
     if not record.refresh_token:
         raise TokenError("there is no refresh token", error="no_refresh_token", transient=False)
     if not (record.token_endpoint and record.client_id):
