@@ -246,7 +246,8 @@ def _jwt_bearer(http: AuthHttp, server: ServerConfig, target: _Target, assertion
     if client is not None:
         headers = _authenticate(form, client, target.token_endpoint, target.issuer, server.oauth, environ, server.name)
     try:
-        return _token_request(http, server.name, target.token_endpoint, form, headers)  # type: ignore[no-any-return]
+        granted: TokenSet = _token_request(http, server.name, target.token_endpoint, form, headers)
+        return granted
     except TokenError as exc:
         if exc.transient:
             raise
