@@ -344,10 +344,14 @@ def test_an_expired_enterprise_token_is_granted_again_from_the_variable(tmp_path
     assert stats["jwt_bearer_accepted"] == 2 and stats["token_requests"]["refresh_token"] == 0
 
 
-@pytest.mark.parametrize("flag, what", [("--jag-resource", "another resource"),
-                                        ("--jag-audience", "another authorization server")])
-def test_an_id_jag_for_another_resource_is_never_sent(tmp_path, kit, oauth_server, idp_server, flag, what):
-    company = Enterprise(tmp_path, oauth_server, idp_server, flag, "https://other.example/mcp")
+@pytest.mark.parametrize("flag, value, what", [
+    ("--jag-resource", "https://other.example/mcp", "another resource"),
+    ("--jag-audience", "https://other.example", "another authorization server"),
+    ("--jag-client-id", "someone-else", "another client"),
+    ("--jag-typ", "JWT", "has the type"),
+])
+def test_an_id_jag_for_another_resource_is_never_sent(tmp_path, kit, oauth_server, idp_server, flag, value, what):
+    company = Enterprise(tmp_path, oauth_server, idp_server, flag, value)
     handle = kit.handle(company.config(), company.environ)
     with pytest.raises(NeedsSignIn) as caught:
         handle.connect()
