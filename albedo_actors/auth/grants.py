@@ -32,19 +32,16 @@ import binascii
 import dataclasses
 import json
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from ..config import OAuthSettings, ServerConfig
 from ..errors import AuthError, ConfigError
 from . import discovery, tokens
 from .addresses import AddressGuard
-from .discovery import Challenge
+from .discovery import AuthServerMetadata, Challenge, ResourceMetadata
 from .http import AuthHttp, AuthHttpError, AuthReply
 from .record import OAuthRecord
 from .tokens import TokenError, TokenSet
-
-if TYPE_CHECKING:
-    from .signin import Client, Discovered, SignInStore
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
@@ -53,7 +50,7 @@ ID_JAG_TYPE = "urn:ietf:params:oauth:token-type:id-jag"
 ID_JAG_TYP = "oauth-id-jag+jwt"
 MAX_ASSERTION = 16 * 1024  # bytes of an assertion file, an id_token or an ID-JAG
 
-__all__ = ["IdTokenProvider", "grant_record", "regrant", "read_assertion", "JWT_BEARER", "TOKEN_EXCHANGE"]
+__all__ = ["IdTokenProvider", "Lent", "grant_record", "regrant", "read_assertion", "JWT_BEARER", "TOKEN_EXCHANGE"]
 
 
 class IdTokenProvider(Protocol):
@@ -63,6 +60,35 @@ class IdTokenProvider(Protocol):
     a fresh one, or raise when it has none."""
 
     def __call__(self, server: ServerConfig, /) -> str: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Lent:
+    """What :mod:`.signin` lends the grants: it imports this module, never the reverse.
+
+    ``token_request`` is ``signin._token_request``, through which every token request of
+    every grant goes (DPoP proofs are added there); ``authenticate`` adds a client's
+    authentication to a form; ``client(kind, id, secret, method)`` makes the client
+    ``authenticate`` takes.
+    """
+
+    token_request: Callable[..., Any]
+    authenticate: Callable[..., dict]
+    client: Callable[..., Any]
+    secret: Callable[[OAuthSettings, Mapping[str, str], str], str | None]
+    method_for_secret: Callable[[AuthServerMetadata, str | None], str]
+    check_client_issuer: Callable[..., None]
+    scope_for_credentials: Callable[..., str | None]
+
+
+class Found(Protocol):
+    """What discovery found (``signin.Discovered`` is one)."""
+
+    @property
+    def resource(self) -> ResourceMetadata: ...
+
+    @property
+    def server(self) -> AuthServerMetadata: ...
 
 
 # -- reading the JWTs ------------------------------------------------------------------------
@@ -202,51 +228,45 @@ class _Target:
     auth_method: str
 
 
-def _client(server: ServerConfig, target: _Target, environ: Mapping[str, str]) -> Client | None:
+def _client(lent: Lent, server: ServerConfig, target: _Target, environ: Mapping[str, str]) -> Any:
     """The client the MCP server's authorization server authenticates; None: no client (jwt-bearer
     without a ``clientId``, RFC 7523 3.1: the assertion alone identifies the workload)."""
-    from .signin import Client, _secret
-
     settings = server.oauth or OAuthSettings()
     if not settings.client_id:
         return None
-    secret = _secret(settings, environ, server.name) if target.auth_method in ("client_secret_basic",
+    secret = lent.secret(settings, environ, server.name) if target.auth_method in ("client_secret_basic",
                                                                                "client_secret_post") else None
-    return Client(settings.grant, settings.client_id, secret, target.auth_method)
+    return lent.client(settings.grant, settings.client_id, secret, target.auth_method)
 
 
-def _auth_method(settings: OAuthSettings, metadata: discovery.AuthServerMetadata) -> str:
-    from .signin import _method_for_secret
-
+def _auth_method(lent: Lent, settings: OAuthSettings, metadata: AuthServerMetadata) -> str:
     if not settings.client_id:
         return "none"
     if settings.token_endpoint_auth_method:
         return settings.token_endpoint_auth_method
     if settings.private_key_env_var:
         return "private_key_jwt"
-    return _method_for_secret(metadata, "x" if settings.client_secret_env_var else None)
+    return lent.method_for_secret(metadata, "x" if settings.client_secret_env_var else None)
 
 
-def _jwt_bearer(http: AuthHttp, server: ServerConfig, target: _Target, assertion: str, environ: Mapping[str, str],
+def _jwt_bearer(lent: Lent, http: AuthHttp, server: ServerConfig, target: _Target, assertion: str, environ: Mapping[str, str],
                 what: str) -> TokenSet:
     """The jwt-bearer grant (RFC 7523 2.1) at the MCP server's authorization server.
 
     Raises:
         TokenError: refused (``transient`` False: never retried) or not answered.
     """
-    from .signin import _authenticate, _token_request
-
     form = {"grant_type": JWT_BEARER, "assertion": assertion}
     if target.resource:
         form["resource"] = target.resource
     if target.scope:
         form["scope"] = target.scope
-    client = _client(server, target, environ)
+    client = _client(lent, server, target, environ)
     headers: dict = {}
     if client is not None:
-        headers = _authenticate(form, client, target.token_endpoint, target.issuer, server.oauth, environ, server.name)
+        headers = lent.authenticate(form, client, target.token_endpoint, target.issuer, server.oauth, environ, server.name)
     try:
-        granted: TokenSet = _token_request(http, server.name, target.token_endpoint, form, headers)
+        granted: TokenSet = lent.token_request(http, server.name, target.token_endpoint, form, headers)
         return granted
     except TokenError as exc:
         if exc.transient:
@@ -314,7 +334,8 @@ def _exchange_reply(reply: AuthReply) -> str:
     return token
 
 
-def _exchange(server: ServerConfig, target: _Target, environ: Mapping[str, str], provider: IdTokenProvider | None) -> str:
+def _exchange(lent: Lent, server: ServerConfig, target: _Target, environ: Mapping[str, str],
+              provider: IdTokenProvider | None) -> str:
     """RFC 8693 token exchange at the identity provider: the user's id_token for an ID-JAG
     naming ``target`` (SEP-990 "Token Exchange"); the ID-JAG, checked.
 
@@ -323,8 +344,6 @@ def _exchange(server: ServerConfig, target: _Target, environ: Mapping[str, str],
         ConfigError: a named variable is unset.
         TokenError: transient: the identity provider could not answer.
     """
-    from .signin import Client, _authenticate, _token_request
-
     settings = server.oauth or OAuthSettings()
     name, issuer = server.name, settings.idp_issuer or ""
     subject, _where = _id_token(server, environ, provider)
@@ -350,10 +369,10 @@ def _exchange(server: ServerConfig, target: _Target, environ: Mapping[str, str],
         }
         if target.scope:
             form["scope"] = target.scope
-        client = Client("idp", settings.idp_client_id or "", secret, method)
-        headers = _authenticate(form, client, endpoint, issuer, None, environ, name)
+        client = lent.client("idp", settings.idp_client_id or "", secret, method)
+        headers = lent.authenticate(form, client, endpoint, issuer, None, environ, name)
         try:
-            jag: str = _token_request(http, name, endpoint, form, headers, parse=_exchange_reply)
+            jag: str = lent.token_request(http, name, endpoint, form, headers, parse=_exchange_reply)
         except TokenError as exc:
             if exc.transient:
                 raise
@@ -397,7 +416,7 @@ def _check_id_jag(server: ServerConfig, target: _Target, jag: str) -> None:
         raise AuthError(name, "the identity provider's ID-JAG has already expired; it was not sent")
 
 
-def _granted(http: AuthHttp, server: ServerConfig, target: _Target, environ: Mapping[str, str],
+def _granted(lent: Lent, http: AuthHttp, server: ServerConfig, target: _Target, environ: Mapping[str, str],
              provider: IdTokenProvider | None) -> TokenSet:
     """Run the server's grant once.
 
@@ -410,34 +429,32 @@ def _granted(http: AuthHttp, server: ServerConfig, target: _Target, environ: Map
         assertion, where = read_assertion(server, environ)
         what = f"the workload assertion from {where}"
     else:
-        assertion, what = _exchange(server, target, environ, provider), "the ID-JAG of the identity provider"
+        assertion, what = _exchange(lent, server, target, environ, provider), "the ID-JAG of the identity provider"
     try:
-        return _jwt_bearer(http, server, target, assertion, environ, what)
+        return _jwt_bearer(lent, http, server, target, assertion, environ, what)
     except TokenError as exc:
         if exc.transient:
             raise
         raise AuthError(server.name, str(exc)) from None
 
 
-def grant_record(http: AuthHttp, server: ServerConfig, found: Discovered, challenge: Challenge | None,
-                 environ: Mapping[str, str], previous: OAuthRecord | None, store: SignInStore | None = None, *,
+def grant_record(lent: Lent, http: AuthHttp, server: ServerConfig, found: Found, challenge: Challenge | None,
+                 environ: Mapping[str, str], previous: OAuthRecord | None, store: object = None, *,
                  id_token: IdTokenProvider | None = None) -> OAuthRecord:
     """A token for the server's ``jwt-bearer`` or ``enterprise`` grant, no browser involved.
 
     Raises:
         AuthError / ConfigError: one line; nothing is retried.
     """
-    from .signin import _scope_for_credentials, _url, check_client_issuer
-
     settings = server.oauth or OAuthSettings()
-    metadata, url = found.server, _url(server)
+    metadata, url = found.server, server.url or ""
     if settings.client_id:
-        check_client_issuer(store, server, settings.client_id, metadata.issuer)
-    scope = _scope_for_credentials(server, found, challenge, previous)
+        lent.check_client_issuer(store, server, settings.client_id, metadata.issuer)
+    scope = lent.scope_for_credentials(server, found, challenge, previous)
     target = _Target(metadata.issuer, metadata.token_endpoint, found.resource.resource or None, scope,
-                     _auth_method(settings, metadata))
+                     _auth_method(lent, settings, metadata))
     try:
-        granted = _granted(http, server, target, environ, id_token)
+        granted = _granted(lent, http, server, target, environ, id_token)
     except TokenError as exc:  # transient: could not be asked; the sign-in fails, in one line
         raise AuthError(server.name, str(exc)) from None
     base = (previous or OAuthRecord(url=url)).replace(
@@ -451,7 +468,7 @@ def grant_record(http: AuthHttp, server: ServerConfig, found: Discovered, challe
     return base.with_tokens(granted, requested_scope=scope)
 
 
-def regrant(http: AuthHttp, server: ServerConfig, record: OAuthRecord, environ: Mapping[str, str]) -> TokenSet:
+def regrant(lent: Lent, http: AuthHttp, server: ServerConfig, record: OAuthRecord, environ: Mapping[str, str]) -> TokenSet:
     """The grant again for an expiring token (``signin.refresh_record``): the assertion is
     read afresh; the enterprise grant needs ``oauth.idTokenEnvVar`` here (without it the
     server needs a sign-in, which the host's id_token provider answers).
@@ -466,6 +483,6 @@ def regrant(http: AuthHttp, server: ServerConfig, record: OAuthRecord, environ: 
         raise TokenError("a new token needs the user's id_token again", error="needs_id_token", transient=False)
     target = _Target(record.issuer, record.token_endpoint, record.resource, record.requested_scope, record.auth_method)
     try:
-        return _granted(http, server, target, environ, None)
+        return _granted(lent, http, server, target, environ, None)
     except (AuthError, ConfigError) as exc:
         raise TokenError(getattr(exc, "detail", str(exc)), error="grant_refused", transient=False) from None

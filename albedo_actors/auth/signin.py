@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from ..config import OAuthSettings, ServerConfig
 from ..errors import AuthError, ConfigError, StoreError
-from . import discovery, pkce, registration, tokens
+from . import discovery, grants, pkce, registration, tokens
 from .addresses import AddressGuard
 from .browser import check_authorization_url, open_authorization_url
 from .callback import DEFAULT_LIFETIME_S, DEFAULT_PORT, CallbackListener
@@ -36,7 +36,6 @@ from ..wire.jsonrpc import Json
 
 if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
     from ..store.records import Credentials
-    from .grants import IdTokenProvider
 
 CLIENT_NAME = "albedo_actors"
 JWT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
@@ -338,6 +337,13 @@ def _token_request(http: AuthHttp, name: str, endpoint: str, form: dict, headers
     return tokens.parse_token_response(reply.body, reply.status, time.time())
 
 
+def _lent() -> grants.Lent:
+    """What the grants of :mod:`.grants` use from here (every token request goes through ``_token_request``)."""
+    return grants.Lent(token_request=_token_request, authenticate=_authenticate, client=Client, secret=_secret,
+                       method_for_secret=_method_for_secret, check_client_issuer=check_client_issuer,
+                       scope_for_credentials=_scope_for_credentials)
+
+
 # -- storing ----------------------------------------------------------------------------------
 
 
@@ -391,7 +397,7 @@ class SignIn:
         port: int = DEFAULT_PORT,
         lifetime: float = DEFAULT_LIFETIME_S,
         http: AuthHttp | None = None,
-        id_token: IdTokenProvider | None = None,
+        id_token: grants.IdTokenProvider | None = None,
     ) -> None:
         self.url = _url(server)
         self._id_token = id_token  # the user's id_token, for the enterprise grant (see grants.IdTokenProvider)
@@ -441,10 +447,8 @@ class SignIn:
             settings = self.server.oauth or OAuthSettings()
             if settings.grant == "client_credentials":
                 record = client_credentials_record(http, self.server, found, challenge, self.environ, previous, self.store)
-            elif settings.grant in ("jwt-bearer", "enterprise"):
-                from .grants import grant_record  # workload identity, enterprise-managed authorization
-
-                record = grant_record(http, self.server, found, challenge, self.environ, previous, self.store,
+            elif settings.grant in ("jwt-bearer", "enterprise"):  # workload identity, enterprise-managed authorization
+                record = grants.grant_record(_lent(), http, self.server, found, challenge, self.environ, previous, self.store,
                                       id_token=self._id_token)
             else:
                 record = self._authorize(http, found, challenge, previous)
@@ -556,7 +560,7 @@ def follow_redirect_agent(http_factory: Callable[[], AuthHttp] = AuthHttp) -> Ag
 def authorizer(store: SignInStore | None, *, environ: Mapping[str, str] | None = None, agent: Agent | None = None,
                announce: Callable[[str], None] | None = None, port: int = DEFAULT_PORT,
                lifetime: float = DEFAULT_LIFETIME_S,
-               id_token: IdTokenProvider | None = None) -> Callable[[ServerConfig, Challenge | None], OAuthRecord]:
+               id_token: grants.IdTokenProvider | None = None) -> Callable[[ServerConfig, Challenge | None], OAuthRecord]:
     """A sign-in a link may run by itself when a server asks (see ``ServerAuth``).
 
     ``id_token(server)`` is the host's source of the user's OpenID Connect id_token for
@@ -659,9 +663,8 @@ def refresh_record(http: AuthHttp, server: ServerConfig, record: OAuthRecord, en
         return record.with_tokens(granted)
     if record.client_kind in ("jwt-bearer", "enterprise") and server.oauth is not None \
             and server.oauth.grant == record.client_kind:
-        from .grants import regrant  # no refresh token: the grant again (the assertion re-read)
-
-        return record.with_tokens(regrant(http, server, record, environ))
+        # no refresh token: the grant again (the assertion re-read)
+        return record.with_tokens(grants.regrant(_lent(), http, server, record, environ))
     if not record.refresh_token:
         raise TokenError("there is no refresh token", error="no_refresh_token", transient=False)
     if not (record.token_endpoint and record.client_id):
