@@ -24,7 +24,8 @@ from albedo_actors.actors.refresher import TokenRefresher, refresh_by
 from albedo_actors.auth.record import OAuthRecord, from_credentials
 from albedo_actors.auth.server_auth import ServerAuth, sign_in_needed
 from albedo_actors.auth.signin import SignIn, authorizer
-from albedo_actors.config import OAuthSettings, ServerConfig
+from albedo_actors.config import McpConfig, OAuthSettings, ServerConfig
+from albedo_actors.runtime import Runtime
 from albedo_actors.errors import AlbedoError, ConfigError, NeedsSignIn
 from albedo_actors.store import open_store
 from albedo_actors.store.records import Credentials
@@ -418,6 +419,44 @@ def test_the_idp_token_endpoint_is_found_by_discovery_or_configured(tmp_path, ki
     assert "publishes no metadata for its issuer" in _one_line(caught.value)
     record = kit.sign_in(company.config(idp_token_endpoint=company.idp.url + "/token"), company.environ)
     assert record.state == "signed_in"
+
+
+# -- a host's runtime: no sign-in beforehand, no user ---------------------------------------------------
+
+
+def test_a_runtime_signs_in_as_the_workload_and_through_the_idp_when_the_servers_ask(tmp_path, oauth_server, idp_server,
+                                                                                    workload, monkeypatch):
+    wl_server = oauth_server(*workload.flags())
+    assertion, jti = workload.assertion(wl_server.base)
+    path = tmp_path / "token"
+    path.write_text(assertion)
+    company = Enterprise(tmp_path, oauth_server, idp_server)
+    for key in ("MCP_SECRET", "IDP_SECRET"):
+        monkeypatch.setenv(key, company.environ[key])
+    asked: list[str] = []
+
+    def provider(server: ServerConfig) -> str:
+        asked.append(server.name)
+        return company.user_id_token()
+
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    servers = (ServerConfig(name="wl", type="http", url=wl_server.url, startup_timeout_ms=15000, call_timeout_ms=15000,
+                            oauth=OAuthSettings(grant="jwt-bearer", assertion_file=str(path))),
+               ServerConfig(name="corp", type="http", url=company.server.url, startup_timeout_ms=15000,
+                            call_timeout_ms=15000, oauth=company.config(id_token_env_var=None).oauth))
+    store = open_store(str(home))
+    try:
+        with Runtime(str(home), store, config=McpConfig(home=str(home), servers=servers), enabled=True,
+                     id_token=provider) as runtime:
+            assert runtime.composition().left_out == {}
+            mcp = runtime.mcp()
+            assert text_of(mcp.call("wl/echo", text="as the workload").as_dict()) == "as the workload"
+            assert text_of(mcp.call("corp/echo", text="as alice").as_dict()) == "as alice"
+    finally:
+        store.close()
+    assert wl_server.stats()["jwt_bearer_jtis"] == [jti]
+    assert asked == ["corp"] and company.server.stats()["jwt_bearer_subjects"] == ["alice"]
 
 
 # -- secrets stay out of logs, messages and the settings view -----------------------------------------
