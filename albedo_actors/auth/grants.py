@@ -39,7 +39,7 @@ from ..errors import AuthError, ConfigError
 from . import discovery, tokens
 from .addresses import AddressGuard
 from .discovery import AuthServerMetadata, Challenge, ResourceMetadata
-from .http import AuthHttp, AuthHttpError, AuthReply
+from .http import TIMEOUT_S, AuthHttp, AuthHttpError, AuthReply
 from .record import OAuthRecord
 from .tokens import TokenError, TokenSet
 
@@ -275,10 +275,10 @@ def _jwt_bearer(lent: Lent, http: AuthHttp, server: ServerConfig, target: _Targe
                          transient=False, status=exc.status) from None
 
 
-def _idp_http(server: ServerConfig, issuer: str) -> AuthHttp:
+def _idp_http(server: ServerConfig, issuer: str, timeout: float) -> AuthHttp:
     # The identity provider is configured, not named by the MCP server: its own kind of
     # address is allowed (a company IdP on the intranet), nothing else.
-    return AuthHttp(verify=server.ca_file or True, guard=AddressGuard(issuer))
+    return AuthHttp(verify=server.ca_file or True, timeout=timeout, guard=AddressGuard(issuer))
 
 
 def _idp_token_endpoint(http: AuthHttp, server: ServerConfig) -> tuple[str, tuple[str, ...]]:
@@ -335,7 +335,7 @@ def _exchange_reply(reply: AuthReply) -> str:
 
 
 def _exchange(lent: Lent, server: ServerConfig, target: _Target, environ: Mapping[str, str],
-              provider: IdTokenProvider | None) -> str:
+              provider: IdTokenProvider | None, timeout: float = TIMEOUT_S) -> str:
     """RFC 8693 token exchange at the identity provider: the user's id_token for an ID-JAG
     naming ``target`` (SEP-990 "Token Exchange"); the ID-JAG, checked.
 
@@ -353,7 +353,7 @@ def _exchange(lent: Lent, server: ServerConfig, target: _Target, environ: Mappin
         if not secret:
             raise ConfigError(f"server {name!r}: oauth.idpClientSecretEnvVar names ${settings.idp_client_secret_env_var}, "
                               f"which is not set in the host's environment")
-    with _idp_http(server, issuer) as http:
+    with _idp_http(server, issuer, timeout) as http:
         endpoint, methods = _idp_token_endpoint(http, server)
         method = "none"
         if secret:
@@ -417,7 +417,7 @@ def _check_id_jag(server: ServerConfig, target: _Target, jag: str) -> None:
 
 
 def _granted(lent: Lent, http: AuthHttp, server: ServerConfig, target: _Target, environ: Mapping[str, str],
-             provider: IdTokenProvider | None) -> TokenSet:
+             provider: IdTokenProvider | None, idp_timeout: float = TIMEOUT_S) -> TokenSet:
     """Run the server's grant once.
 
     Raises:
@@ -429,7 +429,7 @@ def _granted(lent: Lent, http: AuthHttp, server: ServerConfig, target: _Target, 
         assertion, where = read_assertion(server, environ)
         what = f"the workload assertion from {where}"
     else:
-        assertion, what = _exchange(lent, server, target, environ, provider), "the ID-JAG of the identity provider"
+        assertion, what = _exchange(lent, server, target, environ, provider, idp_timeout), "the ID-JAG of the identity provider"
     try:
         return _jwt_bearer(lent, http, server, target, assertion, environ, what)
     except TokenError as exc:
@@ -483,6 +483,9 @@ def regrant(lent: Lent, http: AuthHttp, server: ServerConfig, record: OAuthRecor
         raise TokenError("a new token needs the user's id_token again", error="needs_id_token", transient=False)
     target = _Target(record.issuer, record.token_endpoint, record.resource, record.requested_scope, record.auth_method)
     try:
-        return _granted(lent, http, server, target, environ, None)
+        # Under the refresh lease (refresh.LEASE_S, 2.5 request deadlines): the identity
+        # provider's two requests (discovery, exchange) get half a deadline each, so the
+        # whole re-grant (with the grant itself) ends before the lease can be taken over.
+        return _granted(lent, http, server, target, environ, None, idp_timeout=TIMEOUT_S / 2)
     except (AuthError, ConfigError) as exc:
         raise TokenError(getattr(exc, "detail", str(exc)), error="grant_refused", transient=False) from None
