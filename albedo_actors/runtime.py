@@ -228,14 +228,18 @@ __all__ = ["Runtime"]
 def _machine_sign_in(oauth_for: Callable[..., Any], store: Store, refresher: pykka.ActorRef,
                      id_token: IdTokenProvider | None) -> Callable[[ServerConfig], Any]:
     """The auth factory of the registry: a server whose grant needs no browser (jwt-bearer,
-    enterprise) signs in by itself when it asks (401); the others wait for ``albedo-mcp sign-in``."""
-    from .auth.signin import authorizer
-
+    enterprise) signs in by itself when it asks (401); the others wait for ``albedo-mcp sign-in``.
+    The sign-in code loads with the first such server (a stdio host loads none of it)."""
     plain = oauth_for(store, refresher)
-    machine = oauth_for(store, refresher, authorize=authorizer(store, id_token=id_token))
+    machine: list[Callable[[ServerConfig], Any]] = []  # made once, on the registry's thread (its only caller)
 
     def make(server: ServerConfig) -> Any:
-        oauth = server.oauth
-        return (machine if oauth is not None and oauth.grant in ("jwt-bearer", "enterprise") else plain)(server)
+        if server.oauth is None or server.oauth.grant not in ("jwt-bearer", "enterprise"):
+            return plain(server)
+        if not machine:
+            from .auth.signin import authorizer
+
+            machine.append(oauth_for(store, refresher, authorize=authorizer(store, id_token=id_token)))
+        return machine[0](server)
 
     return make
