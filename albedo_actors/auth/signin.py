@@ -448,8 +448,8 @@ class SignIn:
             if settings.grant == "client_credentials":
                 record = client_credentials_record(http, self.server, found, challenge, self.environ, previous, self.store)
             elif settings.grant in ("jwt-bearer", "enterprise"):  # workload identity, enterprise-managed authorization
-                record = grants.grant_record(_lent(), http, self.server, found, challenge, self.environ, previous, self.store,
-                                      id_token=self._id_token)
+                record = grants.grant_record(_lent(), http, self.server, found, challenge, self.environ, previous,
+                                             self.store, id_token=self._id_token)
             else:
                 record = self._authorize(http, found, challenge, previous)
             store_record(self.store, name, record)
