@@ -210,6 +210,20 @@ def test_an_expired_token_is_granted_again_with_the_rotated_file(tmp_path, kit, 
     assert kit.record().access_token not in (None, old)
 
 
+def test_a_rotated_assertion_that_has_expired_is_not_sent_at_the_re_grant(tmp_path, kit, oauth_server, workload):
+    server = oauth_server(*workload.flags())
+    path = tmp_path / "token"
+    path.write_text(workload.assertion(server.base)[0])
+    handle = kit.handle(http_config(server.url, OAuthSettings(grant="jwt-bearer", assertion_file=str(path))), {})
+    handle.connect()
+    path.write_text(workload.assertion(server.base, lifetime=-5)[0])  # the workload's token ran out
+    server.expire()
+    with pytest.raises(NeedsSignIn) as caught:
+        echo(handle, "late")
+    assert "expired at" in _one_line(caught.value)
+    assert server.stats()["jwt_bearer_requests"] == 1  # the first grant only: nothing was sent at the re-grant
+
+
 def test_an_assertion_for_another_audience_is_one_line_and_one_request(tmp_path, kit, oauth_server, workload):
     server = oauth_server(*workload.flags())
     assertion, _ = workload.assertion("https://wrong.example")
@@ -289,9 +303,10 @@ class Enterprise:
                                       "iat": now, "exp": now + 600})
 
     def config(self, *, id_token_env_var: str | None = "USER_ID_TOKEN", **changes) -> ServerConfig:
-        oauth = OAuthSettings(grant="enterprise", client_id=MCP_CLIENT, client_secret_env_var="MCP_SECRET",
-                              idp_issuer=self.idp.url, idp_client_id=IDP_CLIENT, idp_client_secret_env_var="IDP_SECRET",
-                              id_token_env_var=id_token_env_var, **changes)
+        oauth = OAuthSettings(**{"grant": "enterprise", "client_id": MCP_CLIENT, "client_secret_env_var": "MCP_SECRET",
+                                 "idp_issuer": self.idp.url, "idp_client_id": IDP_CLIENT,
+                                 "idp_client_secret_env_var": "IDP_SECRET", "id_token_env_var": id_token_env_var,
+                                 **changes})
         return http_config(self.server.url, oauth)
 
 
@@ -410,6 +425,19 @@ def test_a_failing_id_token_provider_is_one_line(tmp_path, kit, oauth_server, id
     message = _one_line(caught.value)
     assert "id_token provider gave no id_token (RuntimeError)" in message and "secret-bearing" not in message
     assert company.idp.stats()["exchange_requests"] == 0
+
+
+def test_an_unreachable_identity_provider_is_one_line(tmp_path, kit, oauth_server, idp_server):
+    import socket
+
+    company = Enterprise(tmp_path, oauth_server, idp_server)
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    with pytest.raises(AlbedoError) as caught:
+        kit.sign_in(company.config(idp_issuer=closed), company.environ)
+    assert f"the identity provider {closed} could not be asked" in _one_line(caught.value)
+    assert company.server.stats()["jwt_bearer_requests"] == 0
 
 
 def test_the_idp_token_endpoint_is_found_by_discovery_or_configured(tmp_path, kit, oauth_server, idp_server):
