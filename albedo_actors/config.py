@@ -46,7 +46,11 @@ _COMMON_KEYS = {"type", "enabled", "enabledTools", "disabledTools", "startupTime
 _STDIO_KEYS = _COMMON_KEYS | {"command", "args", "cwd", "env"}
 _HTTP_KEYS = _COMMON_KEYS | {"url", "bearerTokenEnvVar", "headers", "caFile", "oauth"}
 _OAUTH_KEYS = {"grant", "clientId", "clientSecretEnvVar", "privateKeyEnvVar", "signingAlgorithm", "tokenEndpointAuthMethod", "clientMetadataUrl", "scope", "dpop"}
-OAUTH_GRANTS = ("authorization_code", "client_credentials")
+# The keys of the grants with no browser (auth/grants.py): workload identity and enterprise.
+_JWT_BEARER_KEYS = {"assertionFile", "assertionEnvVar"}
+_ENTERPRISE_KEYS = {"idpIssuer", "idpTokenEndpoint", "idpClientId", "idpClientSecretEnvVar", "idTokenEnvVar"}
+_OAUTH_KEYS |= _JWT_BEARER_KEYS | _ENTERPRISE_KEYS
+OAUTH_GRANTS = ("authorization_code", "client_credentials", "jwt-bearer", "enterprise")
 OAUTH_AUTH_METHODS = ("none", "client_secret_basic", "client_secret_post", "private_key_jwt")
 OAUTH_SIGNING_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "ES512", "EdDSA")
 
@@ -60,7 +64,11 @@ class OAuthSettings:
     registered by hand; without one, albedo registers itself (RFC 7591). ``grant`` is
     ``authorization_code`` (a user signs in) or ``client_credentials`` (machine to
     machine: a client secret, or ``private_key_env_var`` naming a PEM private key for
-    ``private_key_jwt``). Secrets are variable names, never values.
+    ``private_key_jwt``), ``jwt-bearer`` (workload identity, RFC 7523: the workload's
+    JWT from ``assertion_file``, re-read at each grant, or ``assertion_env_var``) or
+    ``enterprise`` (SEP-990: the user's id_token is exchanged at the identity provider
+    ``idp_issuer`` for an ID-JAG, which the jwt-bearer grant presents to the MCP
+    server's authorization server). Secrets are variable names, never values.
     """
 
     grant: str = "authorization_code"
@@ -74,6 +82,15 @@ class OAuthSettings:
     # DPoP (RFC 9449): True always, False never, None when the authorization server lists
     # dpop_signing_alg_values_supported (see auth/dpop.py).
     dpop: bool | None = None
+    # jwt-bearer: where the workload's JWT is (one of the two)
+    assertion_file: str | None = None
+    assertion_env_var: str | None = None
+    # enterprise: the company's identity provider and the user's id_token
+    idp_issuer: str | None = None
+    idp_token_endpoint: str | None = None  # else found by discovery at idp_issuer
+    idp_client_id: str | None = None
+    idp_client_secret_env_var: str | None = None
+    id_token_env_var: str | None = None  # else the host's id_token provider
 
 
 @dataclass(frozen=True)
@@ -235,12 +252,12 @@ def _server(name: str, entry: Any, home: str, source: str) -> ServerConfig:
         bearer_token_env_var=_variable(entry.get("bearerTokenEnvVar"), f'{where}: "bearerTokenEnvVar"', optional=True),
         headers=_named(entry, "headers", where, _HEADER_NAME, "an HTTP header name"),
         ca_file=_ca_file(entry.get("caFile"), home, where),
-        oauth=_oauth(entry.get("oauth"), where),
+        oauth=_oauth(entry.get("oauth"), where, home),
         **common,
     )
 
 
-def _oauth(value: Any, where: str) -> OAuthSettings | None:
+def _oauth(value: Any, where: str, home: str = "") -> OAuthSettings | None:
     if value is None:
         return None
     where = f'{where}: "oauth"'
@@ -287,6 +304,7 @@ def _oauth(value: Any, where: str) -> OAuthSettings | None:
         client_metadata_url=metadata_url,
         scope=text("scope", 4096),
         dpop=dpop,
+        **_grant_keys(value, grant, where, home, text),
     )
     if settings.client_secret_env_var and not settings.client_id:
         raise ConfigError(f'{where}: "clientSecretEnvVar" needs a "clientId"')
@@ -301,7 +319,46 @@ def _oauth(value: Any, where: str) -> OAuthSettings | None:
         raise ConfigError(f'{where}: "private_key_jwt" needs "privateKeyEnvVar"')
     if method in ("client_secret_basic", "client_secret_post") and not settings.client_secret_env_var:
         raise ConfigError(f'{where}: "{method}" needs "clientSecretEnvVar"')
+    if grant == "enterprise" and not settings.client_id:
+        raise ConfigError(f'{where}: the enterprise grant needs a "clientId" (the client registered at the MCP '
+                          f"server's authorization server, which the ID-JAG names)")
     return settings
+
+
+def _grant_keys(value: dict, grant: str, where: str, home: str, text: Any) -> dict[str, Any]:
+    """The keys of the jwt-bearer and enterprise grants (auth/grants.py), checked."""
+    for keys, owner in ((_JWT_BEARER_KEYS, "jwt-bearer"), (_ENTERPRISE_KEYS, "enterprise")):
+        stray = sorted(k for k in keys if k in value)
+        if stray and grant != owner:
+            raise ConfigError(f'{where}: {", ".join(stray)} only go with "grant": "{owner}"')
+    out: dict[str, Any] = {}
+    if grant == "jwt-bearer":
+        path = value.get("assertionFile")
+        if path is not None:
+            if not isinstance(path, str) or not path.strip() or "\0" in path:
+                raise ConfigError(f'{where}: "assertionFile" must be the path of the file holding the workload\'s JWT')
+            out["assertion_file"] = os.path.join(home, os.path.expanduser(path))
+        out["assertion_env_var"] = _variable(value.get("assertionEnvVar"), f'{where}: "assertionEnvVar"', optional=True)
+        if (path is None) == (out["assertion_env_var"] is None):
+            raise ConfigError(f'{where}: the jwt-bearer grant needs exactly one of "assertionFile" or "assertionEnvVar"')
+    if grant == "enterprise":
+        for key, field_name in (("idpIssuer", "idp_issuer"), ("idpTokenEndpoint", "idp_token_endpoint")):
+            url = text(key)
+            if url is not None:
+                parts = urllib.parse.urlsplit(url)
+                loopback = parts.hostname in ("127.0.0.1", "localhost", "::1")
+                if (parts.scheme != "https" and not (parts.scheme == "http" and loopback)) or not parts.hostname \
+                        or parts.fragment or parts.query or parts.username or parts.password:
+                    raise ConfigError(f'{where}: "{key}" must be an https URL without a query, fragment or userinfo')
+            out[field_name] = url
+        out["idp_client_id"] = text("idpClientId")
+        out["idp_client_secret_env_var"] = _variable(value.get("idpClientSecretEnvVar"), f'{where}: "idpClientSecretEnvVar"',
+                                                     optional=True)
+        out["id_token_env_var"] = _variable(value.get("idTokenEnvVar"), f'{where}: "idTokenEnvVar"', optional=True)
+        if not out["idp_issuer"] or not out["idp_client_id"]:
+            raise ConfigError(f'{where}: the enterprise grant needs "idpIssuer" and "idpClientId" (the identity provider '
+                              f"and albedo's client there)")
+    return out
 
 
 def _bool(entry: dict, key: str, default: bool, where: str) -> bool:

@@ -156,7 +156,9 @@ def oauth_settings(context: dict[str, Any]) -> tuple[OAuthSettings, dict[str, st
     """How the scenario's client identifies itself, and the environment holding its secrets.
 
     A pre-registered client (``client_id``/``client_secret``), the client credentials
-    grant (a secret, or an ES256/RS256 ``private_key_pem`` for ``private_key_jwt``), else
+    grant (a secret, or an ES256/RS256 ``private_key_pem`` for ``private_key_jwt``), the
+    jwt-bearer grant (``valid_jwt``: workload identity), the enterprise grant
+    (``idp_id_token``, ``idp_issuer``, ``idp_client_id``: SEP-990), else
     the reference clients' metadata document URL (used when the server supports it,
     else dynamic registration).
     """
@@ -167,6 +169,20 @@ def oauth_settings(context: dict[str, Any]) -> tuple[OAuthSettings, dict[str, st
         return OAuthSettings(client_metadata_url=CLIENT_METADATA_URL), environ
     grant = "client_credentials" if name.startswith("auth/client-credentials") else "authorization_code"
     secret_var = key_var = None
+    if isinstance(context.get("valid_jwt"), str):  # auth/wif-jwt-bearer: the workload's JWT (the valid one)
+        environ["ALBEDO_CONFORMANCE_ASSERTION"] = context["valid_jwt"]
+        return OAuthSettings(grant="jwt-bearer", client_id=client_id,
+                             assertion_env_var="ALBEDO_CONFORMANCE_ASSERTION"), environ
+    if isinstance(context.get("idp_id_token"), str):  # auth/enterprise-managed-authorization (SEP-990)
+        environ["ALBEDO_CONFORMANCE_ID_TOKEN"] = context["idp_id_token"]
+        if isinstance(context.get("client_secret"), str):
+            secret_var = "ALBEDO_CONFORMANCE_CLIENT_SECRET"
+            environ[secret_var] = context["client_secret"]
+        endpoint = context.get("idp_token_endpoint")
+        return OAuthSettings(grant="enterprise", client_id=client_id, client_secret_env_var=secret_var,
+                             idp_issuer=str(context.get("idp_issuer") or ""), idp_client_id=str(context.get("idp_client_id") or ""),
+                             idp_token_endpoint=endpoint if isinstance(endpoint, str) else None,
+                             id_token_env_var="ALBEDO_CONFORMANCE_ID_TOKEN"), environ
     if isinstance(context.get("client_secret"), str):
         secret_var = "ALBEDO_CONFORMANCE_CLIENT_SECRET"
         environ[secret_var] = context["client_secret"]

@@ -34,11 +34,12 @@ from .actors.composer import Open, SessionComposer
 from .actors.preparer import BackgroundSettled, Composition, RuntimePreparer
 from .actors.registry import CloseAll, ServerRegistry
 from .binding import CLOSED, Mcp, ask, request
-from .config import McpConfig, load
+from .config import McpConfig, ServerConfig, load
 from .actors.reply import Request
 from .errors import SessionClosed
 
 if TYPE_CHECKING:
+    from .auth.grants import IdTokenProvider
     from .store import Store
 
 ASK_TIMEOUT = 10.0
@@ -60,13 +61,17 @@ class Runtime:
         enabled: bool | None = None,
         overlays_enabled: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
+        id_token: IdTokenProvider | None = None,
     ) -> None:
         # ``config``: the configuration (or a source read at every preparation); default:
         # HOME/extensions.json. ``background=False``: servers advertised from a saved
         # catalogue are not dialled in the background (their first use dials them).
         # ``enabled`` / ``overlays_enabled``: this session's own choice for the "mcp" /
-        # "editor-mcp" extension; None follows the configured default.
+        # "editor-mcp" extension; None follows the configured default. ``id_token``: the
+        # host's source of the signed-in user's id_token, ``id_token(server) -> str``, for
+        # the servers with the enterprise grant (auth/grants.py).
         self.home = home
+        self._id_token = id_token
         self._enabled = enabled
         self._overlays_enabled = overlays_enabled
         self._store = store
@@ -109,7 +114,7 @@ class Runtime:
             from .actors.refresher import TokenRefresher, oauth_for  # OAuth's modules: only with a store
 
             self._refresher = TokenRefresher.start(self._store)
-            auth = oauth_for(self._store, self._refresher)
+            auth = _machine_sign_in(oauth_for, self._store, self._refresher, self._id_token)
         self._registry = ServerRegistry.start(self.home, auth=auth)
         self._preparer = RuntimePreparer.start(self._registry, self._store, background=self._background)
         self._composer = SessionComposer.start(
@@ -218,3 +223,23 @@ class Runtime:
 
 
 __all__ = ["Runtime"]
+
+
+def _machine_sign_in(oauth_for: Callable[..., Any], store: Store, refresher: pykka.ActorRef,
+                     id_token: IdTokenProvider | None) -> Callable[[ServerConfig], Any]:
+    """The auth factory of the registry: a server whose grant needs no browser (jwt-bearer,
+    enterprise) signs in by itself when it asks (401); the others wait for ``albedo-mcp sign-in``.
+    The sign-in code loads with the first such server (a stdio host loads none of it)."""
+    plain = oauth_for(store, refresher)
+    machine: list[Callable[[ServerConfig], Any]] = []  # made once, on the registry's thread (its only caller)
+
+    def make(server: ServerConfig) -> Any:
+        if server.oauth is None or server.oauth.grant not in ("jwt-bearer", "enterprise"):
+            return plain(server)
+        if not machine:
+            from .auth.signin import authorizer
+
+            machine.append(oauth_for(store, refresher, authorize=authorizer(store, id_token=id_token)))
+        return machine[0](server)
+
+    return make

@@ -298,12 +298,12 @@ def sign_in_needed(server: ServerConfig, credentials: Credentials | None) -> str
     """Why ``server`` must not be dialled until the user signs in; None when it may be.
 
     A stored record for this URL that is ``needs_sign_in`` or ``signed_out`` (a
-    configured ``Authorization`` header or a client credentials grant never waits for a
-    user).
+    configured ``Authorization`` header or a grant with no browser, client credentials,
+    jwt-bearer or enterprise, never waits for a user).
     """
     if server.type != "http":
         return None
-    if server.oauth is not None and server.oauth.grant == "client_credentials":
+    if server.oauth is not None and server.oauth.grant in ("client_credentials", "jwt-bearer", "enterprise"):
         return None
     record = usable(from_credentials(credentials), server.url)
     if record is None or record.state not in ("needs_sign_in", "signed_out"):

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from ..config import OAuthSettings, ServerConfig
 from ..errors import AuthError, ConfigError, StoreError
-from . import discovery, dpop, pkce, registration, tokens
+from . import discovery, dpop, grants, pkce, registration, tokens
 from .addresses import AddressGuard
 from .browser import check_authorization_url, open_authorization_url
 from .callback import DEFAULT_LIFETIME_S, DEFAULT_PORT, CallbackListener
@@ -307,6 +307,15 @@ def _authenticate(form: dict, client: Client, token_endpoint: str, issuer: str |
     return headers
 
 
+def _renewal(client: Client, token_endpoint: str, issuer: str | None, settings: OAuthSettings | None,
+             environ: Mapping[str, str], name: str) -> Callable[[], str] | None:
+    """For a ``private_key_jwt`` client: how to sign a new client assertion (a DPoP nonce
+    retry sends the token request again, and an assertion's ``jti`` is single-use)."""
+    if client.method != "private_key_jwt":
+        return None
+    return lambda: _assertion(client.client_id, issuer or token_endpoint, settings, environ, name)
+
+
 def _assertion(client_id: str, audience: str, settings: OAuthSettings | None, environ: Mapping[str, str], name: str) -> str:
     """A ``private_key_jwt`` client assertion (RFC 7523 3, RFC 7521 4.2), signed with pyjwt."""
     import jwt  # pyjwt: imported only by servers that use a private key
@@ -325,15 +334,19 @@ def _assertion(client_id: str, audience: str, settings: OAuthSettings | None, en
 
 
 def _token_request(http: AuthHttp, name: str, endpoint: str, form: dict, headers: dict,
-                   prover: dpop.Prover | None = None) -> TokenSet:
-    """One token request (every grant's, and every refresh's): the answer's checked tokens.
+                   prover: dpop.Prover | None = None, *, parse: Callable[[AuthReply], Any] | None = None,
+                   renew: Callable[[], str] | None = None) -> Any:
+    """One token request (every grant's, and every refresh's): the answer's checked tokens
+    (a :class:`TokenSet`), or what ``parse`` makes of the reply (the token exchange of
+    :mod:`.grants`, whose answer is no access token).
 
     With a ``prover`` (DPoP, RFC 9449 5) each POST carries a fresh proof (no ``ath``);
     a 400 ``use_dpop_nonce`` carrying a usable ``DPoP-Nonce`` is answered once with a new
     proof holding that nonce (RFC 9449 8), a second one is an error. Any answer's
     ``DPoP-Nonce`` is kept for the origin. A DPoP-bound token to a request that sent no
     proof is refused (it could never be used); a ``Bearer`` answer to a proof is
-    accepted (RFC 9449 5: the server may issue one) and used as Bearer.
+    accepted (RFC 9449 5: the server may issue one) and used as Bearer. ``renew`` (a
+    ``private_key_jwt`` client's) signs the new client assertion the retry carries.
 
     Raises:
         TokenError: refused, unreachable, or an answer that cannot be used.
@@ -355,7 +368,11 @@ def _token_request(http: AuthHttp, name: str, endpoint: str, form: dict, headers
                                  "albedo sent the one it gave; albedo asks once", error="use_dpop_nonce", transient=True,
                                  status=400)
             retried = True
+            if renew is not None and "client_assertion" in form:
+                form = {**form, "client_assertion": renew()}
             continue
+        if parse is not None:
+            return parse(reply)
         granted = tokens.parse_token_response(reply.body, reply.status, time.time())
         if prover is None and granted.token_type == "DPoP":
             raise TokenError("the authorization server issued a DPoP-bound token to a request without a DPoP proof",
@@ -416,6 +433,14 @@ def _record_prover(record: OAuthRecord) -> dpop.Prover | None:
                      error="dpop_key", transient=False)
 
 
+def _lent() -> grants.Lent:
+    """What the grants of :mod:`.grants` use from here (every token request goes through ``_token_request``)."""
+    return grants.Lent(token_request=_token_request, authenticate=_authenticate, client=Client, secret=_secret,
+                       method_for_secret=_method_for_secret, check_client_issuer=check_client_issuer,
+                       scope_for_credentials=_scope_for_credentials, dpop_prover=_dpop_prover,
+                       record_prover=_record_prover, renewal=_renewal)
+
+
 # -- storing ----------------------------------------------------------------------------------
 
 
@@ -469,8 +494,10 @@ class SignIn:
         port: int = DEFAULT_PORT,
         lifetime: float = DEFAULT_LIFETIME_S,
         http: AuthHttp | None = None,
+        id_token: grants.IdTokenProvider | None = None,
     ) -> None:
         self.url = _url(server)
+        self._id_token = id_token  # the user's id_token, for the enterprise grant (see grants.IdTokenProvider)
         self.server = server
         self.store = store
         self.environ = dict(os.environ) if environ is None else dict(environ)
@@ -517,6 +544,9 @@ class SignIn:
             settings = self.server.oauth or OAuthSettings()
             if settings.grant == "client_credentials":
                 record = client_credentials_record(http, self.server, found, challenge, self.environ, previous, self.store)
+            elif settings.grant in ("jwt-bearer", "enterprise"):  # workload identity, enterprise-managed authorization
+                record = grants.grant_record(_lent(), http, self.server, found, challenge, self.environ, previous,
+                                             self.store, id_token=self._id_token)
             else:
                 record = self._authorize(http, found, challenge, previous)
             store_record(self.store, name, record)
@@ -580,7 +610,9 @@ class SignIn:
         form = tokens.code_grant(code, listener.redirect_uri, verifier, client.client_id, found.resource.resource or None)
         headers = _authenticate(form, client, metadata.token_endpoint, metadata.issuer, self.server.oauth, self.environ, name)
         try:
-            granted = _token_request(http, name, metadata.token_endpoint, form, headers, prover)
+            granted = _token_request(http, name, metadata.token_endpoint, form, headers, prover,
+                                     renew=_renewal(client, metadata.token_endpoint, metadata.issuer, self.server.oauth,
+                                                    self.environ, name))
         except TokenError as exc:
             if exc.error == "invalid_client" and client.kind == "registered":
                 raise AuthError(name, f"{exc}; {forget_registration(self.store, metadata.issuer, client.client_id)}") from None
@@ -627,12 +659,17 @@ def follow_redirect_agent(http_factory: Callable[[], AuthHttp] = AuthHttp) -> Ag
 
 def authorizer(store: SignInStore | None, *, environ: Mapping[str, str] | None = None, agent: Agent | None = None,
                announce: Callable[[str], None] | None = None, port: int = DEFAULT_PORT,
-               lifetime: float = DEFAULT_LIFETIME_S) -> Callable[[ServerConfig, Challenge | None], OAuthRecord]:
-    """A sign-in a link may run by itself when a server asks (see ``ServerAuth``)."""
+               lifetime: float = DEFAULT_LIFETIME_S,
+               id_token: grants.IdTokenProvider | None = None) -> Callable[[ServerConfig, Challenge | None], OAuthRecord]:
+    """A sign-in a link may run by itself when a server asks (see ``ServerAuth``).
+
+    ``id_token(server)`` is the host's source of the user's OpenID Connect id_token for
+    the enterprise grant (a server whose ``oauth.idTokenEnvVar`` is set reads that instead).
+    """
 
     def sign_in(server: ServerConfig, challenge: Challenge | None) -> OAuthRecord:
         return SignIn(server, store, environ=environ, agent=agent, announce=announce, port=port,
-                      lifetime=lifetime).run(challenge)
+                      lifetime=lifetime, id_token=id_token).run(challenge)
 
     return sign_in
 
@@ -702,7 +739,8 @@ def _credentials_grant(http: AuthHttp, server: ServerConfig, record: OAuthRecord
         form["scope"] = record.requested_scope
     headers = _authenticate(form, client, record.token_endpoint, record.issuer, settings, environ, server.name)
     try:
-        return _token_request(http, server.name, record.token_endpoint, form, headers, _record_prover(record))
+        return _token_request(http, server.name, record.token_endpoint, form, headers, _record_prover(record),
+                              renew=_renewal(client, record.token_endpoint, record.issuer, settings, environ, server.name))
     except TokenError as exc:
         if exc.transient:
             raise
@@ -716,7 +754,7 @@ def refresh_record(http: AuthHttp, server: ServerConfig, record: OAuthRecord, en
         TokenError: the authorization server refused (``transient`` False: sign in
             again) or could not answer (``transient`` True: keep the tokens).
     """
-    if (record.client_kind in ("configured", "client_credentials") and record.bound_issuer
+    if (record.client_kind in ("configured", "client_credentials", "jwt-bearer", "enterprise") and record.bound_issuer
             and record.bound_client_id == record.client_id and record.issuer != record.bound_issuer):
         raise TokenError("the record's authorization server is not the one its configured client belongs to",
                          error="issuer_mismatch", transient=False)
@@ -726,6 +764,10 @@ def refresh_record(http: AuthHttp, server: ServerConfig, record: OAuthRecord, en
         except AuthError as exc:
             raise TokenError(exc.detail, error="invalid_client", transient=False) from None
         return record.with_tokens(granted)
+    if record.client_kind in ("jwt-bearer", "enterprise") and server.oauth is not None \
+            and server.oauth.grant == record.client_kind:
+        # no refresh token: the grant again (the assertion re-read)
+        return record.with_tokens(grants.regrant(_lent(), http, server, record, environ))
     if not record.refresh_token:
         raise TokenError("there is no refresh token", error="no_refresh_token", transient=False)
     if not (record.token_endpoint and record.client_id):
@@ -740,6 +782,7 @@ def refresh_record(http: AuthHttp, server: ServerConfig, record: OAuthRecord, en
         secret = record.client_secret
     client = Client(record.client_kind or "registered", record.client_id, secret, record.auth_method)
     headers = _authenticate(form, client, record.token_endpoint, record.issuer, server.oauth, environ, server.name)
-    granted = _token_request(http, server.name, record.token_endpoint, form, headers, _record_prover(record))
+    granted = _token_request(http, server.name, record.token_endpoint, form, headers, _record_prover(record),
+                             renew=_renewal(client, record.token_endpoint, record.issuer, server.oauth, environ, server.name))
     merged = tokens.merge_refreshed(record.tokens or granted, granted)
     return record.with_tokens(merged)

@@ -18,7 +18,11 @@ Usage:
         [--challenge-scope SCOPE] [--tool-scope TOOL=SCOPE ...]
         [--token-lifetime SECONDS] [--client ID[:SECRET]:REDIRECT_URI ...]
         [--client-credentials ID:SECRET ...] [--jwt-client ID:PUBLIC_KEY_PEM_FILE ...]
+        [--jwt-bearer-issuer ISSUER=PUBLIC_KEY_PEM_FILE ...] [--id-jag-issuer ISSUER=PUBLIC_KEY_PEM_FILE ...]
         [--stateless] [--json-response]
+
+``--jwt-bearer-issuer`` / ``--id-jag-issuer`` add the RFC 7523 jwt-bearer grant to the
+token endpoint (and to ``grant_types_supported``): see :class:`JwtBearerGrant`.
 
 It listens on 127.0.0.1 only and prints the MCP endpoint URL
 (``http://127.0.0.1:PORT/mcp``) as the first line of stdout once the port is bound
@@ -65,7 +69,8 @@ Endpoints (``{issuer}`` is the issuer URL, ``{ip}`` is its path, "" by default):
 * ``POST {ip}/register`` - RFC 7591 dynamic client registration (the SDK's handler;
   ``token_endpoint_auth_method`` defaults to ``client_secret_post``; a client that
   registers without ``scope`` gets every supported scope).
-* ``GET /stats`` (no auth) - JSON counters: ``token_requests`` per grant type
+* ``GET /stats`` (no auth) - JSON counters (``client_assertion_jtis``: the jti of every
+  ``private_key_jwt`` client assertion POSTed, checked or not): ``token_requests`` per grant type
   (``authorization_code``, ``refresh_token``, ``client_credentials``; every POST to the
   token endpoint with that ``grant_type`` counts, success or not), ``registrations``
   (successful), ``authorize_requests``, ``last_resource`` (the ``resource`` of the last
@@ -157,6 +162,9 @@ class Stats:
         self.mcp_requests_dpop = 0  # /mcp requests authorized with the DPoP scheme
         self.dpop_methods: dict[str, int] = {}  # ... per HTTP method
         self.bearer_with_bound_token = 0  # a DPoP-bound token sent as Bearer (must stay 0)
+        # The jti of every private_key_jwt client assertion POSTed, before anything is checked
+        # (a DPoP nonce retry must carry a new one).
+        self.client_assertion_jtis: list[str | None] = []
         self.token_jkts: list[str] = []  # the key thumbprint of every bound token issued
         self.mcp_jkts: list[str] = []  # the key thumbprints /mcp saw
 
@@ -345,6 +353,7 @@ class TokenEndpoint:
         self.provider, self.config, self.stats = provider, config, stats
         self.seen_jtis: set[str] = set()
         self.dpop: Dpop | None = None
+        self.jwt_bearer: JwtBearerGrant | None = None  # --jwt-bearer-issuer / --id-jag-issuer
 
     async def authenticate(self, request: Request, form: dict[str, str]) -> OAuthClientInformationFull:
         auth_header = request.headers.get("authorization", "")
@@ -452,6 +461,8 @@ class TokenEndpoint:
         grant_type = form.get("grant_type")
         if grant_type in self.stats.token_requests:
             self.stats.token_requests[grant_type] += 1
+        if "client_assertion" in form:
+            self.stats.client_assertion_jtis.append(_unverified_jti(form["client_assertion"]))
         if "scope" in form:
             self.stats.last_token_scope = form["scope"]
         jkt = None
@@ -460,6 +471,8 @@ class TokenEndpoint:
             if isinstance(checked, Response):
                 return checked
             jkt = checked
+        if grant_type == JWT_BEARER_GRANT and self.jwt_bearer is not None:
+            return await self.jwt_bearer.handle(request, form, self, jkt)
         try:
             if not grant_type:
                 raise TokenFailure("invalid_request", "grant_type is required")
@@ -533,6 +546,16 @@ class TokenEndpoint:
 
 class DpopProofError(Exception):
     pass
+
+
+def _unverified_jti(token: str) -> str | None:
+    import jwt
+
+    try:
+        jti = jwt.decode(token, options={"verify_signature": False}).get("jti")
+    except jwt.PyJWTError:
+        return None
+    return jti if isinstance(jti, str) else None
 
 
 def _b64url(data: bytes) -> str:
@@ -711,6 +734,121 @@ class Dpop:
         rewritten = [(k, v) for k, v in scope["headers"] if k.lower() != b"authorization"]
         rewritten.append((b"authorization", b"Bearer " + token.encode("latin-1")))
         return {**scope, "headers": rewritten}
+
+
+# -- jwt-bearer (RFC 7523) and ID-JAG grants: --jwt-bearer-issuer / --id-jag-issuer ------------
+
+
+JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+ID_JAG_TYP = "oauth-id-jag+jwt"
+
+
+class JwtBearerGrant:
+    """RFC 7523 2.1 jwt-bearer grant: workload assertions (``--jwt-bearer-issuer``) and
+    SEP-990 ID-JAGs (``--id-jag-issuer``, told apart by their ``typ: oauth-id-jag+jwt``).
+
+    A workload assertion must be signed (RS256/ES256) by a trusted issuer's key, name
+    this server as ``aud`` (its issuer or token endpoint URL), carry ``exp`` in the future,
+    ``sub`` and a ``jti`` never seen before; client authentication is optional (when
+    sent, it must be valid). An ID-JAG must, besides, come with an authenticated client
+    equal to its ``client_id`` claim and name the MCP URL as its ``resource``. Stats:
+    ``jwt_bearer_requests`` (every POST with this grant_type), ``jwt_bearer_accepted``,
+    ``jwt_bearer_refused`` (error -> count), ``jwt_bearer_jtis`` and ``jwt_bearer_subjects``
+    (of the assertions presented, in order), ``id_jag_requests``.
+    """
+
+    def __init__(self, config: ServerConfig, stats: Stats, workload: dict[str, bytes], id_jag: dict[str, bytes]) -> None:
+        self.config, self.stats = config, stats
+        self.workload, self.id_jag = workload, id_jag
+        self.seen: set[str] = set()
+        stats.jwt_bearer_requests = 0  # type: ignore[attr-defined]
+        stats.jwt_bearer_accepted = 0  # type: ignore[attr-defined]
+        stats.jwt_bearer_refused = {}  # type: ignore[attr-defined]
+        stats.jwt_bearer_jtis = []  # type: ignore[attr-defined]
+        stats.jwt_bearer_subjects = []  # type: ignore[attr-defined]
+        stats.id_jag_requests = 0  # type: ignore[attr-defined]
+
+    async def handle(self, request: Request, form: dict[str, str], endpoint: "TokenEndpoint", jkt: str | None = None) -> Response:
+        """The grant's answer; with ``--dpop`` the tokens are bound to ``jkt``, the proof's key."""
+        stats: Any = self.stats
+        stats.jwt_bearer_requests += 1
+        try:
+            token = await self._grant(request, form, endpoint)
+        except TokenFailure as failure:
+            stats.jwt_bearer_refused[failure.error] = stats.jwt_bearer_refused.get(failure.error, 0) + 1
+            return failure.response()
+        stats.jwt_bearer_accepted += 1
+        if endpoint.dpop is not None:
+            body, headers = endpoint.dpop.issued(token, jkt)
+            return JSONResponse(body, headers=headers)
+        return JSONResponse(token.model_dump(exclude_none=True), headers=NO_STORE)
+
+    async def _client(self, request: Request, form: dict[str, str], endpoint: "TokenEndpoint"):
+        authenticated = ("authorization" in request.headers or "client_secret" in form or "client_assertion" in form)
+        if authenticated or (form.get("client_id") and form["client_id"] in endpoint.provider.clients):
+            return await endpoint.authenticate(request, form)
+        return None  # RFC 7523 3.1: client authentication is optional; the assertion names the workload
+
+    async def _grant(self, request: Request, form: dict[str, str], endpoint: "TokenEndpoint") -> OAuthToken:
+        import jwt
+
+        assertion = form.get("assertion")
+        if not assertion:
+            raise TokenFailure("invalid_request", "assertion is required")
+        client = await self._client(request, form, endpoint)
+        resource = endpoint._check_resource(form)
+        try:
+            header = jwt.get_unverified_header(assertion)
+            unverified = jwt.decode(assertion, options={"verify_signature": False})
+        except jwt.PyJWTError:
+            raise TokenFailure("invalid_grant", "the assertion is not a JWT")
+        is_jag = str(header.get("typ", "")).lower() == ID_JAG_TYP
+        keys = self.id_jag if is_jag else self.workload
+        if is_jag:
+            self.stats.id_jag_requests += 1  # type: ignore[attr-defined]
+        jti, sub = unverified.get("jti"), unverified.get("sub")
+        self.stats.jwt_bearer_jtis.append(jti if isinstance(jti, str) else None)  # type: ignore[attr-defined]
+        self.stats.jwt_bearer_subjects.append(sub if isinstance(sub, str) else None)  # type: ignore[attr-defined]
+        issuer = unverified.get("iss")
+        if not isinstance(issuer, str) or issuer not in keys:
+            raise TokenFailure("invalid_grant", "the assertion's issuer is not trusted")
+        try:
+            claims = jwt.decode(assertion, keys[issuer], algorithms=["RS256", "ES256"],
+                                audience=[self.config.issuer, self.config.token_url], issuer=issuer,
+                                options={"require": ["iss", "sub", "aud", "exp", "jti"]})
+        except jwt.ExpiredSignatureError:
+            raise TokenFailure("invalid_grant", "the assertion has expired")
+        except jwt.InvalidAudienceError:
+            raise TokenFailure("invalid_grant", "the assertion is for another audience")
+        except jwt.PyJWTError as error:
+            raise TokenFailure("invalid_grant", f"the assertion was rejected: {type(error).__name__}")
+        if claims["jti"] in self.seen:
+            raise TokenFailure("invalid_grant", "the assertion's jti was already used")
+        self.seen.add(claims["jti"])
+        if is_jag:
+            if client is None:
+                raise TokenFailure("invalid_client", "an ID-JAG needs client authentication", 401)
+            if claims.get("client_id") != client.client_id:
+                raise TokenFailure("invalid_grant", "the ID-JAG names another client")
+            if claims.get("resource") != self.config.mcp_url:
+                raise TokenFailure("invalid_grant", "the ID-JAG is for another resource")
+        allowed = self.config.scopes
+        scopes = form["scope"].split() if form.get("scope") else list(allowed)
+        if not set(scopes) <= set(allowed):
+            raise TokenFailure("invalid_scope", "scope not allowed for this assertion")
+        return endpoint.provider._issue(client.client_id if client else claims["sub"], scopes, resource, claims["sub"],
+                                        refresh=False)
+
+
+def _trusted_keys(specs: list[str], flag: str) -> dict[str, bytes]:
+    keys: dict[str, bytes] = {}
+    for spec in specs:
+        issuer, _, key_file = spec.rpartition("=")
+        if not issuer or not key_file:
+            raise SystemExit(f"{flag} {spec!r}: expected ISSUER=PUBLIC_KEY_PEM_FILE")
+        with open(key_file, "rb") as handle:
+            keys[issuer] = handle.read()
+    return keys
 
 
 def add_query(url: str, **params: str) -> str:
@@ -934,6 +1072,10 @@ def build_app(args: argparse.Namespace, port: int):
     if config.jwt_clients:
         metadata.token_endpoint_auth_methods_supported.append("private_key_jwt")
         metadata.token_endpoint_auth_signing_alg_values_supported = ["RS256", "ES256"]
+    workload_keys = _trusted_keys(args.jwt_bearer_issuer, "--jwt-bearer-issuer")
+    id_jag_keys = _trusted_keys(args.id_jag_issuer, "--id-jag-issuer")
+    if workload_keys or id_jag_keys:
+        metadata.grant_types_supported.append(JWT_BEARER_GRANT)
     metadata.scopes_supported = config.all_scopes
     metadata.authorization_response_iss_parameter_supported = True if config.send_iss else None
     metadata_body = json.loads(metadata.model_dump_json(exclude_none=True))
@@ -964,6 +1106,8 @@ def build_app(args: argparse.Namespace, port: int):
     registration_handler = RegistrationHandler(provider, registration)
     token_endpoint = TokenEndpoint(provider, config, stats)
     token_endpoint.dpop = dpop
+    if workload_keys or id_jag_keys:
+        token_endpoint.jwt_bearer = JwtBearerGrant(config, stats, workload_keys, id_jag_keys)
 
     async def stats_route(request: Request) -> Response:
         return JSONResponse(stats.as_json())
@@ -1031,6 +1175,10 @@ def main() -> None:
                         help="confidential client for the client_credentials grant; repeatable")
     parser.add_argument("--jwt-client", action="append", default=[], metavar="ID:PUBLIC_KEY_PEM_FILE",
                         help="private_key_jwt client for the client_credentials grant; repeatable")
+    parser.add_argument("--jwt-bearer-issuer", action="append", default=[], metavar="ISSUER=PUBLIC_KEY_PEM_FILE",
+                        help="trust workload assertions of ISSUER for the jwt-bearer grant (RFC 7523); repeatable")
+    parser.add_argument("--id-jag-issuer", action="append", default=[], metavar="ISSUER=PUBLIC_KEY_PEM_FILE",
+                        help="accept ID-JAGs of the identity provider ISSUER for the jwt-bearer grant (SEP-990); repeatable")
     parser.add_argument("--stateless", action="store_true", help="no legacy sessions (stateless_http)")
     parser.add_argument("--json-response", action="store_true", help="answer with JSON instead of SSE")
     parser.add_argument("--event-store", action="store_true", help="keep SSE events so sessions can resume")
