@@ -155,10 +155,18 @@ class SessionExpired(Unavailable):
 class NeedsSignIn(Unavailable):
     """The server asks for an OAuth sign-in (none yet, refused, or more scope): not run."""
 
-    def __init__(self, server: str, why: str = "", method: str | None = None, *, step_up: bool = False) -> None:
+    def __init__(self, server: str, why: str = "", method: str | None = None, *, step_up: bool = False,
+                 machine: bool = False) -> None:
         what = f"{method} did not run" if method else "nothing was sent"
         reason = f" ({why})" if why else ""
-        super().__init__(server, f"needs the user to sign in{reason}; {what}: run `albedo-mcp sign-in {server}`")
+        if machine:
+            # A grant with no user (client credentials, workload identity): no sign-in
+            # by a person fixes it, its configuration or credentials do.
+            message = (f"could not sign in by itself{reason}; {what}: check its \"oauth\" settings and the "
+                       f"credentials they name, then retry")
+        else:
+            message = f"needs the user to sign in{reason}; {what}: run `albedo-mcp sign-in {server}`"
+        super().__init__(server, message)
         self.why = why
         self.step_up = step_up  # more scope for this request; the server's other operations still work
 

@@ -120,9 +120,12 @@ class OAuthRecord:
         )
 
     def signed_out(self, state: str, reason: str | None) -> "OAuthRecord":
-        """The record without tokens (the client registration, its issuer and step-up are kept)."""
+        """The record without tokens (the client registration, its issuer and step-up are kept).
+
+        The DPoP key goes with the tokens it bound: the next sign-in makes a new one, so
+        a key copied before the sign-out proves nothing afterwards."""
         return self.replace(state=state, reason=reason, access_token=None, refresh_token=None, expires_at=None, scope=None,
-                            obtained_at=None, token_type=None)
+                            obtained_at=None, token_type=None, dpop_key=None)
 
     def view(self) -> dict[str, Any]:
         """What the settings show: never a token or a secret."""

@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the st
 
 log = logging.getLogger(__name__)
 
+# The grants that sign in with no user: a refusal is fixed in the configuration, not by signing in.
+MACHINE_GRANTS = ("client_credentials", "jwt-bearer")
 MAX_AUTHORIZATIONS = 3  # interactive sign-ins in a row for one request (step-up loops end)
 KEY_LOST = "its DPoP key is missing or unreadable, so its DPoP-bound token is not sent; sign in again"
 
@@ -193,7 +195,8 @@ class ServerAuth:
                 # Nobody signed in while this request waited for the lock: sign in now.
                 self._authorize(self.server, challenge)
         except AlbedoError as exc:
-            raise NeedsSignIn(self.server.name, f"{why}; signing in failed: {getattr(exc, 'detail', exc)}", method) from None
+            raise NeedsSignIn(self.server.name, f"{why}; signing in failed: {getattr(exc, 'detail', exc)}", method,
+                              machine=self.server.oauth is not None and self.server.oauth.grant in MACHINE_GRANTS) from None
         finally:
             self._signing_in.release()
         record = self._current(force=True)

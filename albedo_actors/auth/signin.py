@@ -761,8 +761,8 @@ def refresh_record(http: AuthHttp, server: ServerConfig, record: OAuthRecord, en
     if record.client_kind == "client_credentials" and server.oauth is not None and server.oauth.client_id:
         try:
             granted = _credentials_grant(http, server, record, environ)
-        except AuthError as exc:
-            raise TokenError(exc.detail, error="invalid_client", transient=False) from None
+        except (AuthError, ConfigError) as exc:  # a refusal, or its secret's variable unset
+            raise TokenError(getattr(exc, "detail", str(exc)), error="invalid_client", transient=False) from None
         return record.with_tokens(granted)
     if record.client_kind in ("jwt-bearer", "enterprise") and server.oauth is not None \
             and server.oauth.grant == record.client_kind:

@@ -483,3 +483,17 @@ def test_a_hostile_authorization_server_nonce_is_refused_in_one_line(kit, oauth_
     message = str(caught.value)
     assert "\n" not in message and "without giving a usable one" in message and "x" * 100 not in message
     assert server.stats()["token_requests"]["authorization_code"] == 1  # no retry with a nonce it cannot use
+
+
+def test_a_sign_out_forgets_the_key_and_the_next_sign_in_binds_a_new_one(kit, oauth_server):
+    from albedo_actors.settings import signed_out  # what `albedo-mcp sign-out` writes
+
+    server = oauth_server("--dpop")
+    config = config_for(server.url)
+    first = kit.sign_in(config)
+    assert first.dpop_key
+    kit.store.update_credentials(NAME, lambda c: signed_out(config, c))
+    assert kit.record().dpop_key is None and kit.record().access_token is None
+    second = kit.sign_in(config)
+    assert second.dpop_key and thumbprint(second) != thumbprint(first)
+    assert server.stats()["token_jkts"] == [thumbprint(first), thumbprint(second)]

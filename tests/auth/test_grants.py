@@ -235,6 +235,9 @@ def test_an_assertion_for_another_audience_is_one_line_and_one_request(tmp_path,
     message = _one_line(caught.value)
     assert "invalid_grant" in message and "$WORKLOAD_JWT" in message and "nothing is retried" in message
     assert assertion not in message
+    # A workload has no user: the remedy is its configuration, not `albedo-mcp sign-in`.
+    assert "could not sign in by itself" in message and 'check its "oauth" settings' in message
+    assert "albedo-mcp sign-in" not in message and "needs the user" not in message
     stats = server.stats()
     assert stats["jwt_bearer_requests"] == 1 and stats["jwt_bearer_refused"] == {"invalid_grant": 1}
     assert sum(stats["token_requests"].values()) == 0 and stats["registrations"] == 0  # no fallback to another grant
@@ -556,3 +559,19 @@ def test_a_nonce_retry_signs_a_new_client_assertion(tmp_path, kit, oauth_server)
     jtis = stats["client_assertion_jtis"]
     assert len(jtis) == 2 and None not in jtis and len(set(jtis)) == 2
     assert kit.record().token_type == "DPoP"
+
+
+def test_a_machine_refresh_whose_secret_variable_is_gone_is_one_line(tmp_path, kit, oauth_server):
+    # The client credentials grant runs again at expiry; its secret's variable unset then
+    # is a refused refresh in one line (never a ConfigError out of the refresher).
+    server = oauth_server("--client-credentials", "svc:s3cret")
+    config = http_config(server.url, OAuthSettings(grant="client_credentials", client_id="svc", client_secret_env_var="SVC"))
+    kit.sign_in(config, {"SVC": "s3cret"})
+    handle = kit.handle(config, {})  # this host's environment lacks $SVC
+    handle.connect()
+    server.expire()
+    with pytest.raises(NeedsSignIn) as caught:
+        handle.call_tool("echo", {"text": "x"})
+    message = _one_line(caught.value)
+    assert "$SVC" in message and "s3cret" not in message
+    assert "could not sign in by itself" in message
