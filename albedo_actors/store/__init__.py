@@ -2,7 +2,8 @@
 
 ::
 
-    store = open_store(home)            # SQLite at home/albedo.db, or $ALBEDO_DATABASE_URL
+    store = open_store(home)            # SQLite at home/albedo.db, or $ALBEDO_DATABASE_URL;
+                                        # secrets sealed under $ALBEDO_STORE_KEY(_FILE) when set
     store.put_credentials("docs", Credentials(bearer_token=token))
     store.update_credentials("docs", lambda c: dataclasses.replace(c, env={...}))
     store.save_catalogue("docs", fingerprint, "2026-07-28", catalogue)
