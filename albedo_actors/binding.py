@@ -35,19 +35,24 @@ MCP responses are untrusted data: results are plain records of what the server s
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import pykka
 
-from .actors.composer import SignInNeeded
+from .actors.composer import SignInNeeded, ToolProgress
 from .actors.preparer import Composition
 from .actors.reply import Request
 from .actors.reply import request as send_request
 from .errors import ConfigError, NeedsSignIn, SessionClosed, SessionTimedOut, Unavailable
 from .catalogue.naming import GET_PROMPT, READ_RESOURCE, Advertised
 
+if TYPE_CHECKING:
+    from .connection.progress import ProgressReport
+
 ASK_TIMEOUT = 10.0
+_calls = itertools.count(1)  # tool calls of this process, as the composer's progress events name them
 
 
 class Record:
@@ -111,10 +116,16 @@ class Mcp:
         """
         return _describe(self._composition().resolve(name)[0])
 
-    def call(self, name: str, /, arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> Record:
+    def call(self, name: str, /, arguments: Mapping[str, Any] | None = None, *,
+             on_progress: Callable[[ProgressReport], None] | None = None, **kwargs: Any) -> Record:
         """Call an operation by advertised name or ``server/tool``; return its result record.
 
         ``arguments``: the operation's arguments as one mapping; ``kwargs`` are merged in.
+        ``on_progress(report)``: a tool's progress (``report.progress``, ``.total``,
+        ``.message`` escaped and bounded, ``.line()``), the latest at most ten times a
+        second, on a thread of the call's own (never the caller's); what it raises is
+        logged once and never breaks the call. The session's composer hears the same
+        (``SessionComposer.progress()``).
 
         Raises:
             ConfigError: no such operation, or arguments that cannot be sent.
@@ -134,7 +145,7 @@ class Mcp:
                 if not isinstance(args.get("name"), str):
                     raise ConfigError(f"{name!r} needs a 'name' argument (a string); mcp.describe({name!r}) shows its schema")
                 return Record(handle.get_prompt(args["name"], args.get("arguments")))
-            return Record(handle.call_tool(item.operation, args))
+            return self._call_tool(item, handle, args, on_progress)
         except (pykka.ActorDeadError, pykka.Timeout):  # the server's client, never pykka's error
             raise Unavailable(item.server, "its client stopped or did not answer; nothing was sent: try again") from None
         except NeedsSignIn as exc:
@@ -147,6 +158,31 @@ class Mcp:
             raise
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _call_tool(self, item: Any, handle: Any, args: dict[str, Any],
+                   on_progress: Callable[[ProgressReport], None] | None) -> Record:
+        call = next(_calls)
+        composer = self._composer.actor_ref
+        told = False
+
+        def report(progress: ProgressReport) -> None:
+            nonlocal told
+            told = True
+            try:
+                composer.tell(ToolProgress(call, item.name, progress))  # the owner's event
+            except pykka.ActorDeadError:
+                pass  # the session closed meanwhile
+            if on_progress is not None:
+                on_progress(progress)
+
+        try:
+            return Record(handle.call_tool(item.operation, args, on_progress=report))
+        finally:
+            if told:
+                try:
+                    composer.tell(ToolProgress(call, item.name, None))
+                except pykka.ActorDeadError:
+                    pass
 
     def _composition(self) -> Composition:
         """The session's current composition, read from where the composer publishes it."""
@@ -194,11 +230,14 @@ class AsyncMcp:
 
         return await asyncio.to_thread(self._sync.describe, name)
 
-    async def call(self, name: str, /, arguments: Mapping[str, Any] | None = None, **kwargs: Any) -> Record:
-        """Call an operation; its result record (see :meth:`Mcp.call`)."""
+    async def call(self, name: str, /, arguments: Mapping[str, Any] | None = None, *,
+                   on_progress: Callable[[ProgressReport], None] | None = None, **kwargs: Any) -> Record:
+        """Call an operation; its result record (see :meth:`Mcp.call`). ``on_progress`` is
+        called as there, on the call's own thread, not the event loop's (use
+        ``loop.call_soon_threadsafe`` in it to reach the loop)."""
         import asyncio
 
-        return await asyncio.to_thread(self._sync.call, name, arguments, **kwargs)
+        return await asyncio.to_thread(self._sync.call, name, arguments, on_progress=on_progress, **kwargs)
 
 
 CLOSED = "the MCP session has closed; start a new session to use MCP again"

@@ -362,7 +362,7 @@ def _call(args: argparse.Namespace) -> int:
             _warn(warning)
         # The one resolver (Composition.resolve): the operation and its client, both of this session.
         chosen, handle = session.resolve(args.name, hidden=args.hidden, listing=f"'{PROG} tools'", hidden_option="--hidden")
-        result = _perform(handle, chosen, arguments)
+        result = _perform(handle, chosen, arguments, _progress_line(chosen, args.json))
     if args.json:
         _print_json(result)
     else:
@@ -373,10 +373,41 @@ def _call(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _perform(handle: ServerHandle, entry: Advertised, arguments: dict[str, Any] | None) -> dict[str, Any]:
+class _ProgressLine:
+    """A tool's progress on stderr, one line rewritten in place (a terminal only)."""
+
+    def __init__(self, label: str) -> None:
+        self._label = label
+        self.shown = False
+
+    def __call__(self, report: Any) -> None:
+        line = f"{self._label}: {report.line()}"[:200]  # the report's text is escaped already
+        sys.stderr.write(f"\r{line}\x1b[K")
+        sys.stderr.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+def _progress_line(entry: Advertised, as_json: bool) -> _ProgressLine | None:
+    """A progress line when stderr is a terminal and the output is not ``--json``."""
+    if as_json or entry.kind != "tool" or not (sys.stderr is not None and sys.stderr.isatty()):
+        return None
+    return _ProgressLine(printable(f"{entry.server}/{entry.operation}", one_line=True, limit=80))
+
+
+def _perform(handle: ServerHandle, entry: Advertised, arguments: dict[str, Any] | None,
+             progress: _ProgressLine | None = None) -> dict[str, Any]:
     """Call the tool, or read the resource / get the prompt the arguments name."""
     if entry.kind == "tool":
-        return handle.call_tool(entry.operation, arguments)
+        try:
+            return handle.call_tool(entry.operation, arguments, on_progress=progress)
+        finally:
+            if progress is not None:
+                progress.clear()  # the reporter has ended: nothing writes after this
     arguments = arguments or {}
     if entry.kind == "read_resource":
         uri = arguments.get("uri")

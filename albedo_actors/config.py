@@ -42,7 +42,7 @@ INHERITED_ENV = ("HOME", "PATH", "TMPDIR")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_COMMON_KEYS = {"type", "enabled", "enabledTools", "disabledTools", "startupTimeoutMs", "callTimeoutMs"}
+_COMMON_KEYS = {"type", "enabled", "enabledTools", "disabledTools", "startupTimeoutMs", "callTimeoutMs", "maxCallTimeoutMs"}
 _STDIO_KEYS = _COMMON_KEYS | {"command", "args", "cwd", "env"}
 _HTTP_KEYS = _COMMON_KEYS | {"url", "bearerTokenEnvVar", "headers", "caFile", "oauth"}
 _OAUTH_KEYS = {"grant", "clientId", "clientSecretEnvVar", "privateKeyEnvVar", "signingAlgorithm", "tokenEndpointAuthMethod", "clientMetadataUrl", "scope", "dpop"}
@@ -113,6 +113,8 @@ class ServerConfig:
     disabled_tools: tuple[str, ...] = ()
     startup_timeout_ms: int = DEFAULT_STARTUP_TIMEOUT_MS
     call_timeout_ms: int = DEFAULT_CALL_TIMEOUT_MS
+    # The hard cap of a tool call that progress keeps alive (None: ten times callTimeoutMs).
+    max_call_timeout_ms: int | None = None
 
     @property
     def startup_timeout(self) -> float:
@@ -121,6 +123,12 @@ class ServerConfig:
     @property
     def call_timeout(self) -> float:
         return self.call_timeout_ms / 1000
+
+    @property
+    def max_call_timeout(self) -> float:
+        """Seconds a tool call may last however much progress it reports."""
+        cap = self.max_call_timeout_ms if self.max_call_timeout_ms is not None else 10 * self.call_timeout_ms
+        return max(cap, self.call_timeout_ms) / 1000
 
     def tool_enabled(self, tool: str) -> bool:
         if self.enabled_tools is not None and tool not in self.enabled_tools:
@@ -227,6 +235,11 @@ def _server(name: str, entry: Any, home: str, source: str) -> ServerConfig:
         "startup_timeout_ms": _timeout(entry, "startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS, where),
         "call_timeout_ms": _timeout(entry, "callTimeoutMs", DEFAULT_CALL_TIMEOUT_MS, where),
     }
+    if "maxCallTimeoutMs" in entry:
+        cap = _timeout(entry, "maxCallTimeoutMs", 0, where)
+        if cap < common["call_timeout_ms"]:
+            raise ConfigError(f'{where}: "maxCallTimeoutMs" ({cap}) must be at least "callTimeoutMs" ({common["call_timeout_ms"]})')
+        common["max_call_timeout_ms"] = cap
     if kind == "stdio":
         command = entry.get("command")
         if not isinstance(command, str) or not command.strip() or "\0" in command:

@@ -41,6 +41,7 @@ from ..connection.stdio_link import launch_spec
 from ..connection import Connection, Handlers, discover, open_http, open_stdio
 from ..errors import AlbedoError, SessionExpired, Unavailable
 from ..connection.channel import Link, Pending
+from ..connection.progress import CallProgress, ProgressReport, Reporter, new_token
 from ..transport.stdio import LaunchSpec
 from ..wire import mcp
 from .reply import Message, Request, chain, fail, fail_queued, resolve, set_field
@@ -620,19 +621,38 @@ class ServerHandle:
             return {"server": self.name, "connected": False, "era": None, "version": None, "discovering": False, "attempt": 0}
         return self._ask(self._proxy.status())
 
-    def call_tool(self, tool: str, arguments: dict[str, Any] | None = None, timeout: float | None = None) -> dict[str, Any]:
+    def call_tool(self, tool: str, arguments: dict[str, Any] | None = None, timeout: float | None = None,
+                  on_progress: Callable[[ProgressReport], None] | None = None) -> dict[str, Any]:
         """Call one tool; return its CallToolResult. A tool error (``isError``) is a result.
+
+        The request carries a progress token: each ``notifications/progress`` for it
+        moves the deadline to ``timeout`` (``callTimeoutMs``) from then, never past
+        ``maxCallTimeoutMs`` from the start. ``on_progress`` gets the latest report (a
+        :class:`~albedo_actors.connection.progress.ProgressReport`) at most
+        REPORTS_PER_SECOND times a second, on a thread of this call's own; what it
+        raises is logged once and changes nothing.
 
         Never retried. Raises:
             Unavailable: the request never left (not connected, could not dial).
-            TimedOut: no answer within ``callTimeoutMs``; the server was sent a cancellation.
+            TimedOut: no answer within ``callTimeoutMs`` (of the last progress, or
+                within ``maxCallTimeoutMs`` in all); the server was sent a cancellation.
             UnknownOutcome: the connection was lost after the request was sent.
             RemoteError, ProtocolViolation: the server refused or answered badly.
         """
         params: dict[str, Any] = {"name": tool}
         if arguments is not None:
             params["arguments"] = arguments
-        return self.request("tools/call", params, timeout)
+        connection = self._connection(None)
+        limit = self.config.call_timeout if timeout is None else timeout
+        reporter = Reporter([on_progress], name=f"mcp-progress-{self.name}") if on_progress is not None else None
+        progress = CallProgress(new_token(), limit, max(limit, self.config.max_call_timeout), reporter)
+        if reporter is not None:
+            reporter.progress = progress
+        try:
+            return connection.request("tools/call", params, limit, progress=progress)
+        finally:
+            if reporter is not None:
+                reporter.close()
 
     def read_resource(self, uri: str, timeout: float | None = None) -> dict[str, Any]:
         return self.request("resources/read", {"uri": uri}, timeout)

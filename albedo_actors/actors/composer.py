@@ -160,6 +160,26 @@ class SignInNeeded(Message):
         set_field(self, "server", server)
 
 
+class ToolProgress(Message):
+    """Told by the binding: the latest progress of a running tool call (``report`` a
+    :class:`~albedo_actors.connection.progress.ProgressReport`), at most
+    REPORTS_PER_SECOND a second per call; ``report`` None when the call ended. The
+    composer keeps the latest of each running call (:meth:`SessionComposer.progress`)."""
+
+    __slots__ = ("call", "operation", "report")
+    call: int
+    operation: str
+    report: Any
+
+    def __init__(self, call: int, operation: str, report: Any) -> None:
+        set_field(self, "call", call)
+        set_field(self, "operation", operation)
+        set_field(self, "report", report)
+
+
+MAX_PROGRESS_CALLS = 256  # running calls whose latest progress the composer keeps
+
+
 class _Probed(Message):
     __slots__ = ("server", "up")
     server: str
@@ -208,6 +228,7 @@ class SessionComposer(pykka.ThreadingActor):
         self._probes_settled: list[concurrent.futures.Future] = []
         self._pending: list[concurrent.futures.Future] = []  # preparations told to the preparer, not yet answered
         self._threads: list[threading.Thread] = []
+        self._progress: dict[int, ToolProgress] = {}  # running call -> its latest progress
 
     # -- public API -------------------------------------------------------------------------
     # Requests whose answer comes after a preparation are the messages below (Open,
@@ -232,6 +253,11 @@ class SessionComposer(pykka.ThreadingActor):
             logger.info("server %r needs a sign-in; the session refreshes after this turn", server)
             self._refresh_after_turn()
 
+    def progress(self) -> list[dict[str, Any]]:
+        """The latest progress of each running tool call that reported some, oldest call first:
+        ``{"operation", "server", "progress", "total", "message"}`` (text escaped and bounded)."""
+        return [{"operation": event.operation, **event.report._asdict()} for event in self._progress.values()]
+
     def swap_waiting(self) -> bool:
         """True while a prepared composition waits for the current turn to end."""
         return self._parked is not None
@@ -255,6 +281,11 @@ class SessionComposer(pykka.ThreadingActor):
             self._on_prepared(message)
         elif isinstance(message, SignInNeeded):
             self.server_needs_sign_in(message.server)
+        elif isinstance(message, ToolProgress):
+            if message.report is None:
+                self._progress.pop(message.call, None)
+            elif message.call in self._progress or len(self._progress) < MAX_PROGRESS_CALLS:
+                self._progress[message.call] = message
         elif isinstance(message, CatalogueSaved):
             shown = self._composition.catalogues.get(message.server)
             if shown is not None and not shown.same_listing(message.catalogue):

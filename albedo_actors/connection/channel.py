@@ -37,6 +37,7 @@ from typing import Any, Callable, Protocol
 from ..errors import ProtocolViolation, RemoteError, ServerError, TimedOut, Unavailable, UnknownOutcome
 from ..wire import jsonrpc, mcp
 from ..wire.jsonrpc import Json, WireError
+from .progress import CallProgress, parse_report
 
 logger = logging.getLogger(__name__)
 
@@ -104,12 +105,13 @@ class Link(Protocol):
 class Pending:
     """One request awaiting its answer. Resolved exactly once, by whoever pops it."""
 
-    __slots__ = ("id", "method", "size", "_lock", "_result", "_error", "_waker")
+    __slots__ = ("id", "method", "size", "progress", "_lock", "_result", "_error", "_waker")
 
-    def __init__(self, id_: int, method: str, waker: threading.Event | None) -> None:
+    def __init__(self, id_: int, method: str, waker: threading.Event | None, progress: CallProgress | None = None) -> None:
         self.id = id_
         self.method = method
         self.size = 0  # bytes of the answer on the wire, once resolved (0: not known)
+        self.progress = progress  # its call's moving deadline, when progress can extend it
         self._lock = threading.Lock()
         self._lock.acquire()
         self._result: dict[str, Any] = {}
@@ -166,6 +168,7 @@ class RpcChannel:
         self._link: Link | None = None
         self._ids = itertools.count(1)
         self._pending: dict[int, Pending] = {}
+        self._progress: dict[str, CallProgress] = {}  # progress token -> its running call
         self._closed_reason: str | None = None
         self._poisoned = False
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -184,16 +187,18 @@ class RpcChannel:
     # -- requests ------------------------------------------------------------------
 
     def start(self, method: str, params: dict[str, Any] | None, waker: threading.Event | None = None,
-              deadline: float | None = None) -> Pending:
+              deadline: float | None = None, progress: CallProgress | None = None) -> Pending:
         """Send a request; return its pending entry.
 
         ``deadline``: the caller will wait for the answer until then (see
         :meth:`Link.send_request`); the entry may be answered when this returns.
+        ``progress``: the call's progress (registered with :meth:`track`), whose
+        deadline :meth:`wait` follows.
 
         Raises:
             Unavailable: the connection is closed or would not take the request.
         """
-        pending = Pending(next(self._ids), method, waker)
+        pending = Pending(next(self._ids), method, waker, progress)
         self._pending[pending.id] = pending  # before writing: the answer may race us
         if self._closed_reason is not None:
             self._pending.pop(pending.id, None)
@@ -210,6 +215,14 @@ class RpcChannel:
         pending = Pending(next(self._ids), method, waker)
         self._pending[pending.id] = pending
         return pending
+
+    def track(self, progress: CallProgress) -> None:
+        """From now on a ``notifications/progress`` for ``progress.token`` reaches it."""
+        self._progress[progress.token] = progress
+
+    def untrack(self, progress: CallProgress) -> None:
+        """The call ended: its token's notifications change nothing any more."""
+        self._progress.pop(progress.token, None)
 
     def fail(self, pending: Pending, error: ServerError) -> None:
         """End ``pending`` with ``error`` unless it was answered (or given up) already."""
@@ -230,9 +243,15 @@ class RpcChannel:
         its transport wants (stdio: ``notifications/cancelled``, 2025-11-25
         basic/utilities/cancellation, 2026-07-28 basic/patterns/cancellation).
 
+        With ``pending.progress`` the wait ends at its deadline instead, which a
+        progress notification may move (never past its cap): ``timeout`` is unused.
+
         Raises:
             TimedOut, UnknownOutcome, RemoteError, ProtocolViolation.
         """
+        progress = pending.progress
+        if progress is not None:
+            return self._wait_moving(pending, progress, cancel)
         if not pending.wait(timeout):
             if self._pending.pop(pending.id, None) is not None:
                 if cancel:
@@ -241,6 +260,20 @@ class RpcChannel:
                     self._attached().forget(pending)
                 raise TimedOut(self.server, f"{pending.method} got no answer within {timeout:g} s; it was cancelled")
             pending.wait(1.0)  # answered as we gave up: it was resolved just now
+        return pending.outcome()
+
+    def _wait_moving(self, pending: Pending, progress: CallProgress, cancel: bool) -> dict[str, Any]:
+        while not pending.wait(progress.deadline - time.monotonic()):
+            if progress.deadline > time.monotonic():
+                continue  # progress moved the deadline while we waited
+            if self._pending.pop(pending.id, None) is not None:
+                if cancel:
+                    self._attached().cancel(pending)
+                else:
+                    self._attached().forget(pending)
+                raise TimedOut(self.server, progress.timed_out(self.server, pending.method))
+            pending.wait(1.0)  # answered as we gave up: it was resolved just now
+            break
         return pending.outcome()
 
     def request(self, method: str, params: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
@@ -299,7 +332,11 @@ class RpcChannel:
                 self._on_response(message, size)
             elif kind is jsonrpc.NOTIFICATION:
                 params = message.get("params")
-                self._on_notification(message["method"], params if isinstance(params, dict) else {})
+                params = params if isinstance(params, dict) else {}
+                if message["method"] == "notifications/progress":
+                    self._on_progress(params)
+                else:
+                    self._on_notification(message["method"], params)
             else:
                 self._on_request(message)
         except Exception as exc:  # noqa: BLE001 - the reader thread must live (module docstring)
@@ -338,6 +375,16 @@ class RpcChannel:
             pending.resolve(result=message["result"])
         else:
             pending.resolve(error=ProtocolViolation(self.server, f"the result of {pending.method} is not an object"))
+
+    def _on_progress(self, params: dict[str, Any]) -> None:
+        """A progress notification: O(1), and only for a call that is running."""
+        token = params.get("progressToken")
+        progress = self._progress.get(token) if isinstance(token, str) else None
+        if progress is None:
+            return  # another's token, or a call that has ended: it changes nothing
+        report = parse_report(self.server, params)
+        if report is not None:
+            progress.note(report)
 
     def _on_request(self, message: dict[str, Any]) -> None:
         method = message["method"]

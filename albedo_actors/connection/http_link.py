@@ -129,7 +129,16 @@ class HttpLink:
         exchange starts on the caller's thread, and a JSON answer is read there too, by
         the deadline: no hand-off to a worker. A stream (SSE), a sign-in round or any
         exchange without a deadline runs on a worker of the link."""
+        progress = pending.progress
+        if progress is not None and deadline is not None and self.era == "legacy" and self._listener is not None \
+                and self._listener.is_alive():
+            # Progress may come on the session's listening stream while this thread is
+            # blocked reading the answer, whose read could not follow the moved deadline:
+            # a worker reads it, and the caller's wait (which follows it) bounds it.
+            deadline = None
         exchange = Exchange(deadline)
+        if progress is not None:
+            progress.moved = _Mover(exchange) if deadline is not None else None
         with self._lock:
             if self._closing.is_set():
                 raise LinkClosed()
@@ -325,7 +334,7 @@ class HttpLink:
         if (self._auth is not None and reply.status in (401, 403)) or reply.is_sse:
             # A sign-in may take minutes and a stream may last: a worker reads on, and
             # only the caller's wait bounds it from now on.
-            exchange.deadline = None
+            _unbound(pending, exchange)
             try:
                 self._pool.submit(self._run_request, pending, message, exchange, reply, headers)
                 return
@@ -740,6 +749,33 @@ class HttpLink:
             if pending is not None:
                 self._channel.drop(pending)
         return heard, parser.retry_ms, False
+
+
+class _Mover:
+    """Moves an exchange's deadline with its call's progress while the caller's thread
+    reads it (a body read in chunks re-reads the deadline before each), until a worker
+    takes the exchange over without a deadline (:func:`_unbound`)."""
+
+    __slots__ = ("exchange", "lock")
+
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
+        self.lock = threading.Lock()
+
+    def __call__(self, deadline: float) -> None:
+        with self.lock:
+            if self.exchange.deadline is not None:
+                self.exchange.deadline = deadline
+
+
+def _unbound(pending: Pending, exchange: Exchange) -> None:
+    """From now on only the caller's wait bounds ``exchange``: progress moves it no more."""
+    mover = pending.progress.moved if pending.progress is not None else None
+    if isinstance(mover, _Mover) and mover.exchange is exchange:
+        with mover.lock:
+            exchange.deadline = None
+    else:
+        exchange.deadline = None
 
 
 def _real_notification(message: Json) -> bool:

@@ -38,6 +38,7 @@ from ..errors import (
     UnknownOutcome,
 )
 from .channel import Link, Pending, RpcChannel
+from .progress import CallProgress
 from .stdio_link import StdioLink
 from ..transport.stdio import LaunchFailed, LaunchSpec, StdioTransport
 from ..wire import jsonrpc, mcp
@@ -98,10 +99,13 @@ class Connection:
         """Era-correct params: modern requests carry the per-request ``_meta``."""
         return mcp.modern_params(params, self.version, self.channel.capabilities) if self.modern else params
 
-    def request(self, method: str, params: dict[str, Any] | None, timeout: float, sizes: list[int] | None = None) -> dict[str, Any]:
+    def request(self, method: str, params: dict[str, Any] | None, timeout: float, sizes: list[int] | None = None,
+                progress: CallProgress | None = None) -> dict[str, Any]:
         """Send one request and return its complete result.
 
         ``sizes``, when given, gets the wire size in bytes of every answer read.
+        ``progress``: its token goes in ``_meta.progressToken``, and each progress
+        notification for it moves the deadline (``timeout`` is then its own).
 
         A modern ``input_required`` result is retried under a new id with its
         ``requestState``, at most MAX_STATE_ROUNDS times (2026-07-28
@@ -112,13 +116,31 @@ class Connection:
         Raises:
             TimedOut, UnknownOutcome, Unavailable, RemoteError, ProtocolViolation.
         """
+        if progress is not None:
+            # Its token in every round's _meta (2025-11-25 basic/utilities/progress); the
+            # channel moves ``progress.deadline`` with each notification for it.
+            params = dict(params or {})
+            params["_meta"] = {**(params.get("_meta") or {}), "progressToken": progress.token}
+            self.channel.track(progress)
+            try:
+                return self._request(method, params, timeout, sizes, progress)
+            finally:
+                self.channel.untrack(progress)
+        return self._request(method, params, timeout, sizes, None)
+
+    def _request(self, method: str, params: dict[str, Any] | None, timeout: float, sizes: list[int] | None,
+                 progress: CallProgress | None) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         params = self.params(params)
         for _round in range(MAX_STATE_ROUNDS + 1):
-            pending = self.channel.start(method, params, deadline=deadline)
+            if progress is not None:
+                deadline = progress.deadline
+            pending = self.channel.start(method, params, deadline=deadline, progress=progress)
             try:
                 result = self.channel.wait(pending, max(0.0, deadline - time.monotonic()))
             except TimedOut:
+                if progress is not None:
+                    raise
                 raise TimedOut(self.server, f"{method} got no answer within {timeout:g} s; it was cancelled") from None
             if sizes is not None:
                 sizes.append(pending.size or len(jsonrpc.encode(result)))

@@ -155,7 +155,9 @@ property is annotated ``x-mcp-header: Region``; answers the JSON text
 value or null}``); ``bad_header {amount}`` (``x-mcp-header`` on a ``number``
 property: invalid, a client must leave it out; if called anyway it echoes
 ``amount``); ``progress {count}`` (sends ``count`` ``notifications/progress``
-when the request has a progressToken, then answers; notifications force SSE).
+when the request has a progressToken, then answers; notifications force SSE);
+``p_tick``, ``p_flood``, ``p_hostile`` (tests/servers/progress_tools.py: progress
+sent while the request's SSE stream is open, or on the GET stream).
 
 EVENTS (``server.events``; every dict has ``event`` and ``time``)
 ----------------------------------------------------------------
@@ -196,6 +198,10 @@ from dataclasses import dataclass, field, fields, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
+try:
+    from servers import progress_tools
+except ImportError:  # run as a script: tests/servers is on sys.path
+    import progress_tools  # type: ignore[no-redef]
 from albedo_actors.demo.server import (
     INVALID_REQUEST,
     LEGACY_VERSIONS,
@@ -522,6 +528,42 @@ class _Engine(DemoServer):
         self.add_tool("progress", self.tool_progress,
                       description="Send count progress notifications (if a progressToken is given), then answer.",
                       properties={"count": {"type": "integer"}}, required=("count",))
+        for name, (tool, description, properties) in progress_tools.TOOLS.items():
+            self.add_tool(f"p_{name}", self._progress_tool(tool), description=description, properties=properties)
+
+    def _progress_tool(self, tool: Any) -> Any:
+        """A progress_tools tool. On the request's SSE stream: the first message goes out
+        from the handler (so the POST answers with a stream), the rest from a thread of the
+        tool's own, and the answer ends the stream. ``via`` "listen": the notifications go
+        to the session's GET stream and the handler answers with a JSON body."""
+        owner = self.owner
+
+        def wait(seconds: float) -> bool:
+            return not owner._stopping.wait(seconds)
+
+        def handler(request: Request, args: dict) -> dict | None:
+            if args.get("via") == "listen":
+                answered: list[dict] = []
+                tool(request.params, args,
+                     progress_tools.Wire(lambda m: owner._server_message(self, m), answered.append, wait), text_result)
+                return answered[0] if answered else None
+            stream = _local.stream
+            first = threading.Event()
+
+            def send(message: dict) -> None:
+                stream.push(message)
+                first.set()
+
+            def answer(result: dict) -> None:
+                stream.push(self.result_message(request, result))
+                stream.finish()
+                first.set()
+
+            progress_tools.in_thread(lambda: tool(request.params, args, progress_tools.Wire(send, answer, wait), text_result),
+                                     f"tool-{request.id}")
+            first.wait(10.0)  # the stream has a message: the POST answers with SSE
+            return None
+        return handler
 
     @staticmethod
     def tool_region(request: Request, args: dict) -> dict:

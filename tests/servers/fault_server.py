@@ -48,6 +48,7 @@ needs_input           modern: ``input_required`` asking for an ``elicitation/cre
                       under the key ``confirm``; completes with the response as JSON
                       text; -32021 if the request lacks the elicitation capability
 notify_flood {count}  send that many ``notifications/message`` and then answer
+p_tick, p_flood, p_hostile  progress notifications (tests/servers/progress_tools.py)
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ from albedo_actors.demo.server import (
     RpcError,
     text_result,
 )
+
+try:
+    import progress_tools  # run as a script: tests/servers is on sys.path
+except ImportError:
+    from servers import progress_tools
 
 MIB = 1024 * 1024
 
@@ -220,8 +226,17 @@ class FaultServer(DemoServer):
         self.add_tool("state_only", self.tool_state_only, description="Modern: state-only input_required rounds.",
                       properties={"rounds": {"type": "integer"}})
         self.add_tool("needs_input", self.tool_needs_input, description="Modern: ask for an elicitation via MRTR.")
+        for name, (tool, description, properties) in progress_tools.TOOLS.items():
+            self.add_tool(f"p_{name}", self._progress_tool(tool), description=description, properties=properties)
         self.add_tool("notify_flood", self.tool_notify_flood, description="Send count log notifications, then answer.",
                       properties={"count": {"type": "integer"}}, required=("count",))
+
+    def _progress_tool(self, tool: Any) -> Any:
+        """A progress_tools tool, run on a thread of its own (the reader goes on reading)."""
+        def handler(request: Request, args: dict) -> None:
+            wire = progress_tools.Wire(self.send, lambda result: self.reply(request, result))
+            progress_tools.in_thread(lambda: tool(request.params, args, wire, text_result), f"tool-{request.id}")
+        return handler
 
     def tool_sleep(self, request: Request, args: dict) -> None:
         seconds = args["seconds"]

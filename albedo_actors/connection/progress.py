@@ -1,0 +1,190 @@
+"""Progress that keeps a tool call alive (2025-11-25 and 2026-07-28 basic/utilities/progress).
+
+Every ``tools/call`` carries ``_meta.progressToken`` (unique per call, a string no other
+call of the process uses). A ``notifications/progress`` naming it moves the call's
+deadline to ``callTimeoutMs`` from then, never past the call's hard cap
+(``maxCallTimeoutMs``, by default ten times ``callTimeoutMs``). A token that names no
+running call changes nothing.
+
+A flood costs little: on the reader thread a notification is checked and kept as the
+call's latest report (O(1), nothing queued); the host hears the latest one at most
+:data:`REPORTS_PER_SECOND` times a second, on one thread per call that serves nobody
+else (:class:`Reporter`), and an exception from its callback is logged once and never
+reaches the call. Numbers that are not finite, and message text, are bounded; the text
+is escaped by the wire's printable-text rule (:func:`~albedo_actors.wire.text.printable`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import threading
+import time
+from typing import Any, Callable, NamedTuple
+
+from ..wire.text import printable
+
+logger = logging.getLogger(__name__)
+
+REPORTS_PER_SECOND = 10  # at most this many callbacks a second per call
+MESSAGE_LIMIT = 200  # characters of a progress message, escaped, at most
+JOIN_TIMEOUT = 1.0  # for a reporter to finish its callback at the end of the call
+
+_tokens = itertools.count(1)
+
+
+def new_token() -> str:
+    """A progress token no other call of this process uses."""
+    return f"albedo-{next(_tokens)}"
+
+
+class ProgressReport(NamedTuple):
+    """One progress notification, made safe: numbers finite, message escaped and bounded."""
+
+    server: str
+    progress: float
+    total: float | None
+    message: str | None
+
+    def line(self) -> str:
+        """One line for a person: ``40/100 (40%) message``."""
+        done = f"{self.progress:g}"
+        if self.total is not None and self.total > 0:
+            done += f"/{self.total:g} ({min(100.0, 100 * self.progress / self.total):.0f}%)"
+        return f"{done} {self.message}" if self.message else done
+
+
+def parse_report(server: str, params: dict[str, Any]) -> ProgressReport | None:
+    """The report in a ``notifications/progress``'s params; None when it is not one."""
+    progress = _number(params.get("progress"))
+    if progress is None:
+        return None
+    total = _number(params.get("total"))
+    message = params.get("message")
+    text = printable(message, one_line=True, limit=MESSAGE_LIMIT) if isinstance(message, str) and message else None
+    return ProgressReport(server, progress, total, text)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
+    return number if math.isfinite(number) else None
+
+
+class CallProgress:
+    """One call's progress: its token, its moving deadline and hard cap, its latest report.
+
+    :meth:`note` runs on the reader thread; the caller's wait reads :attr:`deadline`.
+    ``moved`` (set by a link that bounds the exchange on the caller's thread) is told the
+    new deadline each time it moves.
+    """
+
+    __slots__ = ("token", "timeout", "started", "cap", "deadline", "extensions", "latest", "moved", "_reporter")
+
+    def __init__(self, token: str, timeout: float, cap: float, reporter: Reporter | None = None) -> None:
+        now = time.monotonic()
+        self.token = token
+        self.timeout = timeout
+        self.started = now
+        self.cap = now + max(cap, timeout)
+        self.deadline = now + timeout
+        self.extensions = 0  # progress notifications that moved the deadline
+        self.latest: ProgressReport | None = None
+        self.moved: Callable[[float], None] | None = None
+        self._reporter = reporter
+
+    def note(self, report: ProgressReport) -> None:
+        """A progress notification for this call arrived (reader thread; O(1))."""
+        deadline = min(time.monotonic() + self.timeout, self.cap)
+        if deadline > self.deadline:
+            self.deadline = deadline
+            self.extensions += 1
+            moved = self.moved
+            if moved is not None:
+                moved(deadline)
+        self.latest = report
+        if self._reporter is not None:
+            self._reporter.poke()
+
+    @property
+    def capped(self) -> bool:
+        """True when the deadline is the hard cap (progress can move it no further)."""
+        return self.deadline >= self.cap
+
+    def timed_out(self, server: str, method: str) -> str:
+        """What a timeout says: the call's deadline, and whether progress extended it."""
+        if self.extensions == 0:
+            return f"{method} got no answer within {self.timeout:g} s; it was cancelled"
+        ran = self.deadline - self.started
+        if self.capped:
+            return (f"{method} reported progress but got no answer within its cap of {ran:g} s (maxCallTimeoutMs); "
+                    "it was cancelled")
+        return (f"{method} got no answer within {self.timeout:g} s of its last progress "
+                f"(the deadline was extended by progress, {ran:.1f} s in all); it was cancelled")
+
+
+class Reporter:
+    """Hands one call's latest progress to the host's callbacks, on its own thread.
+
+    Started at the first report; at most :data:`REPORTS_PER_SECOND` deliveries a second,
+    each of the latest report only. :meth:`close` (at the end of the call) stops it: a
+    report not yet delivered then is dropped, and the thread ends within
+    :data:`JOIN_TIMEOUT` unless a callback is still running.
+    """
+
+    def __init__(self, callbacks: list[Callable[[ProgressReport], None]], name: str = "mcp-progress") -> None:
+        self._callbacks = callbacks
+        self._name = name
+        self._wake = threading.Event()
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._failed: set[int] = set()  # callbacks that raised (logged once each)
+        self.progress: CallProgress | None = None
+
+    def poke(self) -> None:
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None and not self._done.is_set():
+                    self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                    self._thread.start()
+        self._wake.set()
+
+    def close(self) -> None:
+        self._done.set()
+        self._wake.set()
+        with self._lock:
+            thread = self._thread
+            self._thread = thread or _ENDED  # no thread starts after the end
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(JOIN_TIMEOUT)
+
+    def _run(self) -> None:
+        interval = 1.0 / REPORTS_PER_SECOND
+        delivered: ProgressReport | None = None
+        while True:
+            self._wake.wait()
+            if self._done.is_set():
+                return
+            self._wake.clear()
+            report = self.progress.latest if self.progress is not None else None
+            if report is not None and report is not delivered:
+                delivered = report
+                for index, callback in enumerate(self._callbacks):
+                    try:
+                        callback(report)
+                    except Exception as exc:  # noqa: BLE001 - the host's callback never breaks the call
+                        if index not in self._failed:
+                            self._failed.add(index)
+                            logger.warning("server %r: a progress callback failed (%s: %s); its later failures are not logged",
+                                           report.server, type(exc).__name__, printable(exc, one_line=True, limit=200))
+            if self._done.wait(interval):  # the rate limit, ended at once by close()
+                return
+
+
+_ENDED = threading.Thread(target=lambda: None)  # a Reporter's thread slot after close()
