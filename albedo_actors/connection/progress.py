@@ -131,10 +131,10 @@ class CallProgress:
 class Reporter:
     """Hands one call's latest progress to the host's callbacks, on its own thread.
 
-    Started at the first report; at most :data:`REPORTS_PER_SECOND` deliveries a second,
-    each of the latest report only. :meth:`close` (at the end of the call) stops it: a
-    report not yet delivered then is dropped, and the thread ends within
-    :data:`JOIN_TIMEOUT` unless a callback is still running.
+    Started at the first report; at most :data:`REPORTS_PER_SECOND` deliveries a second
+    (plus the last), each of the latest report only. :meth:`close` (at the end of the
+    call) delivers the latest report if it was not yet, and waits for the thread to end
+    (at most :data:`JOIN_TIMEOUT`: a callback that takes longer finishes on its own).
     """
 
     def __init__(self, callbacks: list[Callable[[ProgressReport], None]], name: str = "mcp-progress") -> None:
@@ -168,23 +168,26 @@ class Reporter:
         interval = 1.0 / REPORTS_PER_SECOND
         delivered: ProgressReport | None = None
         while True:
-            self._wake.wait()
-            if self._done.is_set():
-                return
+            self._wake.wait()  # set by every report, and by close()
             self._wake.clear()
+            ending = self._done.is_set()
             report = self.progress.latest if self.progress is not None else None
             if report is not None and report is not delivered:
                 delivered = report
-                for index, callback in enumerate(self._callbacks):
-                    try:
-                        callback(report)
-                    except Exception as exc:  # noqa: BLE001 - the host's callback never breaks the call
-                        if index not in self._failed:
-                            self._failed.add(index)
-                            logger.warning("server %r: a progress callback failed (%s: %s); its later failures are not logged",
-                                           report.server, type(exc).__name__, printable(exc, one_line=True, limit=200))
-            if self._done.wait(interval):  # the rate limit, ended at once by close()
-                return
+                self._deliver(report)
+            if ending:
+                return  # the call's last report was delivered before it returned
+            self._done.wait(interval)  # the rate limit; close() ends it at once (then the last report goes out)
+
+    def _deliver(self, report: ProgressReport) -> None:
+        for index, callback in enumerate(self._callbacks):
+            try:
+                callback(report)
+            except Exception as exc:  # noqa: BLE001 - the host's callback never breaks the call
+                if index not in self._failed:
+                    self._failed.add(index)
+                    logger.warning("server %r: a progress callback failed (%s: %s); its later failures are not logged",
+                                   report.server, type(exc).__name__, printable(exc, one_line=True, limit=200))
 
 
 _ENDED = threading.Thread(target=lambda: None)  # a Reporter's thread slot after close()

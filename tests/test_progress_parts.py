@@ -1,0 +1,92 @@
+"""The parts of progress on their own: the report's bounds, the moving deadline and its
+cap, the coalescing reporter, maxCallTimeoutMs in the configuration."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from albedo_actors.config import ServerConfig, parse
+from albedo_actors.connection.progress import CallProgress, ProgressReport, Reporter, new_token, parse_report
+from albedo_actors.errors import ConfigError
+
+
+def test_a_report_keeps_finite_numbers_and_escapes_and_bounds_its_message():
+    report = parse_report("s", {"progressToken": "t", "progress": 3, "total": 4, "message": "\x1b[2J\u202e" + "x" * 10_000})
+    assert report == ProgressReport("s", 3.0, 4.0, report.message)
+    assert "\x1b" not in report.message and "\u202e" not in report.message and len(report.message) <= 200
+    assert report.line().startswith("3/4 (75%) \\x1b[2J")
+    for bad in ("3", None, True, float("nan"), float("inf"), 10**400, [1]):
+        assert parse_report("s", {"progress": bad}) is None
+    assert parse_report("s", {"progress": 1, "total": "many"}).total is None
+    assert parse_report("s", {"progress": 1, "message": 7}).message is None
+
+
+def test_progress_moves_the_deadline_never_past_the_cap():
+    progress = CallProgress(new_token(), timeout=1000.0, cap=1500.0)
+    first = progress.deadline
+    progress.note(ProgressReport("s", 1.0, None, None))
+    assert progress.deadline >= first and progress.extensions == 1
+    progress.note(ProgressReport("s", 2.0, None, None))
+    assert progress.deadline == progress.cap and progress.capped  # 1000 s from now is past the cap
+    assert "cap" in progress.timed_out("s", "tools/call")
+    untouched = CallProgress(new_token(), timeout=5.0, cap=50.0)
+    assert untouched.timed_out("s", "tools/call") == "tools/call got no answer within 5 s; it was cancelled"
+
+
+def test_a_mover_is_told_each_new_deadline():
+    progress = CallProgress(new_token(), timeout=10.0, cap=100.0)
+    seen = []
+    progress.moved = seen.append
+    progress.note(ProgressReport("s", 1.0, None, None))
+    assert seen == [progress.deadline]
+
+
+def test_tokens_are_unique():
+    assert len({new_token() for _ in range(1000)}) == 1000
+
+
+def test_the_reporter_coalesces_to_the_latest_and_delivers_the_last_before_close_returns():
+    got = []
+    entered = threading.Event()
+    release = threading.Event()
+
+    def slow(report):
+        got.append(report.progress)
+        entered.set()
+        release.wait(10)
+
+    reporter = Reporter([slow])
+    progress = CallProgress(new_token(), 60.0, 600.0, reporter)
+    reporter.progress = progress
+    progress.note(ProgressReport("s", 1.0, None, None))
+    assert entered.wait(10)
+    for n in range(2, 10_002):  # while the callback runs: only the latest is kept
+        progress.note(ProgressReport("s", float(n), None, None))
+    release.set()
+    reporter.close()
+    assert got[0] == 1.0 and got[-1] == 10_001.0 and len(got) <= 3
+
+
+def test_a_reporter_without_reports_starts_no_thread():
+    before = threading.active_count()
+    reporter = Reporter([lambda report: None])
+    reporter.close()
+    reporter.poke()  # after the end: still no thread
+    assert threading.active_count() == before
+
+
+def _server(entry):
+    return parse({"mcp": {"servers": {"s": entry}}}, "/tmp/home").servers[0]
+
+
+def test_max_call_timeout_defaults_to_ten_call_timeouts_and_is_validated():
+    assert _server({"command": "x", "callTimeoutMs": 2000}).max_call_timeout == 20.0
+    assert _server({"command": "x", "callTimeoutMs": 2000, "maxCallTimeoutMs": 5000}).max_call_timeout == 5.0
+    with pytest.raises(ConfigError, match='"maxCallTimeoutMs" \\(500\\) must be at least "callTimeoutMs" \\(2000\\)'):
+        _server({"command": "x", "callTimeoutMs": 2000, "maxCallTimeoutMs": 500})
+    for bad in (0, -1, "10", True, 1.5):
+        with pytest.raises(ConfigError, match="maxCallTimeoutMs"):
+            _server({"command": "x", "maxCallTimeoutMs": bad})
+    assert ServerConfig(name="s", type="stdio", call_timeout_ms=3000).max_call_timeout == 30.0
