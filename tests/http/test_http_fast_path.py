@@ -134,6 +134,20 @@ def test_a_legacy_session_over_json_works_on_the_callers_thread(http_fault, clie
     server = http_fault(era="legacy")
     handle = clients.start(http_config(server))
     assert handle.connect().era == "legacy"
+    assert handle.read_resource("demo://readme")["contents"]
+    assert workers() == []
+    # A tools/call of a session with a listening stream is read by a worker: its progress
+    # may come on that stream, and the deadline it moves must bound the read (issue 16).
+    assert text_of(handle.call_tool("echo", {"text": "old"})) == "old"
+    assert workers()
+
+
+def test_a_legacy_session_without_a_listening_stream_calls_tools_on_the_callers_thread(http_fault, clients):
+    server = http_fault(era="legacy", no_get=True)
+    handle = clients.start(http_config(server))
+    assert handle.connect().era == "legacy"
+    for thread in [t for t in threading.enumerate() if t.name == "mcp-listen-f"]:
+        thread.join(WAIT)  # the GET was refused: the listening thread ends
     assert text_of(handle.call_tool("echo", {"text": "old"})) == "old"
     assert workers() == []
 
