@@ -159,3 +159,20 @@ def test_without_progress_the_timeout_is_as_before(clients, transport):
     handle = clients.start(transport(call_timeout_ms=500))
     with pytest.raises(TimedOut, match=r"tools/call got no answer within 0\.5 s; it was cancelled"):
         handle.call_tool("hang", {})
+
+
+@pytest.mark.parametrize("flags", [(), ("--legacy-only", "--event-store")], ids=["modern", "legacy"])
+def test_the_sdk_servers_progress_reaches_the_host(clients, tmp_path, flags):
+    from helpers import SdkHttpServer
+
+    server = SdkHttpServer(*flags, record=str(tmp_path / "record.jsonl"))
+    url = server.start()
+    try:
+        reports: list[ProgressReport] = []
+        handle = clients.start(ServerConfig(name="sdk", type="http", url=url))
+        result = handle.call_tool("echo_with_progress", {"text": "hi"}, on_progress=reports.append)
+        assert text_of(result) == "hi"
+        assert [(r.server, r.progress, r.total) for r in reports] == [("sdk", 1.0, 1.0)]
+        handle.stop()
+    finally:
+        server.stop()
