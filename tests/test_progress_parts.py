@@ -27,10 +27,14 @@ def test_progress_moves_the_deadline_never_past_the_cap():
     progress = CallProgress(new_token(), timeout=1000.0, cap=1500.0)
     first = progress.deadline
     progress.note(ProgressReport("s", 1.0, None, None))
-    assert progress.deadline >= first and progress.extensions == 1
+    assert progress.deadline > first and progress.extensions == 1 and not progress.capped
+    assert "of its last progress" in progress.timed_out("s", "tools/call")
+    progress.cap, progress.timeout = progress.deadline + 1.0, 2000.0  # 2000 s from now is past the cap
     progress.note(ProgressReport("s", 2.0, None, None))
-    assert progress.deadline == progress.cap and progress.capped  # 1000 s from now is past the cap
-    assert "cap" in progress.timed_out("s", "tools/call")
+    assert progress.deadline == progress.cap and progress.capped and progress.extensions == 2
+    progress.note(ProgressReport("s", 3.0, None, None))
+    assert progress.deadline == progress.cap and progress.extensions == 2  # no further
+    assert "within its cap" in progress.timed_out("s", "tools/call")
     untouched = CallProgress(new_token(), timeout=5.0, cap=50.0)
     assert untouched.timed_out("s", "tools/call") == "tools/call got no answer within 5 s; it was cancelled"
 
