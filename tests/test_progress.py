@@ -118,6 +118,14 @@ def test_hostile_progress_is_escaped_and_bounded_and_others_tokens_change_nothin
     assert all(report.progress in (1.0, 2.0) for report in reports)
 
 
+def test_progress_for_another_token_does_not_keep_a_call_alive(clients, transport):
+    reports: list[ProgressReport] = []
+    handle = clients.start(transport(call_timeout_ms=1000))
+    with pytest.raises(TimedOut, match=r"tools/call got no answer within 1 s; it was cancelled"):
+        handle.call_tool("p_tick", {"interval_ms": 200, "count": 15, "token": "other"}, on_progress=reports.append)
+    assert reports == []
+
+
 def test_a_progress_callback_that_raises_is_logged_once_and_never_breaks_the_call(clients, caplog):
     handle = clients.start(fault_config("p"))
     calls = []

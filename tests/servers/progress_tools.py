@@ -5,8 +5,9 @@ a tool sent is appended to the file ``log`` names when given, one JSON line each
 ``{"event": "progress" | "answer" | "stopped", "at": time.monotonic(), "n": N}`` (the
 monotonic clock is the machine's, so a test can compare it with its own, loosely).
 
-tick {interval_ms, count, then?, log?, via?}
-    ``count`` progress notifications, one every ``interval_ms`` (the first at once);
+tick {interval_ms, count, then?, log?, via?, token?}
+    ``count`` progress notifications, one every ``interval_ms`` (the first at once;
+    ``token`` "other": for another token than the call's);
     then (``then``) "answer" (default) or "hang": stop sending and never answer.
     ``via`` "listen" (legacy HTTP only): the notifications go on the session's
     listening GET stream and the answer is a JSON body.
@@ -66,6 +67,8 @@ def _log(path: str | None, event: str, n: int = 0) -> None:
 
 def tick(params: dict, args: dict, wire: Wire, text_result: Callable[[str], dict]) -> None:
     token = token_of(params)
+    if args.get("token") == "other" and token is not None:
+        token = f"other-{token}"  # progress for a token no call has
     interval = args.get("interval_ms", 500) / 1000
     count = args.get("count", 6)
     log = args.get("log")
@@ -110,7 +113,7 @@ def hostile(params: dict, args: dict, wire: Wire, text_result: Callable[[str], d
 TOOLS = {
     "tick": (tick, "Send count progress notifications every interval_ms, then answer (or hang).",
              {"interval_ms": {"type": "integer"}, "count": {"type": "integer"}, "then": {"type": "string"},
-              "log": {"type": "string"}, "via": {"type": "string"}}),
+              "log": {"type": "string"}, "via": {"type": "string"}, "token": {"type": "string"}}),
     "flood": (flood, "Send count progress notifications at once, then answer.", {"count": {"type": "integer"}}),
     "hostile": (hostile, "Send hostile progress notifications, then answer.", {}),
 }
