@@ -173,6 +173,15 @@ def test_a_self_reference_and_a_costly_fan_out_stop_with_a_note(session):
         f"checking stopped after {MAX_STEPS} steps (the outputSchema is too costly to check)",)
 
 
+def test_a_pattern_that_backtracks_without_bound_is_not_used(session):
+    # ^(a+)+$ against 40 a's and a "!" takes Python's re about 2^40 steps: never run.
+    result = session.mcp.call("s/redos", value={"s": "a" * 40 + "!"})
+    assert result.schemaErrors == () and result.structuredContent == {"s": "a" * 40 + "!"}
+    said = [w for w in session.warnings if "'redos'" in w]
+    assert said == ["server 's': tool 'redos': its outputSchema has the pattern '^(a+)+$', a repetition inside a "
+                    "repetition that could take unbounded time to match; its results are not checked"], session.warnings
+
+
 def test_problems_are_few_bounded_one_line_and_escaped(session):
     hostile = {"\x1b]0;owned\x07\u202ekey\n": "s" * 5000}
     (line,) = session.mcp.call("s/v2020", value=hostile).schemaErrors

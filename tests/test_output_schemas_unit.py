@@ -117,3 +117,11 @@ def test_jsonschema_loads_at_the_first_checked_call_not_at_import_or_load():
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout.splitlines()[-1]) == {"at_load": False, "at_check": True,
                                                        "errors": ["$: 'x' is a required property"]}
+
+
+@pytest.mark.parametrize(("pattern", "risky"), [
+    ("^(a+)+$", True), ("(x*)*", True), ("((ab)+c)*", True), ("(?:[a-z]+\\.)*x", True), ("(?=(a+)+)", True),
+    ("^[A-Z]+$", False), ("^(ab|cd)+$", False), ("^a{2}b?$", False), ("(", False),
+])
+def test_nested_repetition_is_found_in_patterns(pattern, risky):
+    assert schemas._nested_repeat(pattern) is risky

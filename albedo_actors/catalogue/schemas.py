@@ -24,7 +24,9 @@ validate, MUST NOT dereference network ``$ref``\\ s, SHOULD bound the cost):
   (one warning at load); a ``structuredContent`` with more than
   :data:`MAX_CONTENT_VALUES` values or deeper than :data:`MAX_CONTENT_DEPTH` levels is
   not checked (one problem says so); a check stops after :data:`MAX_STEPS` keyword
-  evaluations (``$ref`` fan-out) and on a reference cycle.
+  evaluations (``$ref`` fan-out) and on a reference cycle. A schema with a ``pattern``
+  that repeats a repeated part (``(a+)+``: Python's ``re`` backtracks, exponentially on
+  a short string) is not used (one warning at the tool's first call).
 
 When the work is done: :func:`load_problem` is cheap (no ``jsonschema``) and runs where
 the catalogue's operations are built (catalogue/naming.py's ``advertise``: once per
@@ -221,7 +223,66 @@ def _compile(server: str, tool: str, schema: Any) -> _Compiled:
     except (RecursionError, ValueError, TypeError) as exc:
         return _Compiled(None, _one_line(f"server {server!r}: tool {tool!r}: its outputSchema does not compile "
                                          f"({type(exc).__name__}); its results are not checked"))
+    risky = _risky_pattern(schema)
+    if risky is not None:
+        # Python's re backtracks: a nested repetition can take exponential time on a short
+        # string the same server sends, and no check may hold a caller's thread unbounded.
+        return _Compiled(None, _one_line(f"server {server!r}: tool {tool!r}: its outputSchema has the pattern "
+                                         f"{risky[:60]!r}, a repetition inside a repetition that could take "
+                                         "unbounded time to match; its results are not checked"))
     return _Compiled(cls(schema, registry=_registry()), None)
+
+
+def _risky_pattern(schema: dict[str, Any]) -> str | None:
+    """The first ``pattern`` (or ``patternProperties`` key) of ``schema`` with a repeated
+    part inside a repeated part (star height 2, as ``(a+)+``), or None."""
+    stack: list[Any] = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            patterns = [item["pattern"]] if isinstance(item.get("pattern"), str) else []
+            if isinstance(item.get("patternProperties"), dict):
+                patterns.extend(item["patternProperties"])
+            for pattern in patterns:
+                if _nested_repeat(pattern):
+                    return pattern
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def _nested_repeat(pattern: str) -> bool:
+    try:
+        parsed = _parse_regex(pattern)
+    except Exception:  # noqa: BLE001 - not a Python pattern: jsonschema reports it, if it can
+        return False
+    stack: list[tuple[Any, bool]] = [(parsed, False)]
+    while stack:
+        items, inside = stack.pop()
+        for op, arg in items:
+            name = getattr(op, "name", str(op))
+            if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+                low, high, body = arg
+                repeats = high != 1
+                if repeats and inside and name != "POSSESSIVE_REPEAT":
+                    return True
+                stack.append((body, inside or repeats))
+            elif name == "SUBPATTERN":
+                stack.append((arg[-1], inside))
+            elif name == "BRANCH":
+                stack.extend((branch, inside) for branch in arg[1])
+            elif name in ("ASSERT", "ASSERT_NOT", "ATOMIC_GROUP"):
+                stack.append((arg[-1] if name != "ATOMIC_GROUP" else arg, inside))
+    return False
+
+
+def _parse_regex(pattern: str) -> Any:
+    try:
+        from re import _parser  # type: ignore[attr-defined]  # CPython 3.11 and later
+    except ImportError:  # pragma: no cover - CPython 3.10
+        import sre_parse as _parser
+    return _parser.parse(pattern)
 
 
 _CLASSES: dict[str, Any] = {}

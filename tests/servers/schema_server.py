@@ -30,6 +30,7 @@ remote_ref  ``$ref`` to ``--ref-url`` (property ``x``), a relative ``$ref`` unde
 loop_ref    a ``$ref`` to itself
 fan_out     ``allOf`` of two ``$ref``\\ s, 30 levels of them (2^30 evaluations)
 errors      an ``isError: true`` result whose ``structuredContent`` does not match
+redos       a ``pattern`` ``^(a+)+$`` (exponential backtracking in Python's ``re``)
 
 Usage: schema_server.py [--ref-url URL] [--era dual|legacy|modern]
 """
@@ -108,6 +109,7 @@ def schemas(ref_url: str) -> dict:
         "loop_ref": {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}},
         "fan_out": fan_out(30),
         "errors": {"type": "object", "required": ["never"]},
+        "redos": {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}},
     }
 
 
