@@ -176,13 +176,13 @@ class _Compiled:
         return warning
 
 
-_NO_SCHEMA: Final = object()
+_NO_SCHEMA: Final = _Compiled(None, None)  # the tool declares no outputSchema
 
 # Per server name: the catalogue object and its tools' compiled validators (or
 # _NO_SCHEMA). A catalogue is immutable, so what is compiled for it stays right while it
 # is the same object; another catalogue of that server replaces the entry. Bounded as
 # catalogue/naming.py's operations cache is.
-_CACHE: dict[str, tuple[Catalogue, dict[str, Any]]] = {}
+_CACHE: dict[str, tuple[Catalogue, dict[str, _Compiled]]] = {}
 _CACHE_LIMIT = 4096
 _CACHE_LOCK = threading.Lock()
 
@@ -330,7 +330,7 @@ def _registry() -> Any:
         import referencing.exceptions
 
         def refuse(uri: str) -> Any:
-            raise referencing.exceptions.NoSuchResource(ref=uri)
+            raise referencing.exceptions.NoSuchResource(ref=uri)  # type: ignore[call-arg]
 
         _REGISTRY.append(referencing.Registry(retrieve=refuse))  # type: ignore[call-arg]
     return _REGISTRY[0]
