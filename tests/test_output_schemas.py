@@ -260,3 +260,26 @@ def test_call_prints_one_warning_line_and_json_prints_only_the_servers_json(tmp_
     printed = json.loads(bad.stdout)  # exactly the server's CallToolResult: nothing of ours added
     assert printed["structuredContent"] == BAD_2020 and printed["content"] == [{"type": "text", "text": json.dumps(BAD_2020)}]
     assert set(printed) <= {"content", "structuredContent", "resultType", "_meta"} and "schemaErrors" not in bad.stdout
+
+
+# -- a real peer: server-everything (the TypeScript SDK's schemas) -------------------------------------
+
+
+PEERS = os.environ.get("ALBEDO_PEERS") or os.path.join(os.path.dirname(HERE), ".peers", "peers", "node_modules")
+EVERYTHING = os.path.join(PEERS, "@modelcontextprotocol", "server-everything", "dist", "index.js")
+
+
+def test_server_everythings_structured_tool_matches_its_own_schema(tmp_path):
+    if not os.path.isfile(EVERYTHING):
+        pytest.fail(f"the npm test peer is not installed: {EVERYTHING} is missing; run scripts/test", pytrace=False)
+    config = McpConfig(home=str(tmp_path), servers=(
+        ServerConfig(name="everything", type="stdio", command="node", args=(EVERYTHING, "stdio")),))
+    warnings: list[str] = []
+    with Runtime(str(tmp_path), None, config=config, enabled=True) as runtime:
+        mcp = runtime.mcp(warn=warnings.append)
+        weather = mcp.call("everything/get-structured-content", location="Chicago")
+        schema = runtime.composition().catalogues["everything"].tool("get-structured-content")["outputSchema"]
+    assert set(weather.structuredContent) == {"temperature", "conditions", "humidity"}
+    assert weather.schemaErrors == ()
+    assert not [w for w in warnings if "outputSchema" in w], warnings
+    assert isinstance(schema, dict) and schema.get("type") == "object"
