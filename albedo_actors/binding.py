@@ -47,6 +47,7 @@ from .actors.reply import Request
 from .actors.reply import request as send_request
 from .errors import ConfigError, NeedsSignIn, SessionClosed, SessionTimedOut, Unavailable
 from .catalogue.naming import GET_PROMPT, READ_RESOURCE, Advertised
+from .catalogue.schemas import check_result
 
 if TYPE_CHECKING:
     from .connection.progress import ProgressReport
@@ -56,12 +57,19 @@ _calls = itertools.count(1)  # tool calls of this process, as the composer's pro
 
 
 class Record:
-    """A result: its fields as attributes (``r.isError``, ``r.content``) and by key."""
+    """A result: its fields as attributes (``r.isError``, ``r.content``) and by key.
 
-    __slots__ = ("_data",)
+    ``r.schemaErrors`` is ours, not the server's: the problems of a tool result's
+    ``structuredContent`` against the tool's ``outputSchema`` (catalogue/schemas.py),
+    at most 5 one-line strings naming the JSON path; empty when it matches or is not
+    checked. It is not among the keys: ``as_dict()`` is exactly what the server sent.
+    """
 
-    def __init__(self, data: Mapping[str, Any]) -> None:
+    __slots__ = ("_data", "schemaErrors")
+
+    def __init__(self, data: Mapping[str, Any], schema_errors: tuple[str, ...] = ()) -> None:
         object.__setattr__(self, "_data", MappingProxyType(dict(data)))
+        object.__setattr__(self, "schemaErrors", schema_errors)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -78,7 +86,8 @@ class Record:
         raise AttributeError("a result is read-only")
 
     def __repr__(self) -> str:
-        return f"Record({dict(self._data)!r})"
+        errors = f", schemaErrors={self.schemaErrors!r}" if self.schemaErrors else ""
+        return f"Record({dict(self._data)!r}{errors})"
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._data)
@@ -134,7 +143,8 @@ class Mcp:
             server connection reports (Unavailable too when its client stopped).
             SessionClosed, SessionTimedOut: the session closed, or did not answer in time.
         """
-        item, handle = self._composition().resolve(name)
+        composition = self._composition()
+        item, handle = composition.resolve(name)
         args = _arguments(name, arguments, kwargs)
         try:
             if item.kind == READ_RESOURCE:
@@ -145,7 +155,12 @@ class Mcp:
                 if not isinstance(args.get("name"), str):
                     raise ConfigError(f"{name!r} needs a 'name' argument (a string); mcp.describe({name!r}) shows its schema")
                 return Record(handle.get_prompt(args["name"], args.get("arguments")))
-            return self._call_tool(item, handle, args, on_progress)
+            result = self._call_tool(item, handle, args, on_progress)
+            # issue 16: checked against its outputSchema, never blocked (catalogue/schemas.py)
+            checked = check_result(composition.catalogues.get(item.server), item.operation, result)
+            if checked.warning is not None:
+                self._warn(checked.warning)
+            return Record(result, checked.errors)
         except (pykka.ActorDeadError, pykka.Timeout):  # the server's client, never pykka's error
             raise Unavailable(item.server, "its client stopped or did not answer; nothing was sent: try again") from None
         except NeedsSignIn as exc:
@@ -160,7 +175,7 @@ class Mcp:
     # -- internals ---------------------------------------------------------------------------
 
     def _call_tool(self, item: Any, handle: Any, args: dict[str, Any],
-                   on_progress: Callable[[ProgressReport], None] | None) -> Record:
+                   on_progress: Callable[[ProgressReport], None] | None) -> dict[str, Any]:
         call = next(_calls)
         composer = self._composer.actor_ref
         told = False
@@ -176,7 +191,8 @@ class Mcp:
                 on_progress(progress)
 
         try:
-            return Record(handle.call_tool(item.operation, args, on_progress=report))
+            result: dict[str, Any] = handle.call_tool(item.operation, args, on_progress=report)
+            return result
         finally:
             if told:
                 try:

@@ -129,6 +129,7 @@ from .errors import (
     exit_code,
 )
 from .catalogue.naming import Advertised, server_prefix
+from .catalogue.schemas import check_result
 from .binding import CLOSED
 from .runtime import Runtime
 from .wire.text import json_text, printable
@@ -363,6 +364,14 @@ def _call(args: argparse.Namespace) -> int:
         # The one resolver (Composition.resolve): the operation and its client, both of this session.
         chosen, handle = session.resolve(args.name, hidden=args.hidden, listing=f"'{PROG} tools'", hidden_option="--hidden")
         result = _perform(handle, chosen, arguments, _progress_line(chosen, args.json))
+        if chosen.kind == "tool":  # issue 16: one warning line; --json prints the server's JSON alone
+            checked = check_result(session.catalogues.get(chosen.server), chosen.operation, result)
+            if checked.warning is not None:
+                _warn(checked.warning)
+            if checked.errors:
+                more = " (and more)" if len(checked.errors) > 1 else ""
+                _warn(f"server {chosen.server!r}: tool {chosen.operation!r}: its result does not match its "
+                      f"outputSchema: {checked.errors[0]}{more}")
     if args.json:
         _print_json(result)
     else:

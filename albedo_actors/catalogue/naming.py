@@ -79,6 +79,7 @@ else:  # SHA-256 without OpenSSL, as random.py takes its sha512: hashlib maps li
             from hashlib import sha256
 
 from .model import Catalogue
+from .schemas import load_problem as output_schema_problem
 from ..config import ServerConfig
 
 MAX_NAME = 64
@@ -375,6 +376,10 @@ def _advertise_one(server: str, catalogue: Catalogue, config: ServerConfig | Non
         except ValueError as exc:
             warn(f"server {server!r}: tool {operation!r} left out: {exc}")
             continue
+        if "outputSchema" in tool:  # issue 16: checked at its calls (catalogue/schemas.py); a bad one warns here
+            problem = output_schema_problem(tool["outputSchema"])
+            if problem is not None:
+                warn(f"server {server!r}: tool {operation!r}: {problem}")
         out.append(
             Advertised(
                 name=advertised_name(server, operation),

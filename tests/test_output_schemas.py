@@ -1,0 +1,285 @@
+"""Output schemas (issue 16 item 2), whole flows: a real runtime and session, the binding,
+and the command line, against tests/servers/schema_server.py and the SDK server.
+
+Every schema problem is data on the result (``r.schemaErrors``), never an exception
+and never a blocked result.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from albedo_actors.binding import AsyncMcp
+from albedo_actors.catalogue.schemas import MAX_CONTENT_DEPTH, MAX_CONTENT_VALUES, MAX_ERROR_CHARS, MAX_ERRORS, MAX_STEPS
+from albedo_actors.config import McpConfig, ServerConfig
+from albedo_actors.runtime import Runtime
+from helpers import HERE, SDK_SERVER
+
+SCHEMA_SERVER = os.path.join(HERE, "servers", "schema_server.py")
+RUN_TIMEOUT = 60  # a bound on each command line run, never an expected duration
+
+GOOD_2020 = {"pair": ["x", 1], "id": "k", "a": 1, "b": 2}
+BAD_2020 = {"pair": ["x", "y"], "a": 1}
+GOOD_07 = {"pair": ["x", 1], "a": 1, "b": 2}
+BAD_07 = {"pair": ["x", 1, "extra"], "a": 1}
+
+
+def schema_server(name: str, *flags: str, **overrides) -> ServerConfig:
+    return ServerConfig(name=name, type="stdio", command=sys.executable, args=(SCHEMA_SERVER, *flags), **overrides)
+
+
+class Session:
+    """A runtime over the schema server (``s``, dual era), a legacy one (``old``) and the
+    SDK server (``sdk``), with the binding's warnings collected."""
+
+    def __init__(self, home: str, *flags: str) -> None:
+        config = McpConfig(home=home, servers=(
+            schema_server("s", *flags),
+            schema_server("old", "--era", "legacy", *flags),
+            ServerConfig(name="sdk", type="stdio", command=sys.executable, args=(SDK_SERVER, "stdio")),
+        ))
+        self.runtime = Runtime(home, None, config=config, enabled=True)
+        self.warnings: list[str] = []
+
+    def __enter__(self) -> Session:
+        self.runtime.start()
+        self.mcp = self.runtime.mcp(warn=self.warnings.append)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.runtime.stop()
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory):
+    with Session(str(tmp_path_factory.mktemp("schemas-home"))) as opened:
+        assert not opened.runtime.composition().left_out
+        yield opened
+
+
+@pytest.mark.parametrize("server", ["s", "old"])
+@pytest.mark.parametrize("tool", ["v2020", "v2020_named"])
+def test_a_2020_12_schema_passes_a_good_result_and_names_the_problems_of_a_bad_one(session, server, tool):
+    # prefixItems with items: false means "a string, then an integer, nothing more" in
+    # 2020-12 only; a draft-07 reading of it refuses every item of the good result.
+    good = session.mcp.call(f"{server}/{tool}", value=GOOD_2020)
+    assert good.schemaErrors == () and good.structuredContent == GOOD_2020
+    bad = session.mcp.call(f"{server}/{tool}", value=BAD_2020)
+    assert bad.structuredContent == BAD_2020 and bad.isError is False  # the result itself, unchanged
+    assert "$.pair[1]: 'y' is not of type 'integer'" in bad.schemaErrors
+    assert any(line.startswith("$: ") and "'b' is a dependency of 'a'" in line for line in bad.schemaErrors), bad.schemaErrors
+    assert "schemaErrors" not in bad.as_dict()  # the record's data is the server's JSON alone
+
+
+@pytest.mark.parametrize("server", ["s", "old"])
+def test_a_draft_07_schema_is_checked_as_draft_07(session, server):
+    # items in array form and dependencies: draft-07 meanings (2020-12 refuses that
+    # items form, and ignores dependencies).
+    assert session.mcp.call(f"{server}/v07", value=GOOD_07).schemaErrors == ()
+    bad = session.mcp.call(f"{server}/v07", value=BAD_07)
+    assert any(line.startswith("$.pair: ") and "Additional items are not allowed" in line for line in bad.schemaErrors), bad.schemaErrors
+    assert any(line.startswith("$: ") and "'b' is a dependency of 'a'" in line for line in bad.schemaErrors), bad.schemaErrors
+
+
+@pytest.mark.parametrize(("tool", "good", "bad", "problem"), [
+    ("v2019", {"pair": ["x", 1], "a": 1, "b": 2}, {"pair": ["x", 1, 2]}, "$.pair: Additional items are not allowed"),
+    ("v2019", {"pair": ["x", 1], "a": 1, "b": 2}, {"a": 1}, "$: 'b' is a dependency of 'a'"),
+    ("v06", {"n": 6}, {"n": 5}, "$.n: 5 is less than or equal to the minimum of 5"),
+    ("v04", {"n": 6}, {"n": 5}, "$.n: 5 is less than or equal to the minimum of 5"),
+])
+def test_the_other_declared_drafts_are_honoured(session, tool, good, bad, problem):
+    assert session.mcp.call(f"s/{tool}", value=good).schemaErrors == ()
+    errors = session.mcp.call(f"s/{tool}", value=bad).schemaErrors
+    assert any(line.startswith(problem) for line in errors), errors
+
+
+def test_an_unknown_dialect_warns_at_load_and_is_checked_as_2020_12(session):
+    warnings = session.runtime.composition().operation_warnings
+    assert ("server 's': tool 'unknown': its outputSchema names $schema 'https://example.com/own-dialect', which is not "
+            "a JSON Schema dialect this client knows; its results are checked as JSON Schema 2020-12") in warnings
+    assert session.mcp.call("s/unknown", value={}).schemaErrors == ("$: 'x' is a required property",)
+
+
+def test_a_schema_that_does_not_compile_leaves_the_tool_callable_with_one_warning(session):
+    first = session.mcp.call("s/bad_schema", value={"any": "thing"})
+    second = session.mcp.call("s/bad_schema", value=[1, 2])
+    assert (first.structuredContent, first.schemaErrors) == ({"any": "thing"}, ())
+    assert (second.structuredContent, second.schemaErrors) == ([1, 2], ())
+    said = [w for w in session.warnings if "'bad_schema'" in w]
+    assert len(said) == 1, session.warnings
+    assert said[0].startswith("server 's': tool 'bad_schema': its outputSchema does not compile ($.type: ")
+    assert said[0].endswith("; its results are not checked")
+
+
+def test_schemas_that_are_not_objects_or_too_deep_warn_once_at_load_and_are_not_checked(session):
+    warnings = session.runtime.composition().operation_warnings
+    assert "server 's': tool 'not_object': its outputSchema is an array, not a JSON object; its results are not checked" in warnings
+    assert "server 's': tool 'deep': its outputSchema is more than 32 levels deep; its results are not checked" in warnings
+    for tool in ("not_object", "deep"):
+        assert sum(f"tool {tool!r}" in w for w in warnings if w.startswith("server 's'")) == 1
+        result = session.mcp.call(f"s/{tool}", value="not an object at all")
+        assert (result.structuredContent, result.schemaErrors) == ("not an object at all", ())
+
+
+def test_a_missing_structured_content_is_one_problem_and_the_result_is_kept(session):
+    result = session.mcp.call("s/v2020")
+    assert result.content[0]["text"] == "no structured content"
+    assert result.schemaErrors == ("structuredContent is missing: the tool declares an outputSchema",)
+
+
+def test_an_error_result_is_not_checked(session):
+    result = session.mcp.call("s/errors", value={"not": "matching"})
+    assert result.isError is True and result.schemaErrors == ()
+
+
+def test_tools_without_an_output_schema_and_a_real_sdk_servers_schema(session):
+    assert session.mcp.call("s/echo", text="plain").schemaErrors == ()
+    # The SDK derives add's outputSchema from its pydantic return type.
+    added = session.mcp.call("sdk/add", a=2, b=3)
+    assert added.structuredContent == {"sum": 5} and added.schemaErrors == ()
+    assert session.runtime.composition().catalogues["sdk"].tool("add")["outputSchema"]["required"] == ["sum"]
+
+
+def test_the_async_binding_carries_schema_errors_too(session):
+    import asyncio
+
+    amcp = AsyncMcp(session.runtime.composer.actor_ref, session.warnings.append)
+    bad = asyncio.run(amcp.call("s/v07", {"value": BAD_07}))
+    assert any("'b' is a dependency of 'a'" in line for line in bad.schemaErrors)
+
+
+def test_a_deep_or_huge_structured_content_is_not_checked_and_says_so(session):
+    deep: object = 1
+    for _ in range(MAX_CONTENT_DEPTH + 10):
+        deep = [deep]
+    assert session.mcp.call("s/v2020", value={"a": deep}).schemaErrors == (
+        f"structuredContent is more than {MAX_CONTENT_DEPTH} levels deep; it is not checked",)
+    huge = session.mcp.call("s/v2020", value={"pair": list(range(MAX_CONTENT_VALUES + 1))})
+    assert huge.schemaErrors == (f"structuredContent has more than {MAX_CONTENT_VALUES} values; it is not checked",)
+    assert len(huge.structuredContent["pair"]) == MAX_CONTENT_VALUES + 1
+
+
+def test_a_self_reference_and_a_costly_fan_out_stop_with_a_note(session):
+    assert session.mcp.call("s/loop_ref", value={}).schemaErrors == (
+        "checking stopped: the outputSchema refers to itself without end",)
+    assert session.mcp.call("s/fan_out", value={}).schemaErrors == (
+        f"checking stopped after {MAX_STEPS} steps (the outputSchema is too costly to check)",)
+
+
+def test_a_pattern_that_backtracks_without_bound_is_not_used(session):
+    # ^(a+)+$ against 40 a's and a "!" takes Python's re about 2^40 steps: never run.
+    result = session.mcp.call("s/redos", value={"s": "a" * 40 + "!"})
+    assert result.schemaErrors == () and result.structuredContent == {"s": "a" * 40 + "!"}
+    said = [w for w in session.warnings if "'redos'" in w]
+    assert said == ["server 's': tool 'redos': its outputSchema has the pattern '^(a+)+$', a repetition inside a "
+                    "repetition that could take unbounded time to match; its results are not checked"], session.warnings
+
+
+def test_problems_are_few_bounded_one_line_and_escaped(session):
+    hostile = {"\x1b]0;owned\x07\u202ekey\n": "s" * 5000}
+    (line,) = session.mcp.call("s/v2020", value=hostile).schemaErrors
+    assert len(line) <= MAX_ERROR_CHARS and line.endswith("…")
+    assert line.startswith("$['\\x1b]0;owned\\x07\\u202ekey\\n']: 'sss")
+    assert not any(ch in line for ch in "\x1b\x07\u202e\n")
+    many = session.mcp.call("s/v2020", value={f"k{i}": "s" for i in range(20)}).schemaErrors
+    assert len(many) == MAX_ERRORS and many[-1] == "(more problems not listed)"
+    assert all(line.endswith("'s' is not of type 'integer'") for line in many[:-1])
+
+
+# -- $ref: nothing is ever fetched ----------------------------------------------------------------
+
+
+class _Counting(http.server.BaseHTTPRequestHandler):
+    """Serves any schema asked for, counting each request: a fetch would succeed."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.server.requests.append(self.path)  # type: ignore[attr-defined]
+        body = b'{"type": "string"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/schema+json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_remote_refs_are_never_fetched_and_fail_locally(tmp_path):
+    listener = http.server.HTTPServer(("127.0.0.1", 0), _Counting)
+    listener.requests = []  # type: ignore[attr-defined]
+    serving = threading.Thread(target=listener.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    serving.start()
+    url = f"http://127.0.0.1:{listener.server_address[1]}/schema.json"
+    try:
+        with Session(str(tmp_path), "--ref-url", url) as opened:
+            absolute = opened.mcp.call("s/remote_ref", value={"x": 1})
+            relative = opened.mcp.call("s/remote_ref", value={"y": 1})
+            # the 2020-12 metaschema, named by its https URL, is what jsonschema ships: resolved, and checked
+            meta = opened.mcp.call("s/remote_ref", value={"meta": {"type": 5}})
+    finally:
+        listener.shutdown()
+        listener.server_close()
+        serving.join(10)
+    assert listener.requests == []  # type: ignore[attr-defined]
+    assert absolute.schemaErrors == (
+        f"$ref {url!r} is not resolved (references outside the schema are never fetched); checking stopped",)
+    # a relative $ref under an $id of that host: named as the schema writes it
+    assert relative.schemaErrors == (
+        "$ref 'other.json' is not resolved (references outside the schema are never fetched); checking stopped",)
+    assert any(line.startswith("$.meta.type: 5 is not valid under any of the given schemas") for line in meta.schemaErrors), meta.schemaErrors
+    assert absolute.structuredContent == {"x": 1}
+
+
+# -- the command line -------------------------------------------------------------------------------
+
+
+def albedo(home, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "albedo_actors", "--home", str(home), *argv],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT)
+
+
+def test_call_prints_one_warning_line_and_json_prints_only_the_servers_json(tmp_path):
+    servers = {"s": {"command": sys.executable, "args": [SCHEMA_SERVER]}}
+    (tmp_path / "extensions.json").write_text(json.dumps({"mcp": {"servers": servers}}), encoding="utf-8")
+    good = albedo(tmp_path, "call", "s/v2020", "--args", json.dumps({"value": GOOD_2020}))
+    assert (good.returncode, good.stderr, good.stdout) == (0, "", json.dumps(GOOD_2020) + "\n")
+    for extra in ((), ("--json",)):
+        bad = albedo(tmp_path, "call", "s/v2020", "--args", json.dumps({"value": BAD_2020}), *extra)
+        assert bad.returncode == 0, bad.stderr
+        (line,) = bad.stderr.splitlines()
+        assert line.startswith("albedo-mcp: warning: server 's': tool 'v2020': its result does not match its "
+                               "outputSchema: $.pair[1]: 'y' is not of type 'integer' (and more)")
+    printed = json.loads(bad.stdout)  # exactly the server's CallToolResult: nothing of ours added
+    assert printed["structuredContent"] == BAD_2020 and printed["content"] == [{"type": "text", "text": json.dumps(BAD_2020)}]
+    assert set(printed) <= {"content", "structuredContent", "resultType", "_meta"} and "schemaErrors" not in bad.stdout
+
+
+# -- a real peer: server-everything (the TypeScript SDK's schemas) -------------------------------------
+
+
+PEERS = os.environ.get("ALBEDO_PEERS") or os.path.join(os.path.dirname(HERE), ".peers", "peers", "node_modules")
+EVERYTHING = os.path.join(PEERS, "@modelcontextprotocol", "server-everything", "dist", "index.js")
+
+
+def test_server_everythings_structured_tool_matches_its_own_schema(tmp_path):
+    if not os.path.isfile(EVERYTHING):
+        pytest.fail(f"the npm test peer is not installed: {EVERYTHING} is missing; run scripts/test", pytrace=False)
+    config = McpConfig(home=str(tmp_path), servers=(
+        ServerConfig(name="everything", type="stdio", command="node", args=(EVERYTHING, "stdio")),))
+    warnings: list[str] = []
+    with Runtime(str(tmp_path), None, config=config, enabled=True) as runtime:
+        mcp = runtime.mcp(warn=warnings.append)
+        weather = mcp.call("everything/get-structured-content", location="Chicago")
+        schema = runtime.composition().catalogues["everything"].tool("get-structured-content")["outputSchema"]
+    assert set(weather.structuredContent) == {"temperature", "conditions", "humidity"}
+    assert weather.schemaErrors == ()
+    assert not [w for w in warnings if "outputSchema" in w], warnings
+    assert isinstance(schema, dict) and schema.get("type") == "object"
