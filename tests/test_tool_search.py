@@ -46,6 +46,8 @@ KNOWN = {
     "read an image": {"filesystem/read_media_file"},
     "which directories am I allowed to access": {"filesystem/list_allowed_directories"},
     "read several files at once": {"filesystem/read_multiple_files"},
+    "get a tiny image": {"everything/get-tiny-image"},
+    "current time": {"sdk/time"},
 }
 
 
@@ -139,6 +141,10 @@ def test_over_budget_the_pinned_then_included_then_recent_then_the_search_tool()
     composition.used(names["a/tool9"])
     shown = composition.model_operations()
     assert [f"{i.server}/{i.operation}" for i in shown[:-1]] == ["b/read_file", "a/tool3", "a/tool9"]
+    usage.set_budget(6, ("b/read_file", "a/tool3"))  # room left after the recent: the first listed, in order
+    assert [f"{i.server}/{i.operation}" for i in composition.model_operations()[:-1]] == [
+        "b/read_file", "a/tool3", "a/tool9", "a/tool7", "a/tool0"]
+    usage.set_budget(4, ("b/read_file", "a/tool3"))
     assert shown[-1].name == SEARCH_TOOL == BINDING_SEARCH_TOOL and len(shown) == 4
     shown = composition.model_operations(include=[names["a/tool1"].name, "a/nope"])
     assert [f"{i.server}/{i.operation}" for i in shown[:-1]] == ["b/read_file", "a/tool3", "a/tool1"]
@@ -262,21 +268,25 @@ def test_a_searched_tool_that_is_called_appears_in_the_next_turns_set(session):
     assert len(composition.operations) > 4
     shown = composition.model_operations()
     assert len(shown) == 4 and shown[-1].name == SEARCH_TOOL
-    assert all(item.operation != "echo" for item in shown[:-1])
-    result = mcp.call(SEARCH_TOOL, query="echo text back", limit=3)
+    assert all(item.operation != "argv" for item in shown[:-1])
+    result = mcp.call(SEARCH_TOOL, query="the server's arguments and working directory", limit=3)
     found = [entry["name"] for entry in result.structuredContent["tools"]]
-    echo = next(name for name in found if name.startswith("mcp_f_echo_"))
-    assert json.loads(result.content[0]["text"])["tools"][0]["name"] == found[0]
-    assert [entry["name"] for entry in mcp.search("echo text back", limit=3)] == found  # the host's part: the same
-    assert mcp.call(echo, text="hi").isError is False  # not advertised, but callable
+    argv = found[0]
+    assert argv.startswith("mcp_f_argv_")
+    assert json.loads(result.content[0]["text"])["tools"][0]["name"] == argv
+    assert [entry["name"] for entry in mcp.search("the server's arguments and working directory", limit=3)] == found
+    assert "cwd" in mcp.call(argv).content[0]["text"]  # not advertised, but callable
     shown = runtime.composition().model_operations()
-    assert shown[0].name == echo and shown[-1].name == SEARCH_TOOL and len(shown) == 4
+    assert shown[0].name == argv and shown[-1].name == SEARCH_TOOL and len(shown) == 4
 
 
 def test_a_budget_changed_on_a_live_session_holds_from_the_next_turn(session):
     runtime, state = session
     mcp = runtime.mcp()
     everything = runtime.composition().operations
+    assert mcp.call("f/echo", text="x").isError is False
+    assert len(runtime.composition().model_operations()) == 4
+    assert runtime.composition()._index is None  # neither a call nor a turn's set builds the index
     runtime.composer.set_budget(3).get(timeout=10)  # the session's own
     assert len(runtime.composition().model_operations()) == 3
     runtime.composer.set_budget(None).get(timeout=10)  # this session: no budget

@@ -13,7 +13,8 @@ reply one helper thread waits on, never this mailbox), :class:`Subscribe` and
 ``reply``): :class:`Open`, :class:`Reload`, :class:`SetEnabled`, :class:`SetOverlays`,
 :class:`SetOverlaysEnabled`, :class:`TurnEnded`, :class:`ProbesSettled`. What answers
 at once is a proxy call: :meth:`~SessionComposer.composition`,
-:meth:`~SessionComposer.turn_started`, :meth:`~SessionComposer.take_changes`. The binding reads the
+:meth:`~SessionComposer.turn_started`, :meth:`~SessionComposer.take_changes`,
+:meth:`~SessionComposer.set_budget` (tool search: the session's own budget). The binding reads the
 composition the composer publishes in :class:`Published` (asked for once).
 
 - A replacement is always prepared first; the previous clients are retired only after
@@ -244,10 +245,6 @@ class SessionComposer(pykka.ThreadingActor):
             ConfigError: ``max_tools`` is not a whole number of at least 2.
         """
         self._usage.set_budget(max_tools, pinned, configured=configured)
-
-    def usage(self) -> Usage:
-        """The session's budget and most recently used operations (asked once, then read)."""
-        return self._usage
 
     def swap_waiting(self) -> bool:
         """True while a prepared composition waits for the current turn to end."""

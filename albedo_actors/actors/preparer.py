@@ -261,7 +261,8 @@ class Composition:
         Over the session's budget (``mcp.advertise.maxTools``, or the session's own),
         at most ``maxTools - 1`` of them: the pinned operations, then ``include`` (names
         the host adds, e.g. from a search), then the most recently used (most recent
-        first), then the search tool :data:`~albedo_actors.catalogue.search.SEARCH_TOOL`.
+        first), then while room is left the first listed, and last the search tool
+        :data:`~albedo_actors.catalogue.search.SEARCH_TOOL`.
         Under budget, all of them and no search tool (``include`` changes nothing).
         """
         usage = self.usage
@@ -286,6 +287,10 @@ class Composition:
             item = names.get(name) if isinstance(name, str) else None
             if item is not None:
                 chosen.setdefault(item.name, item)
+        for item in self._model:  # the room left: the first listed (a new session's first turn)
+            if len(chosen) >= room:
+                break
+            chosen.setdefault(item.name, item)
         return (*chosen.values(), search_tool())
 
     def search(self, query: str, limit: int = 10) -> list[Advertised]:
