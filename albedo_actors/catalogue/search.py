@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
 from .naming import MAX_DESCRIPTION, Advertised
@@ -76,28 +77,58 @@ _WORD = re.compile(r"[A-Z]{2,}s(?![a-z])|[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]
 _STOP = frozenset("a an and are as at be by for from in into is it of on or the this that to with".split())
 
 
+_CHUNK = re.compile(r"[^\W_]+")  # runs of letters and digits: snake_case, dots, slashes and dashes split here
+_SPLIT: dict[str, tuple[str, ...]] = {}  # chunk -> its words (camelCase split, stop words and plurals handled)
+_SPLIT_LIMIT = 200_000  # chunks remembered; past that the memo starts again
+
+
+def _split(chunk: str) -> tuple[str, ...]:
+    words = _SPLIT.get(chunk)
+    if words is None:
+        out = []
+        for part in _WORD.findall(chunk[:MAX_TOKEN * 4]):
+            word = part.lower()[:MAX_TOKEN]
+            if word in _STOP:
+                continue
+            if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+                word = word[:-1]
+            out.append(word)
+        words = tuple(out)
+        if len(_SPLIT) >= _SPLIT_LIMIT:
+            _SPLIT.clear()
+        _SPLIT[chunk] = words
+    return words
+
+
 def tokens(text: str, limit: int = MAX_TOKENS) -> list[str]:
     """The words of ``text`` as the index counts them (at most ``limit`` of them)."""
     out: list[str] = []
-    for match in _WORD.finditer(text):
-        word = match.group().lower()[:MAX_TOKEN]
-        if word in _STOP:
-            continue
-        if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
-            word = word[:-1]
-        out.append(word)
+    for chunk in _CHUNK.findall(text):
+        out += _split(chunk)
         if len(out) >= limit:
-            break
+            return out[:limit]
     return out
 
 
-def _words(item: Advertised) -> list[str]:
+def _counts(item: Advertised) -> tuple[Counter[str], int]:
+    """An operation's words and how often each occurs, and how many in all (at most MAX_TOKENS)."""
     schema = item.input_schema if isinstance(item.input_schema, dict) else {}
     properties = schema.get("properties")
     parameters = " ".join(str(key)[:MAX_TOKEN] for key in list(properties)[:64]) if isinstance(properties, dict) else ""
     description = item.description[:MAX_DESCRIPTION] if isinstance(item.description, str) else ""
-    words = tokens(item.operation, 32) * NAME_WEIGHT + tokens(item.server, 16) + tokens(parameters, 64)
-    return words + tokens(description, max(0, MAX_TOKENS - len(words)))
+    name = item.operation[:MAX_TOKEN * 4]
+    # One pass: the name NAME_WEIGHT times, then the server, the parameters, the description.
+    text = " ".join((*(name,) * NAME_WEIGHT, item.server[:MAX_TOKEN * 4], parameters, description))
+    split, memo = _split, _SPLIT
+    words = [word for chunk in _CHUNK.findall(text)[:MAX_TOKENS] for word in (memo.get(chunk) or split(chunk))]
+    del words[MAX_TOKENS:]
+    return Counter(words), len(words)
+
+
+def _words(item: Advertised) -> list[str]:
+    """The words :func:`_counts` counts, as one list (for the tests and the benchmark's scan)."""
+    counts, _total = _counts(item)
+    return list(counts.elements())
 
 
 class ToolIndex:
@@ -110,13 +141,14 @@ class ToolIndex:
         postings: dict[str, list[tuple[int, int]]] = {}
         lengths = []
         for number, item in enumerate(self.operations):
-            counts: dict[str, int] = {}
-            words = _words(item)
-            for word in words:
-                counts[word] = counts.get(word, 0) + 1
+            counts, length = _counts(item)
             for word, count in counts.items():
-                postings.setdefault(word, []).append((number, count))
-            lengths.append(len(words))
+                found = postings.get(word)
+                if found is None:
+                    postings[word] = [(number, count)]
+                else:
+                    found.append((number, count))
+            lengths.append(length)
         average = (sum(lengths) / len(lengths)) if lengths else 1.0
         self._norms = [K1 * (1 - B + B * length / (average or 1.0)) for length in lengths]
         total = len(self.operations)
