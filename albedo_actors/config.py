@@ -137,7 +137,7 @@ class McpConfig:
     # choice overrides them): the mcp extension is off, editor-mcp on, unless set.
     extensions: Mapping[str, bool] = field(default_factory=lambda: dict(EXTENSION_DEFAULTS))
     # "mcp": {"advertise": {"maxTools": N, "pinned": [...]}}: None advertises every operation.
-    advertise: Advertise | None = None
+    advertising: Advertise | None = None
 
     def extension_enabled(self, extension: str) -> bool:
         return bool(self.extensions.get(extension, False))
@@ -199,7 +199,7 @@ def parse(data: Any, home: str, source: str = "extensions.json") -> McpConfig:
     retry_ms = _timeout(mcp, "retryMs", DEFAULT_RETRY_MS, f"{source}: mcp")
     parsed = tuple(_server(name, entry, home, source) for name, entry in servers.items())
     return McpConfig(home=home, servers=parsed, retry_ms=retry_ms, extensions=_extensions(data.get("enabled"), source),
-                     advertise=_advertise(mcp.get("advertise"), source))
+                     advertising=_advertise(mcp.get("advertise"), source))
 
 
 # -- "mcp": {"advertise": ...}: the budget of operations a session advertises (tool search) --

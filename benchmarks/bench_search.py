@@ -136,7 +136,7 @@ def in_memory(opts: argparse.Namespace) -> dict[str, float]:
 def call_path(home: str, opts: argparse.Namespace) -> tuple[float, float]:
     state: dict = {"advertise": None}
     server = ServerConfig(name="demo", type="stdio", command=sys.executable, args=("-I", DEMO))
-    with Runtime(home, None, config=lambda: McpConfig(home=home, servers=(server,), advertise=state["advertise"]),
+    with Runtime(home, None, config=lambda: McpConfig(home=home, servers=(server,), advertising=state["advertise"]),
                  enabled=True) as runtime:
         mcp = runtime.mcp()
         runtime.composer.set_budget(2).get(timeout=10)

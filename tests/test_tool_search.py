@@ -203,8 +203,8 @@ def test_the_configured_budget_is_validated_in_one_line(advertise, match):
 
 def test_the_configured_budget_is_read():
     config = parse({"mcp": {"advertise": {"maxTools": 64, "pinned": ["docs/search"]}}}, "/h")
-    assert config.advertise == Advertise(64, ("docs/search",))
-    assert parse({"mcp": {}}, "/h").advertise is None
+    assert config.advertising == Advertise(64, ("docs/search",))
+    assert parse({"mcp": {}}, "/h").advertising is None
 
 
 # -- the search tool's arguments and hostile text ------------------------------------------------
@@ -255,7 +255,7 @@ def session(tmp_path):
     server = ServerConfig(name="f", type="stdio", command=sys.executable, args=(BINDING_SERVER,))
 
     def config() -> McpConfig:
-        return McpConfig(home=home, servers=(server,), advertise=state["advertise"])
+        return McpConfig(home=home, servers=(server,), advertising=state["advertise"])
 
     with Runtime(home, None, config=config, enabled=True) as runtime:
         yield runtime, state

@@ -380,7 +380,7 @@ class SessionComposer(pykka.ThreadingActor):
         except AlbedoError as exc:
             self.actor_ref.tell(_Prepared(generation, None, exc))
             return
-        self._usage.configured = config.advertise
+        self._usage.configured = config.advertising
         if self._enabled(config):
             # A tell, not an ask: this mailbox never waits on the preparer, and the
             # helper thread below waits on this one future (bounded).
