@@ -45,6 +45,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from itertools import chain, groupby, islice, repeat
+from operator import itemgetter
 from typing import Any, Iterable, Mapping, Sequence
 
 from .naming import MAX_DESCRIPTION, Advertised
@@ -77,14 +79,18 @@ _WORD = re.compile(r"[A-Z]{2,}s(?![a-z])|[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]
 _STOP = frozenset("a an and are as at be by for from in into is it of on or the this that to with".split())
 
 
-_CHUNK = re.compile(r"[^\W_]+")  # runs of letters and digits: snake_case, dots, slashes and dashes split here
-_SPLIT: dict[str, tuple[str, ...]] = {}  # chunk -> its words (camelCase split, stop words and plurals handled)
+# ASCII that is not a letter or a digit separates chunks (snake_case, dots, slashes, dashes,
+# controls); str.translate and str.split do it in C. Other text is split by _WORD in a chunk.
+_SEPARATE = {code: " " for code in range(128) if not chr(code).isalnum()}
 _SPLIT_LIMIT = 200_000  # chunks remembered; past that the memo starts again
+MAX_CHUNK_WORDS = 8  # words of one chunk (a camelCase run) at most
 
 
-def _split(chunk: str) -> tuple[str, ...]:
-    words = _SPLIT.get(chunk)
-    if words is None:
+class _Memo(dict):
+    """chunk -> its words (camelCase split, stop words dropped, plurals taken off), memoised:
+    looked up from C (``map``), so a chunk seen before costs no Python frame."""
+
+    def __missing__(self, chunk: str) -> tuple[str, ...]:
         out = []
         for part in _WORD.findall(chunk[:MAX_TOKEN * 4]):
             word = part.lower()[:MAX_TOKEN]
@@ -93,17 +99,21 @@ def _split(chunk: str) -> tuple[str, ...]:
             if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
                 word = word[:-1]
             out.append(word)
-        words = tuple(out)
-        if len(_SPLIT) >= _SPLIT_LIMIT:
-            _SPLIT.clear()
-        _SPLIT[chunk] = words
-    return words
+        words = tuple(out[:MAX_CHUNK_WORDS])
+        if len(self) >= _SPLIT_LIMIT:
+            self.clear()
+        self[chunk] = words
+        return words
+
+
+_SPLIT = _Memo()
+_split = _SPLIT.__getitem__
 
 
 def tokens(text: str, limit: int = MAX_TOKENS) -> list[str]:
     """The words of ``text`` as the index counts them (at most ``limit`` of them)."""
     out: list[str] = []
-    for chunk in _CHUNK.findall(text):
+    for chunk in text.translate(_SEPARATE).split():
         out += _split(chunk)
         if len(out) >= limit:
             return out[:limit]
@@ -119,10 +129,8 @@ def _counts(item: Advertised) -> tuple[Counter[str], int]:
     name = item.operation[:MAX_TOKEN * 4]
     # One pass: the name NAME_WEIGHT times, then the server, the parameters, the description.
     text = " ".join((*(name,) * NAME_WEIGHT, item.server[:MAX_TOKEN * 4], parameters, description))
-    split, memo = _split, _SPLIT
-    words = [word for chunk in _CHUNK.findall(text)[:MAX_TOKENS] for word in (memo.get(chunk) or split(chunk))]
-    del words[MAX_TOKENS:]
-    return Counter(words), len(words)
+    counts = Counter(islice(chain.from_iterable(map(_split, text.translate(_SEPARATE).split())), MAX_TOKENS))
+    return counts, sum(counts.values())
 
 
 def _words(item: Advertised) -> list[str]:
@@ -138,21 +146,27 @@ class ToolIndex:
 
     def __init__(self, operations: Sequence[Advertised]) -> None:
         self.operations = tuple(operations)
-        postings: dict[str, list[tuple[int, int]]] = {}
-        lengths = []
-        for number, item in enumerate(self.operations):
-            counts, length = _counts(item)
-            for word, count in counts.items():
-                found = postings.get(word)
-                if found is None:
-                    postings[word] = [(number, count)]
-                else:
-                    found.append((number, count))
-            lengths.append(length)
+        counted = [_counts(item) for item in self.operations]
+        lengths = [length for _counts_, length in counted]
+        # Postings without a Python step per (word, operation): every pair flattened and
+        # sorted by word in C, then cut into one slice per word.
+        words = list(chain.from_iterable(counts for counts, _length in counted))
+        numbers = list(chain.from_iterable(repeat(number, len(counts)) for number, (counts, _length) in enumerate(counted)))
+        times = list(chain.from_iterable(counts.values() for counts, _length in counted))
+        postings: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        if words:
+            order = sorted(range(len(words)), key=words.__getitem__)
+            pick = itemgetter(*order) if len(order) > 1 else (lambda values: (values[order[0]],))
+            words_sorted, numbers_sorted, times_sorted = pick(words), pick(numbers), pick(times)
+            start = 0
+            for word, group in groupby(words_sorted):
+                end = start + sum(1 for _ in group)
+                postings[word] = (numbers_sorted[start:end], times_sorted[start:end])
+                start = end
         average = (sum(lengths) / len(lengths)) if lengths else 1.0
         self._norms = [K1 * (1 - B + B * length / (average or 1.0)) for length in lengths]
         total = len(self.operations)
-        self._idf = {word: math.log(1 + (total - len(found) + 0.5) / (len(found) + 0.5)) for word, found in postings.items()}
+        self._idf = {word: math.log(1 + (total - len(found[0]) + 0.5) / (len(found[0]) + 0.5)) for word, found in postings.items()}
         self._postings = postings
 
     def search(self, query: str, limit: int = DEFAULT_LIMIT) -> list[Advertised]:
@@ -163,7 +177,7 @@ class ToolIndex:
             idf = self._idf.get(word)
             if idf is None:
                 continue
-            for number, count in self._postings[word]:
+            for number, count in zip(*self._postings[word]):
                 scores[number] = scores.get(number, 0.0) + idf * count * (K1 + 1) / (count + norms[number])
         if not scores:
             return []
