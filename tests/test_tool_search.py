@@ -19,7 +19,7 @@ import pytest
 from albedo_actors.actors.preparer import Composition, Usage
 from albedo_actors.binding import SEARCH_TOOL as BINDING_SEARCH_TOOL
 from albedo_actors.catalogue import Catalogue
-from albedo_actors.catalogue.naming import MAX_DESCRIPTION
+from albedo_actors.catalogue.naming import MAX_DESCRIPTION, Advertised
 from albedo_actors.catalogue.search import MAX_LIMIT, MAX_QUERY, MAX_TOKENS, SEARCH_TOOL, ToolIndex, _words, tokens
 from albedo_actors.config import Advertise, McpConfig, ServerConfig, parse
 from albedo_actors.errors import ConfigError
@@ -238,9 +238,12 @@ def test_hostile_descriptions_are_bounded_in_the_index_and_escaped_in_results():
         assert not any(ch in found["description"] for ch in "\x1b\u202e\x00\n")
     text = result["content"][0]["text"]
     assert not any(ch in text for ch in "\x1b\u202e\x00\n")
-    plain = Catalogue(server="x", era="modern", protocol_version="2026-07-28", tools=(tool("t", huge),))
-    (only,) = Composition(catalogues={"x": plain}).operations
-    assert len(_words(only)) <= MAX_TOKENS
+    # The index bounds what it is given itself, whatever bounded it before (an Advertised
+    # built with a raw description: every word of it counted would be 1.4 million).
+    raw = Advertised("mcp_x_t_00000000", "x", "tool", "t" * 10_000, "a b c d e f g h " * 400_000,
+                     {"type": "object", "properties": {f"p{i}": {} for i in range(10_000)}})
+    assert len(_words(raw)) <= MAX_TOKENS
+    assert ToolIndex([raw]).search("p5 c", 1) == [raw]
 
 
 # -- a real session -------------------------------------------------------------------------------
