@@ -52,6 +52,8 @@ from .catalogue.schemas import check_result
 if TYPE_CHECKING:
     from .connection.progress import ProgressReport
 
+SEARCH_TOOL = "mcp_search_tools"  # catalogue/search.py's, named here so a call loads nothing for it
+
 ASK_TIMEOUT = 10.0
 _calls = itertools.count(1)  # tool calls of this process, as the composer's progress events name them
 
@@ -144,8 +146,11 @@ class Mcp:
             SessionClosed, SessionTimedOut: the session closed, or did not answer in time.
         """
         composition = self._composition()
+        if name == SEARCH_TOOL:  # the model's tool search: answered here, never sent to a server
+            return Record(composition.call_search(_arguments(name, arguments, kwargs)))
         item, handle = composition.resolve(name)
         args = _arguments(name, arguments, kwargs)
+        composition.used(item)  # recently used: in the next turn's set when over budget
         try:
             if item.kind == READ_RESOURCE:
                 if not isinstance(args.get("uri"), str):
@@ -171,6 +176,21 @@ class Mcp:
                 except pykka.ActorDeadError:
                     pass  # the session closed meanwhile: nothing to leave it out of
             raise
+
+    def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
+        """The ``limit`` operations that best match ``query`` (BM25 over names,
+        descriptions and parameter names), advertised or not; each is callable by its name.
+
+        Raises:
+            ConfigError: ``query`` is not a non-empty string of at most 1000 characters.
+        """
+        from .catalogue.search import search_arguments
+
+        try:
+            query, limit = search_arguments({"query": query, "limit": limit})
+        except ValueError as exc:
+            raise ConfigError(str(exc).replace(SEARCH_TOOL, "mcp.search", 1)) from None
+        return [_describe(item) for item in self._composition().search(query, limit)]
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -254,6 +274,12 @@ class AsyncMcp:
         import asyncio
 
         return await asyncio.to_thread(self._sync.call, name, arguments, on_progress=on_progress, **kwargs)
+
+    async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
+        """The operations that best match ``query`` (see :meth:`Mcp.search`)."""
+        import asyncio
+
+        return await asyncio.to_thread(self._sync.search, query, limit)
 
 
 CLOSED = "the MCP session has closed; start a new session to use MCP again"

@@ -144,6 +144,8 @@ class McpConfig:
     # Per-extension defaults from the top-level "enabled" object (a session's own
     # choice overrides them): the mcp extension is off, editor-mcp on, unless set.
     extensions: Mapping[str, bool] = field(default_factory=lambda: dict(EXTENSION_DEFAULTS))
+    # "mcp": {"advertise": {"maxTools": N, "pinned": [...]}}: None advertises every operation.
+    advertising: Advertise | None = None
 
     def extension_enabled(self, extension: str) -> bool:
         return bool(self.extensions.get(extension, False))
@@ -196,7 +198,7 @@ def parse(data: Any, home: str, source: str = "extensions.json") -> McpConfig:
     mcp = data.get("mcp", {})
     if not isinstance(mcp, dict):
         raise ConfigError(f'{source}: "mcp" must be an object')
-    unknown = set(mcp) - {"servers", "retryMs"}
+    unknown = set(mcp) - {"servers", "retryMs", "advertise"}
     if unknown:
         raise ConfigError(f'{source}: unknown key(s) in "mcp": {", ".join(sorted(unknown))}')
     servers = mcp.get("servers", {})
@@ -204,7 +206,44 @@ def parse(data: Any, home: str, source: str = "extensions.json") -> McpConfig:
         raise ConfigError(f'{source}: "mcp.servers" must be an object of name → server')
     retry_ms = _timeout(mcp, "retryMs", DEFAULT_RETRY_MS, f"{source}: mcp")
     parsed = tuple(_server(name, entry, home, source) for name, entry in servers.items())
-    return McpConfig(home=home, servers=parsed, retry_ms=retry_ms, extensions=_extensions(data.get("enabled"), source))
+    return McpConfig(home=home, servers=parsed, retry_ms=retry_ms, extensions=_extensions(data.get("enabled"), source),
+                     advertising=_advertise(mcp.get("advertise"), source))
+
+
+# -- "mcp": {"advertise": ...}: the budget of operations a session advertises (tool search) --
+
+MAX_ADVERTISED = 10_000
+MAX_PINNED = 1_000
+
+
+@dataclass(frozen=True)
+class Advertise:
+    """A session advertises at most ``max_tools`` operations: the ``pinned`` ones
+    (``server/tool``) first, then the most recently used, then the search tool."""
+
+    max_tools: int
+    pinned: tuple[str, ...] = ()
+
+
+def _advertise(value: Any, source: str) -> Advertise | None:
+    if value is None:
+        return None
+    where = f"{source}: mcp.advertise"
+    if not isinstance(value, dict):
+        raise ConfigError(f'{where} must be an object, e.g. {{"maxTools": 64, "pinned": ["docs/search"]}}')
+    unknown = set(value) - {"maxTools", "pinned"}
+    if unknown:
+        raise ConfigError(f'{where}: unknown key(s): {", ".join(sorted(map(str, unknown)))}')
+    limit = value.get("maxTools")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= MAX_ADVERTISED:
+        raise ConfigError(f'{where}: "maxTools" must be a whole number from 2 to {MAX_ADVERTISED} (one place is the search tool)')
+    pinned = _strings(value, "pinned", where)
+    if len(pinned) > MAX_PINNED:
+        raise ConfigError(f'{where}: "pinned" names {len(pinned)} operations, over {MAX_PINNED}')
+    bad = next((name for name in pinned if name.count("/") < 1 or name.startswith("/") or name.endswith("/")), None)
+    if bad is not None:
+        raise ConfigError(f'{where}: "pinned" names operations as "server/tool", not {bad[:80]!r}')
+    return Advertise(limit, pinned)
 
 
 def _extensions(value: Any, source: str) -> dict[str, bool]:

@@ -13,7 +13,8 @@ reply one helper thread waits on, never this mailbox), :class:`Subscribe` and
 ``reply``): :class:`Open`, :class:`Reload`, :class:`SetEnabled`, :class:`SetOverlays`,
 :class:`SetOverlaysEnabled`, :class:`TurnEnded`, :class:`ProbesSettled`. What answers
 at once is a proxy call: :meth:`~SessionComposer.composition`,
-:meth:`~SessionComposer.turn_started`, :meth:`~SessionComposer.take_changes`. The binding reads the
+:meth:`~SessionComposer.turn_started`, :meth:`~SessionComposer.take_changes`,
+:meth:`~SessionComposer.set_budget` (tool search: the session's own budget). The binding reads the
 composition the composer publishes in :class:`Published` (asked for once).
 
 - A replacement is always prepared first; the previous clients are retired only after
@@ -46,7 +47,7 @@ import pykka
 from ..config import McpConfig, ServerConfig
 from ..errors import AlbedoError, SessionClosed, SessionError
 from .client import ServerHandle, connect_all
-from .preparer import CatalogueSaved, Composition, Prepare, Subscribe, Unsubscribe
+from .preparer import CatalogueSaved, Composition, Prepare, Subscribe, Unsubscribe, Usage
 from .registry import Release
 from .reply import Message, Reply, Request, chain, fail, fail_queued, resolve, set_field
 
@@ -229,6 +230,9 @@ class SessionComposer(pykka.ThreadingActor):
         self._pending: list[concurrent.futures.Future] = []  # preparations told to the preparer, not yet answered
         self._threads: list[threading.Thread] = []
         self._progress: dict[int, ToolProgress] = {}  # running call -> its latest progress
+        # Tool search: the budget (configured, or the session's own) and the most recently
+        # used operations; every composition this session publishes shares it.
+        self._usage = Usage()
 
     # -- public API -------------------------------------------------------------------------
     # Requests whose answer comes after a preparation are the messages below (Open,
@@ -257,6 +261,16 @@ class SessionComposer(pykka.ThreadingActor):
         """The latest progress of each running tool call that reported some, oldest call first:
         ``{"operation", "server", "progress", "total", "message"}`` (text escaped and bounded)."""
         return [{"operation": event.operation, **event.report._asdict()} for event in self._progress.values()]
+
+    def set_budget(self, max_tools: int | None, pinned: tuple[str, ...] | None = None, *, configured: bool = False) -> None:
+        """This session's own budget of advertised operations (``max_tools`` None: every
+        operation; ``configured``: the configuration's ``mcp.advertise`` again). It holds
+        from the next :meth:`Composition.model_operations`, that is the next turn's set.
+
+        Raises:
+            ConfigError: ``max_tools`` is not a whole number of at least 2.
+        """
+        self._usage.set_budget(max_tools, pinned, configured=configured)
 
     def swap_waiting(self) -> bool:
         """True while a prepared composition waits for the current turn to end."""
@@ -397,6 +411,7 @@ class SessionComposer(pykka.ThreadingActor):
         except AlbedoError as exc:
             self.actor_ref.tell(_Prepared(generation, None, exc))
             return
+        self._usage.configured = config.advertising
         if self._enabled(config):
             # A tell, not an ask: this mailbox never waits on the preparer, and the
             # helper thread below waits on this one future (bounded).
@@ -416,11 +431,11 @@ class SessionComposer(pykka.ThreadingActor):
         if not overlays:
             # Nothing to dial here: the reply is reported (a tell) from wherever it
             # resolves, with no helper thread to start and to wake.
-            ref, registry, shown = self.actor_ref, self._registry, self._overlays_shown
-            pending.add_done_callback(lambda done: _report(ref, registry, generation, done, {}, {}, {}, shown))
+            ref, registry, shown, usage = self.actor_ref, self._registry, self._overlays_shown, self._usage
+            pending.add_done_callback(lambda done: _report(ref, registry, generation, done, {}, {}, {}, shown, usage))
             return
         thread = threading.Thread(
-            target=_finish, args=(self.actor_ref, self._registry, generation, pending, overlays, self._overlays_shown),
+            target=_finish, args=(self.actor_ref, self._registry, generation, pending, overlays, self._overlays_shown, self._usage),
             name="mcp-compose", daemon=True
         )
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
@@ -559,7 +574,7 @@ def _same(a: Composition, b: Composition) -> bool:
 
 
 def _finish(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int, pending: concurrent.futures.Future[Composition], overlays: dict,
-            shown: bool = True) -> None:
+            shown: bool = True, usage: Usage | None = None) -> None:
     """On a helper thread: dial the overlays, wait for the preparer, report the whole."""
     catalogues, left_out = {}, {}
     for name, outcome in connect_all(overlays).items():
@@ -571,11 +586,11 @@ def _finish(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int,
         pending.result(timeout=PREPARE_LIMIT)
     except Exception:  # noqa: BLE001 - _report reads the outcome (a timeout included)
         pass
-    _report(composer, registry, generation, pending, overlays, catalogues, left_out, shown)
+    _report(composer, registry, generation, pending, overlays, catalogues, left_out, shown, usage)
 
 
 def _report(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int, pending: concurrent.futures.Future[Composition],
-            overlays: dict, catalogues: dict, left_out: dict, shown: bool) -> None:
+            overlays: dict, catalogues: dict, left_out: dict, shown: bool, usage: Usage | None = None) -> None:
     """Tell the composer what the preparation gave (with the overlays found), or why not."""
     try:
         composition = pending.result(timeout=0)
@@ -585,7 +600,7 @@ def _report(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int,
     except Exception as exc:  # noqa: BLE001 - a timeout, a cancelled reply or a bug fails this preparation only
         composition, error = None, SessionError(f"preparation failed: {type(exc).__name__}: {exc}")
     if composition is not None:
-        composition = composition.with_overlays(catalogues, {name: overlays[name] for name in catalogues}, left_out, shown)
+        composition = composition.with_overlays(catalogues, {name: overlays[name] for name in catalogues}, left_out, shown, usage)
     try:
         composer.tell(_Prepared(generation, composition, error))
     except pykka.ActorDeadError:
