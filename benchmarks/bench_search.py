@@ -6,7 +6,10 @@ each; names, descriptions and parameter names drawn from a fixed vocabulary of
 ordinary tool words, seeded, so every run sees the same operations).
 
 build    ``ToolIndex(composition.model_operations())``: the index the first search of a
-         composition builds (goal: under 100 ms).
+         composition builds, over catalogues some composition has indexed before (each
+         server's part reused: what every new session pays; goal: under 100 ms).
+cold     the same with no part built yet: the first search after the daemon starts or
+         after every catalogue changed (each server's part is built once, then shared).
 query    ``index.search(q, 10)`` for each of the fixed queries (goal: under 5 ms).
 scan     the same queries answered by a linear scan: every operation's words tokenised
          and matched at each query (what a search without an index costs).
@@ -39,6 +42,7 @@ from _common import REPO, processes_running, progress, ratio, report_leftovers, 
 
 from albedo_actors.actors.preparer import Composition, Usage
 from albedo_actors.catalogue import Catalogue
+from albedo_actors.catalogue import search as search_module
 from albedo_actors.catalogue.search import ToolIndex, _words, tokens
 from albedo_actors.config import Advertise, McpConfig, ServerConfig
 from albedo_actors.runtime import Runtime
@@ -107,11 +111,16 @@ def in_memory(opts: argparse.Namespace) -> dict[str, float]:
     operations = composition.model_operations()
     if len(operations) != SERVERS * TOOLS:
         raise RuntimeError(f"{len(operations)} operations, not {SERVERS * TOOLS}")
-    builds = []
+    builds, colds = [], []
     for _ in range(opts.builds):
+        search_module._PARTS.clear()  # no server indexed yet
         gc.collect()
         start = time.perf_counter_ns()
-        index = ToolIndex(operations)
+        ToolIndex(operations)
+        colds.append(time.perf_counter_ns() - start)
+        gc.collect()
+        start = time.perf_counter_ns()
+        index = ToolIndex(Composition(catalogues=composition.catalogues).model_operations())  # a new session's
         builds.append(time.perf_counter_ns() - start)
     queries, scans = [], []
     for r in range(opts.rounds):
@@ -132,7 +141,7 @@ def in_memory(opts: argparse.Namespace) -> dict[str, float]:
     for item in operations[:: len(operations) // 200]:
         budgeted.used(item)
     turns = timed_calls(budgeted.model_operations, opts.rounds * 50)
-    return {"build": ms(builds), "query": ms(queries), "scan": ms(scans), "turn": ms(turns), "calibration": calibration()}
+    return {"build": ms(builds), "cold": ms(colds), "query": ms(queries), "scan": ms(scans), "turn": ms(turns), "calibration": calibration()}
 
 
 def call_path(home: str, opts: argparse.Namespace) -> tuple[float, float]:
@@ -180,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tool search: {SERVERS * TOOLS} operations from {SERVERS} servers; rounds={opts.rounds} calls={opts.calls}"
           f"{' (quick)' if opts.quick else ''}; {os.cpu_count()} cpus")
     print()
-    print(f"index build      {figures['build']:9.2f} ms   (goal < 100 ms)")
+    print(f"index build      {figures['build']:9.2f} ms   (goal < 100 ms; a new composition, parts reused)")
+    print(f"index build cold {figures['cold']:9.2f} ms   (every server's part built: once per catalogue)")
     print(f"query (indexed)  {figures['query']:9.3f} ms   (goal < 5 ms)")
     print(f"query (scan)     {figures['scan']:9.2f} ms   scan/indexed = {ratio(figures['scan'], figures['query'])}")
     print(f"turn set (64)    {figures['turn']:9.3f} ms")
@@ -189,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"call, search on  {enabled:9.1f} us")
     print(f"call, search off {disabled:9.1f} us   on/off = {ratio(enabled, disabled)}   (goal ~1.0x)")
     print("RATIOS " + f"scan/indexed={ratio(figures['scan'], figures['query'])} call_on/off={ratio(enabled, disabled)} "
-          f"build_ms={figures['build']:.1f} query_ms={figures['query']:.3f}")
+          f"build_ms={figures['build']:.1f} cold_ms={figures['cold']:.1f} query_ms={figures['query']:.3f}")
     print(f"(run took {time.perf_counter() - started:.1f} s)")
     return report_leftovers(before, servers, threads_before)
 

@@ -119,6 +119,53 @@ def test_the_index_is_built_at_the_first_search_once_and_not_by_the_turn_set():
     assert composition._index is index  # once per composition
 
 
+def reference_bm25(operations: list[Advertised], query: str) -> list[tuple[str, float]]:
+    """BM25 (k1 1.2, b 0.75) written out plainly over the whole list at once: what the
+    index, built of one part per server, must rank exactly alike."""
+    import math
+    from collections import Counter
+
+    bags = [Counter(_words(item)) for item in operations]
+    average = sum(sum(bag.values()) for bag in bags) / len(bags)
+    scored = []
+    for number, bag in enumerate(bags):
+        length, score = sum(bag.values()), 0.0
+        for word in set(tokens(query)):
+            holding = sum(1 for other in bags if word in other)
+            if bag[word]:
+                idf = math.log(1 + (len(bags) - holding + 0.5) / (holding + 0.5))
+                score += idf * bag[word] * 2.2 / (bag[word] + 1.2 * (0.25 + 0.75 * length / average))
+        if score:
+            scored.append((number, score))
+    scored.sort(key=lambda pair: (-pair[1], pair[0]))
+    return [(operations[number].name, round(score, 9)) for number, score in scored]
+
+
+def test_an_index_of_one_part_per_server_ranks_as_bm25_over_the_whole_list():
+    composition = Composition(catalogues=fixture_catalogues())
+    operations = list(composition.model_operations())
+    index = ToolIndex(operations)
+    assert len(index._parts) == 3  # one per server
+    for query in (*KNOWN, "file", "directory image", "echo sum time"):
+        expected = reference_bm25(operations, query)
+        assert [item.name for item in index.search(query, MAX_LIMIT)] == [name for name, _ in expected[:MAX_LIMIT]], query
+
+
+def test_a_new_composition_reuses_each_unchanged_servers_part_and_rebuilds_a_changed_one():
+    catalogues = fixture_catalogues()
+    first = Composition(catalogues=catalogues)
+    first.search("read a file", 1)
+    parts = {part.operations[0].server: part for _base, part in first._index._parts}
+    changed = dict(catalogues, sdk=Catalogue(server="sdk", era="legacy", protocol_version="2025-06-18",
+                                             tools=(tool("weather", "Tell the weather in a city", city=""),)))
+    second = Composition(catalogues=changed)  # a new session's composition: the sdk server's tools changed
+    assert [item.operation for item in second.search("weather in a city", 1)] == ["weather"]
+    again = {part.operations[0].server: part for _base, part in second._index._parts}
+    assert again["everything"] is parts["everything"] and again["filesystem"] is parts["filesystem"]
+    assert again["sdk"] is not parts["sdk"]
+    assert "sdk/time" not in [f"{item.server}/{item.operation}" for item in second.search("current time", 5)]
+
+
 # -- budget, pinning, recency -------------------------------------------------------------------
 
 
