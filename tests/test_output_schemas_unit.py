@@ -98,6 +98,41 @@ def test_advertise_warns_once_per_bad_output_schema_and_keeps_the_tool():
     assert warnings == ["server 'w': tool 'bad': its outputSchema is an array, not a JSON object; its results are not checked"]
 
 
+BROKEN = {"type": "objekt"}  # fails its metaschema
+
+
+def test_a_listed_catalogue_is_compiled_at_load_and_a_broken_schema_warns_there_once():
+    tools = catalogue("listed", bad=BROKEN, fine={"type": "object", "required": ["x"]}).tools
+    compiled = schemas.prepare("listed", tools)  # what discovery does, on the server's thread
+    listed = Catalogue(server="listed", era="modern", protocol_version="2026-07-28", tools=tools)
+    schemas.remember(listed, compiled)
+    warnings: list[str] = []
+    assert [op.operation for op in advertise({"listed": listed}, {}, warnings.append)] == ["bad", "fine", "plain"]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "server 'listed': tool 'bad': its outputSchema does not compile ($.type: 'objekt' is not valid")
+    assert warnings[0].endswith("; its results are not checked")
+    first = check_result(listed, "bad", result({"any": 1}))
+    assert (first.errors, first.warning) == ((), None)  # said at load: the call does not repeat it
+    assert schemas._CACHE["listed"][1]["fine"] is compiled["fine"]  # the validator compiled at load is the one used
+    assert check_result(listed, "fine", result({})).errors == ("$: 'x' is a required property",)
+
+
+def test_a_saved_catalogue_compiles_at_the_first_call_and_warns_there_once_per_process():
+    saved = catalogue("saved", bad=BROKEN)  # as read from the store: not prepared
+    warnings: list[str] = []
+    advertise({"saved": saved}, {}, warnings.append)
+    assert warnings == []  # nothing compiled at load
+    first, second = check_result(saved, "bad", result(1)), check_result(saved, "bad", result(2))
+    assert first.warning is not None and first.warning.startswith("server 'saved': tool 'bad': its outputSchema does not compile")
+    assert (first.errors, second.errors, second.warning) == ((), (), None)
+    # The server lists the same tool again (a new catalogue object): the same line is not given twice.
+    again = Catalogue(server="saved", era="modern", protocol_version="2026-07-28", tools=saved.tools)
+    schemas.remember(again, schemas.prepare("saved", again.tools))
+    later: list[str] = []
+    advertise({"saved": again}, {}, later.append)
+    assert later == [] and check_result(again, "bad", result(3)).warning is None
+
+
 CHILD = r"""
 import json, sys
 from albedo_actors.catalogue import Catalogue
@@ -113,7 +148,7 @@ print(json.dumps({"at_load": loaded, "at_check": "jsonschema" in sys.modules, "e
 """
 
 
-def test_jsonschema_loads_at_the_first_checked_call_not_at_import_or_load():
+def test_jsonschema_loads_at_the_first_checked_call_not_at_import_or_when_a_saved_catalogue_loads():
     run = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=60, cwd=PACKAGE_ROOT)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout.splitlines()[-1]) == {"at_load": False, "at_check": True,

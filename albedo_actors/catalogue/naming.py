@@ -79,6 +79,7 @@ else:  # SHA-256 without OpenSSL, as random.py takes its sha512: hashlib maps li
             from hashlib import sha256
 
 from .model import Catalogue
+from .schemas import compile_warning as output_schema_compile_warning
 from .schemas import load_problem as output_schema_problem
 from ..config import ServerConfig
 
@@ -380,6 +381,8 @@ def _advertise_one(server: str, catalogue: Catalogue, config: ServerConfig | Non
             problem = output_schema_problem(tool["outputSchema"])
             if problem is not None:
                 warn(f"server {server!r}: tool {operation!r}: {problem}")
+            elif (line := output_schema_compile_warning(catalogue, operation)) is not None:
+                warn(line)
         out.append(
             Advertised(
                 name=advertised_name(server, operation),

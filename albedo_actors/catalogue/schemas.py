@@ -26,22 +26,32 @@ validate, MUST NOT dereference network ``$ref``\\ s, SHOULD bound the cost):
   not checked (one problem says so); a check stops after :data:`MAX_STEPS` keyword
   evaluations (``$ref`` fan-out) and on a reference cycle. A schema with a ``pattern``
   that repeats a repeated part (``(a+)+``: Python's ``re`` backtracks, exponentially on
-  a short string) is not used (one warning at the tool's first call).
+  a short string) is not used (one warning, as for a schema that does not compile).
 
-When the work is done: :func:`load_problem` is cheap (no ``jsonschema``) and runs where
-the catalogue's operations are built (catalogue/naming.py's ``advertise``: once per
-catalogue), so a saved catalogue of hundreds of servers is ready without compiling one
-schema. A tool's validator is compiled at its first checked call and cached per
-catalogue (a catalogue is immutable: the saved layer hands out the same object for the
-same saved text); a schema that then fails its metaschema gives one warning, at that
-first call, and the tool is not checked.
+When the work is done:
+
+- :func:`load_problem` is cheap (no ``jsonschema``) and runs where the catalogue's
+  operations are built (catalogue/naming.py's ``advertise``: once per catalogue), so a
+  saved catalogue of hundreds of servers is ready without compiling one schema.
+- A catalogue a server has just listed (connection/discovery.py, on that server's own
+  thread, never a session's) has every declared schema compiled by :func:`prepare`:
+  one that fails its metaschema warns when the catalogue loads (where its operations
+  are built, with the other schema warnings: :func:`compile_warning`); the validators
+  are kept for that catalogue (:func:`remember`).
+- A catalogue read from the store has its tools' validators compiled at each tool's
+  first checked call (a catalogue is immutable: the saved layer hands out the same
+  object for the same saved text); a schema that fails there warns at that call,
+  unless the same warning was already given in this process.
+
+Either way the tool stays callable and its results are not checked, and a warning is
+given once.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Final, Mapping
+from typing import Any, Final, Iterable, Mapping
 
 from .model import Catalogue
 from ..wire.text import printable
@@ -144,7 +154,52 @@ def check_result(catalogue: Catalogue | None, tool: str, result: Mapping[str, An
     return Checked(_validate(compiled.validator, result["structuredContent"]), warning)
 
 
+def prepare(server: str, tools: Iterable[Any]) -> dict[str, Any]:
+    """Compile the outputSchema of every tool of a list ``server`` has just sent.
+
+    Returns the compiled validators by tool name, for :func:`remember` once the
+    catalogue is made; a schema that does not compile keeps its warning for
+    :func:`compile_warning` (given when the catalogue's operations are built). A tool
+    without an outputSchema costs nothing, and a list without one never loads
+    ``jsonschema``.
+    """
+    compiled: dict[str, _Compiled] = {}
+    for tool in tools:
+        name = tool.get("name") if isinstance(tool, dict) else None
+        if isinstance(name, str) and name not in compiled:
+            compiled[name] = _compile(server, name, tool["outputSchema"]) if "outputSchema" in tool else _NO_SCHEMA
+    return compiled
+
+
+def compile_warning(catalogue: Catalogue, tool: str) -> str | None:
+    """The one line saying that ``tool``'s outputSchema does not compile (or is not
+    used), when :func:`prepare` compiled this catalogue and found so; given once, so
+    the tool's first call does not repeat it. None otherwise (a catalogue read from
+    the store compiles at the tool's first call, and warns there)."""
+    entry = _CACHE.get(catalogue.server)
+    if entry is None or entry[0] is not catalogue:
+        return None
+    found = entry[1].get(tool)
+    return None if found is None else found.take_warning()
+
+
+def remember(catalogue: Catalogue, compiled: Mapping[str, Any]) -> None:
+    """Keep what :func:`prepare` compiled as ``catalogue``'s validators (the cache that
+    :func:`check_result` reads), replacing what was kept for an earlier catalogue of
+    the same server."""
+    with _CACHE_LOCK:
+        if len(_CACHE) >= _CACHE_LIMIT and catalogue.server not in _CACHE:
+            _CACHE.clear()
+        _CACHE[catalogue.server] = (catalogue, dict(compiled))
+
+
 # -- internals ---------------------------------------------------------------------------------
+
+
+# The schema warnings given in this process: a schema read again (the saved copy of a
+# catalogue whose live listing warned, or a new catalogue with the same tool) warns once.
+_GIVEN: set[str] = set()
+_GIVEN_LIMIT = 4096
 
 
 class _Compiled:
@@ -158,10 +213,17 @@ class _Compiled:
         self._lock = threading.Lock()
 
     def take_warning(self) -> str | None:
+        """The warning, the first time it is asked for and only if this process has not
+        given the same line already; None otherwise."""
         if self._warning is None:
             return None
         with self._lock:
             warning, self._warning = self._warning, None
+            if warning is None or warning in _GIVEN:
+                return None
+            if len(_GIVEN) >= _GIVEN_LIMIT:
+                _GIVEN.clear()
+            _GIVEN.add(warning)
         return warning
 
 

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from ..catalogue import Catalogue
+from ..catalogue import schemas
 from ..errors import ProtocolViolation, RemoteError
 from ..wire import jsonrpc
 from ..wire.jsonrpc import Json
@@ -56,7 +57,10 @@ def discover(connection: Connection, timeout: float) -> Catalogue:
         # The link keeps what it needs to call them (HTTP: the Mcp-Param headers) and
         # says which it can call at all.
         lists["tools"] = connection.link.set_tool_headers(lists["tools"], warnings)
-    return Catalogue(
+    # Output schemas compiled now, on this server's thread: one that does not compile
+    # warns as the catalogue loads, and the first checked call finds its validator ready.
+    compiled = schemas.prepare(connection.server, lists.get("tools", ()))
+    catalogue = Catalogue(
         server=connection.server,
         era=connection.era,
         protocol_version=connection.version,
@@ -69,6 +73,8 @@ def discover(connection: Connection, timeout: float) -> Catalogue:
         prompts=lists.get("prompts", ()),
         warnings=tuple(warnings),
     )
+    schemas.remember(catalogue, compiled)
+    return catalogue
 
 
 class _Budget:
