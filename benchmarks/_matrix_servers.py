@@ -17,6 +17,7 @@ import select
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -107,6 +108,8 @@ class HttpServerProcess:
             from bench_http import NODELAY_SHIM  # the TCP_NODELAY shim (see bench_http.py)
 
             args = [sys.executable, "-c", NODELAY_SHIM, SDK_SERVER, "http", "--port", "0", "--json-response"]
+            if self.kind == "sdk_legacy":
+                args.append("--legacy-only")
         pinning = self.pin and len(os.sched_getaffinity(0)) >= 2
         deadline = time.monotonic() + START_TIMEOUT
         self.proc = subprocess.Popen(
@@ -129,6 +132,8 @@ class HttpServerProcess:
         while True:  # bound is not serving yet for uvicorn
             try:
                 _discover(self.url, self.cert, max(0.1, min(2.0, deadline - time.monotonic())))
+                return self.url
+            except urllib.error.HTTPError:  # it answers (a legacy-only server refuses server/discover)
                 return self.url
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -12,7 +12,8 @@ asyncio), ``fastmcp`` (``fastmcp.Client``, in its own venv ``.venv-fastmcp``, ma
 in flight; a ``requests.Session`` for HTTP) and ``http.client`` (the stdlib floor).
 
 Rows: stdio latency and 64 in flight (demo server), HTTP latency and 64 in flight (the
-fast stdlib server, ``_fast_http_server.py``; and the official SDK server), TLS latency,
+fast stdlib server, ``_fast_http_server.py``; and the official SDK server, in both eras:
+``--legacy-only`` gives a legacy session with its listening GET stream), TLS latency,
 import time, idle RSS, the 200-server host (``bench_scale.py``) and the stop of 30
 stdio servers (``bench_stop.py``). Each client measurement runs in a fresh process
 (``_matrix_worker.py``, one JSON object), client on CPU 0 and servers on CPU 1; rounds
@@ -50,7 +51,7 @@ FASTMCP_PYTHON = os.path.join(REPO, ".venv-fastmcp", "bin", "python")
 WORKER_TIMEOUT = 300.0
 
 ALL_CLIENTS = ("ours", "before", "sdk", "fastmcp", "raw", "http.client")
-ROWS = ("stdio", "http", "http_sdk", "tls", "import", "rss", "scale", "stop")
+ROWS = ("stdio", "http", "http_sdk", "http_legacy", "tls", "import", "rss", "scale", "stop")
 ROW_NUMBERS = {"1": "stdio", "2": "stdio", "3": "http", "4": "http", "5": "tls", "6": "import", "7": "rss",
                "8": "scale", "9": "stop"}
 # Which clients each row has.
@@ -58,6 +59,9 @@ ROW_CLIENTS = {
     "stdio": ("ours", "before", "sdk", "fastmcp", "raw"),
     "http": ALL_CLIENTS,
     "http_sdk": ALL_CLIENTS,
+    # The SDK server with --legacy-only: a legacy session (initialize, Mcp-Session-Id,
+    # the listening GET stream open). raw and http.client speak only the modern era.
+    "http_legacy": ("ours", "before", "sdk", "fastmcp"),
     "tls": ALL_CLIENTS,
     "import": ALL_CLIENTS,
     "rss": ("ours", "before", "sdk", "fastmcp", "raw"),
@@ -72,6 +76,7 @@ class Sizes:
         self.stdio = dict(calls=200, total=640, warmup=20) if quick else dict(calls=1000, total=3000, warmup=100)
         self.http = dict(calls=100, total=320, warmup=20) if quick else dict(calls=500, total=1000, warmup=50)
         self.http_sdk = dict(calls=50, total=192, warmup=10) if quick else dict(calls=300, total=640, warmup=30)
+        self.http_legacy = self.http_sdk
         self.tls = dict(calls=100, total=0, warmup=20) if quick else dict(calls=500, total=0, warmup=50)
         self.import_runs = 2 if quick else 5
         self.rss_more = 5 if quick else 20
@@ -371,6 +376,9 @@ def print_table(results: dict[str, dict[str, list[dict[str, Any]]]], clients: li
     add("3b HTTP latency us (SDK server)", "http_sdk", lambda r, c: cell(r, c, "median_us", ".0f", "p99_us"))
     add("4b HTTP 64 in flight (SDK server)", "http_sdk", lambda r, c: cell(r, c, "calls_per_s"))
     add("  HTTP era (SDK server)", "http_sdk", era_cell)
+    add("3c HTTP latency us (SDK, legacy era)", "http_legacy", lambda r, c: cell(r, c, "median_us", ".0f", "p99_us"))
+    add("4c HTTP 64 in flight (SDK, legacy)", "http_legacy", lambda r, c: cell(r, c, "calls_per_s"))
+    add("  HTTP era (SDK server, legacy only)", "http_legacy", era_cell)
     add("5 TLS latency us (fast server)", "tls", lambda r, c: cell(r, c, "median_us", ".0f", "p99_us"))
     add("  TLS era", "tls", era_cell)
 
@@ -422,7 +430,8 @@ def print_spread(results: dict[str, dict[str, list[dict[str, Any]]]], clients: l
     print()
     print("spread over rounds (min..max): latency median us | calls/s | import ms")
     for row, key in (("stdio", "median_us"), ("stdio", "calls_per_s"), ("http", "median_us"), ("http", "calls_per_s"),
-                     ("http_sdk", "median_us"), ("http_sdk", "calls_per_s"), ("tls", "median_us"), ("import", "net_ms")):
+                     ("http_sdk", "median_us"), ("http_sdk", "calls_per_s"), ("http_legacy", "median_us"),
+                     ("http_legacy", "calls_per_s"), ("tls", "median_us"), ("import", "net_ms")):
         parts = []
         for client in clients + ["requests"]:
             values = [r[key] for r in results.get(row, {}).get(client, []) if isinstance(r.get(key), (int, float))]
@@ -499,7 +508,8 @@ def informational(results: dict[str, dict[str, list[dict[str, Any]]]], who: str)
     info: dict[str, float | None] = {}
     for row, key, unit in (("stdio", "median_us", "lat"), ("stdio", "calls_per_s", "tp"), ("http", "median_us", "lat"),
                            ("http", "calls_per_s", "tp"), ("http_sdk", "median_us", "lat"),
-                           ("http_sdk", "calls_per_s", "tp"), ("tls", "median_us", "lat")):
+                           ("http_sdk", "calls_per_s", "tp"), ("http_legacy", "median_us", "lat"),
+                           ("http_legacy", "calls_per_s", "tp"), ("tls", "median_us", "lat")):
         if row not in results:
             continue
         for peer in (("before",) if who == "ours" else ()) + ("sdk", "fastmcp", "raw", "http.client"):
@@ -630,14 +640,15 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"row {row} ({', '.join(row_clients)}) ...")
             if row == "stdio":
                 results[row] = row_calls(runner, row_clients, sizes.rounds, "stdio", sizes.stdio, "", None, row)
-            elif row in ("http", "http_sdk", "tls"):
+            elif row in ("http", "http_sdk", "http_legacy", "tls"):
                 ca = key = None
                 if row == "tls":
                     ca, key = _matrix_servers.make_certificate(tmp)
-                kind = "sdk" if row == "http_sdk" else "fast"
+                kind = {"http_sdk": "sdk", "http_legacy": "sdk_legacy"}.get(row, "fast")
                 try:
                     with _matrix_servers.HttpServerProcess(kind, ca, key) as server:
-                        row_sizes = {"http": sizes.http, "http_sdk": sizes.http_sdk, "tls": sizes.tls}[row]
+                        row_sizes = {"http": sizes.http, "http_sdk": sizes.http_sdk, "http_legacy": sizes.http_legacy,
+                                     "tls": sizes.tls}[row]
                         results[row] = row_calls(runner, row_clients, sizes.rounds, "http", row_sizes, server.url, ca, row)
                 except RuntimeError as exc:
                     results[row] = {c: [{"client": c, "error": str(exc)}] for c in row_clients}

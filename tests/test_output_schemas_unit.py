@@ -133,6 +133,20 @@ def test_a_saved_catalogue_compiles_at_the_first_call_and_warns_there_once_per_p
     assert later == [] and check_result(again, "bad", result(3)).warning is None
 
 
+def test_the_same_schema_compiles_once_for_every_listing_and_server_that_has_it():
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    first = schemas.prepare("once-a", catalogue("once-a", t=schema).tools)
+    again = schemas.prepare("once-a", catalogue("once-a", t=dict(reversed(list(schema.items())))).tools)  # read again
+    other = schemas.prepare("once-b", catalogue("once-b", u=schema).tools)  # another server's tool
+    assert first["t"].validator is not None
+    assert again["t"].validator is first["t"].validator and other["u"].validator is first["t"].validator
+    broken_a = schemas.prepare("once-a", catalogue("once-a", bad=BROKEN).tools)["bad"]
+    broken_b = schemas.prepare("once-b", catalogue("once-b", bad=BROKEN).tools)["bad"]
+    # Compiled once, but each server's warning names that server.
+    assert broken_a.take_warning().startswith("server 'once-a': tool 'bad': its outputSchema does not compile")
+    assert broken_b.take_warning().startswith("server 'once-b': tool 'bad': its outputSchema does not compile")
+
+
 CHILD = r"""
 import json, sys
 from albedo_actors.catalogue import Catalogue

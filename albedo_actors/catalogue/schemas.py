@@ -49,6 +49,7 @@ given once.
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass
 from typing import Any, Final, Iterable, Mapping
@@ -261,27 +262,47 @@ def _compiled(catalogue: Catalogue, tool: str) -> _Compiled | None:
 def _compile(server: str, tool: str, schema: Any) -> _Compiled:
     if not _problem(schema)[1]:
         return _Compiled(None, None)  # not used: warned at load (catalogue/naming.py's advertise)
+    try:
+        text: str | None = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = None
+    known = _BY_TEXT.get(text) if text is not None else None
+    if known is None:
+        known = _compile_schema(schema)
+        if text is not None:
+            if len(_BY_TEXT) >= _BY_TEXT_LIMIT:
+                _BY_TEXT.clear()
+            _BY_TEXT[text] = known
+    validator, why = known
+    return _Compiled(validator, None if why is None else _one_line(f"server {server!r}: tool {tool!r}: {why}"))
+
+
+# A schema's canonical JSON text -> its validator (None: not used) and why not: the same
+# schema (a listing read again, its saved copy, another tool or server) compiles once.
+# A validator is immutable, so threads and servers share it. Bounded; cleared when full.
+_BY_TEXT: dict[str, tuple[Any, str | None]] = {}
+_BY_TEXT_LIMIT = 4096
+
+
+def _compile_schema(schema: dict[str, Any]) -> tuple[Any, str | None]:
     name = dialect(schema) or DEFAULT_DIALECT
-    from jsonschema.exceptions import SchemaError  # loaded at a host's first checked call
+    from jsonschema.exceptions import SchemaError  # loaded at the first schema compiled
 
     cls = _checking_class(name)
     try:
         cls.check_schema(schema)
     except SchemaError as exc:
         where = exc.json_path if exc.json_path != "$" else "its root"
-        return _Compiled(None, _one_line(f"server {server!r}: tool {tool!r}: its outputSchema does not compile "
-                                         f"({where}: {exc.message}); its results are not checked"))
+        return None, f"its outputSchema does not compile ({where}: {exc.message}); its results are not checked"
     except (RecursionError, ValueError, TypeError) as exc:
-        return _Compiled(None, _one_line(f"server {server!r}: tool {tool!r}: its outputSchema does not compile "
-                                         f"({type(exc).__name__}); its results are not checked"))
+        return None, f"its outputSchema does not compile ({type(exc).__name__}); its results are not checked"
     risky = _risky_pattern(schema)
     if risky is not None:
         # Python's re backtracks: a nested repetition can take exponential time on a short
         # string the same server sends, and no check may hold a caller's thread unbounded.
-        return _Compiled(None, _one_line(f"server {server!r}: tool {tool!r}: its outputSchema has the pattern "
-                                         f"{risky[:60]!r}, a repetition inside a repetition that could take "
-                                         "unbounded time to match; its results are not checked"))
-    return _Compiled(cls(schema, registry=_registry()), None)
+        return None, (f"its outputSchema has the pattern {risky[:60]!r}, a repetition inside a repetition that "
+                      "could take unbounded time to match; its results are not checked")
+    return cls(schema, registry=_registry()), None
 
 
 def _risky_pattern(schema: dict[str, Any]) -> str | None:
