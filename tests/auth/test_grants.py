@@ -10,6 +10,7 @@ with :class:`ServerAuth`, a :class:`TokenRefresher`).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -61,18 +62,9 @@ class IdpServer(_ServerProcess):
 
 
 @pytest.fixture
-def idp_server():
-    started: list[IdpServer] = []
-
-    def start(*flags: str) -> IdpServer:
-        server = IdpServer(*flags)
-        server.start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
+def idp_server(server_processes):
+    """``idp_server(*flags)`` starts an IdpServer; all are stopped afterwards (tests/conftest.py)."""
+    return functools.partial(server_processes, IdpServer)
 
 
 def _key_pair(directory, name: str) -> tuple[bytes, str, str]:
