@@ -11,6 +11,7 @@ challenges, and the key thumbprint of every bound token it issued.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import logging
@@ -238,30 +239,30 @@ def test_the_resource_servers_nonce_is_answered_once_and_kept_for_the_next_reque
     assert stats["mcp_requests_dpop"] >= 4 and stats["dpop_replays"] == 0 and stats["bearer_with_bound_token"] == 0
 
 
-def test_an_authorization_server_whose_nonce_loops_is_asked_once_more_then_one_error(kit, oauth_server):
-    server = oauth_server("--dpop", "--dpop-nonce-as", "--dpop-nonce-loop")
-    with pytest.raises(AuthError) as caught:
-        kit.sign_in(config_for(server.url))
-    message = str(caught.value)
-    assert "\n" not in message and NAME in message and "use_dpop_nonce" in message
-    stats = server.stats()
-    assert stats["token_requests"]["authorization_code"] == 2 and stats["dpop_nonce_challenges_as"] == 2
-    assert stats["dpop_replays"] == 0
-
-
-def test_a_resource_server_whose_nonce_loops_gets_one_retry_then_one_error(kit, oauth_server):
-    server = oauth_server("--dpop", "--dpop-nonce-rs", "--dpop-nonce-loop")
+@pytest.mark.parametrize("flag, refused, said, challenges, tokens", [
+    # the token endpoint: the code is sent once more with the new nonce, then one error
+    ("--dpop-nonce-as", AuthError, [NAME], {"dpop_nonce_challenges_as": 2}, {"authorization_code": 2}),
+    # the MCP server: the opening's two requests (server/discover, refused, then initialize),
+    # each with its one retry; no refresh, no sign-in
+    ("--dpop-nonce-rs", HttpRefused, ["asks once"], {"dpop_nonce_challenges_rs": 4}, {"refresh_token": 0}),
+], ids=["token_endpoint", "mcp_server"])
+def test_a_server_whose_nonce_loops_gets_one_retry_then_one_error(kit, oauth_server, flag, refused, said, challenges,
+                                                                  tokens):
+    server = oauth_server("--dpop", flag, "--dpop-nonce-loop")
     config = config_for(server.url)
-    kit.sign_in(config)
-    handle = kit.handle(config)
-    with pytest.raises(HttpRefused) as caught:
-        handle.connect()
+    if flag == "--dpop-nonce-rs":  # signed in first: only the connection is refused
+        kit.sign_in(config)
+        step = kit.handle(config).connect
+    else:
+        step = functools.partial(kit.sign_in, config)
+    with pytest.raises(refused) as caught:
+        step()
     message = str(caught.value)
-    assert "\n" not in message and "use_dpop_nonce" in message and "asks once" in message
+    assert "\n" not in message and "use_dpop_nonce" in message and all(text in message for text in said)
     stats = server.stats()
-    # The opening's two requests (server/discover, refused, then initialize), each with its one retry
-    assert stats["dpop_nonce_challenges_rs"] == 4
-    assert stats["dpop_replays"] == 0 and stats["token_requests"]["refresh_token"] == 0  # no refresh, no sign-in
+    assert {name: stats[name] for name in challenges} == challenges
+    assert {grant: stats["token_requests"][grant] for grant in tokens} == tokens
+    assert stats["dpop_replays"] == 0
 
 
 @pytest.mark.parametrize("nonce", ["n" * 4000, 'a"b', "a b"])
