@@ -188,10 +188,7 @@ def _secret(settings: OAuthSettings, environ: Mapping[str, str], name: str) -> s
     variable = settings.client_secret_env_var
     if variable is None:
         return None
-    value = environ.get(variable)
-    if not value:
-        raise ConfigError(f"server {name!r}: oauth.clientSecretEnvVar names ${variable}, which is not set in the host's environment")
-    return value
+    return grants.named_variable(environ, name, "clientSecretEnvVar", variable)
 
 
 def _method_for_secret(metadata: AuthServerMetadata, secret: str | None) -> str:
