@@ -16,6 +16,7 @@ it); run directly, one throwaway cluster is started for the session. Under
 CI=true a missing PostgreSQL fails the tests. Each test gets a fresh database.
 """
 
+import functools
 import os
 import sys
 import urllib.parse
@@ -168,18 +169,27 @@ def store(home):
 
 
 @pytest.fixture
-def oauth_server():
-    """``oauth_server(*flags)`` starts tests/servers/oauth_server.py; all are stopped afterwards."""
-    from helpers import OAuthServer
+def server_processes():
+    """``server_processes(cls, *flags)`` starts ``cls(*flags)``, a helpers._ServerProcess, and
+    returns it; all are stopped afterwards, the last started first. The fixtures of the
+    peer servers (``oauth_server`` here, ``idp_server`` in tests/auth/test_grants.py) are made
+    of it."""
+    started: list = []
 
-    started = []
-
-    def start(*flags: str):
-        server = OAuthServer(*flags)
+    def start(cls, *flags: str):
+        server = cls(*flags)
         server.start()
         started.append(server)
         return server
 
     yield start
-    for server in started:
+    for server in reversed(started):
         server.stop()
+
+
+@pytest.fixture
+def oauth_server(server_processes):
+    """``oauth_server(*flags)`` starts tests/servers/oauth_server.py; all are stopped afterwards."""
+    from helpers import OAuthServer
+
+    return functools.partial(server_processes, OAuthServer)

@@ -139,6 +139,18 @@ def _check_jwt(name: str, token: str, what: str, where: str) -> dict:
     return claims
 
 
+def named_variable(environ: Mapping[str, str], name: str, setting: str, variable: str) -> str:
+    """The value of ``$variable``, which server ``name``'s ``oauth.<setting>`` names.
+
+    Raises:
+        ConfigError: the variable is not set in the host's environment, or is empty.
+    """
+    value = environ.get(variable)
+    if not value:
+        raise ConfigError(f"server {name!r}: oauth.{setting} names ${variable}, which is not set in the host's environment")
+    return value
+
+
 def _clean(name: str, value: str, what: str, where: str) -> str:
     value = value.strip()
     if not value:
@@ -178,11 +190,7 @@ def read_assertion(server: ServerConfig, environ: Mapping[str, str]) -> tuple[st
             raise ConfigError(f"server {name!r}: oauth.assertionFile {settings.assertion_file} is not a JWT") from None
     elif settings.assertion_env_var:
         where = f"${settings.assertion_env_var}"
-        value = environ.get(settings.assertion_env_var)
-        if not value:
-            raise ConfigError(f"server {name!r}: oauth.assertionEnvVar names ${settings.assertion_env_var}, "
-                              f"which is not set in the host's environment")
-        text = value
+        text = named_variable(environ, name, "assertionEnvVar", settings.assertion_env_var)
     else:
         raise ConfigError(f'server {name!r}: the jwt-bearer grant needs "oauth": {{"assertionFile": ...}} or "assertionEnvVar"')
     assertion = _clean(name, text, "JWT", where)
@@ -200,10 +208,7 @@ def _id_token(server: ServerConfig, environ: Mapping[str, str], provider: IdToke
     name = server.name
     if settings.id_token_env_var:
         where = f"${settings.id_token_env_var}"
-        value = environ.get(settings.id_token_env_var)
-        if not value:
-            raise ConfigError(f"server {name!r}: oauth.idTokenEnvVar names ${settings.id_token_env_var}, "
-                              f"which is not set in the host's environment")
+        value = named_variable(environ, name, "idTokenEnvVar", settings.id_token_env_var)
     elif provider is not None:
         where = "the host's id_token provider"
         try:
@@ -357,10 +362,7 @@ def _exchange(lent: Lent, server: ServerConfig, target: _Target, environ: Mappin
     subject, _where = _id_token(server, environ, provider)
     secret = None
     if settings.idp_client_secret_env_var:
-        secret = environ.get(settings.idp_client_secret_env_var)
-        if not secret:
-            raise ConfigError(f"server {name!r}: oauth.idpClientSecretEnvVar names ${settings.idp_client_secret_env_var}, "
-                              f"which is not set in the host's environment")
+        secret = named_variable(environ, name, "idpClientSecretEnvVar", settings.idp_client_secret_env_var)
     with _idp_http(server, issuer, timeout) as http:
         endpoint, methods = _idp_token_endpoint(http, server)
         method = "none"

@@ -13,6 +13,7 @@ line saying what went wrong; no token, secret or code ever appears in a message.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import threading
 import time
@@ -188,10 +189,7 @@ def _secret(settings: OAuthSettings, environ: Mapping[str, str], name: str) -> s
     variable = settings.client_secret_env_var
     if variable is None:
         return None
-    value = environ.get(variable)
-    if not value:
-        raise ConfigError(f"server {name!r}: oauth.clientSecretEnvVar names ${variable}, which is not set in the host's environment")
-    return value
+    return grants.named_variable(environ, name, "clientSecretEnvVar", variable)
 
 
 def _method_for_secret(metadata: AuthServerMetadata, secret: str | None) -> str:
@@ -433,8 +431,13 @@ def _record_prover(record: OAuthRecord) -> dpop.Prover | None:
                      error="dpop_key", transient=False)
 
 
+@functools.cache
 def _lent() -> grants.Lent:
-    """What the grants of :mod:`.grants` use from here (every token request goes through ``_token_request``)."""
+    """What the grants of :mod:`.grants` use from here (every token request goes through ``_token_request``).
+
+    Built once, at the first grant (module functions only: two threads building it at
+    once would build equal ones).
+    """
     return grants.Lent(token_request=_token_request, authenticate=_authenticate, client=Client, secret=_secret,
                        method_for_secret=_method_for_secret, check_client_issuer=check_client_issuer,
                        scope_for_credentials=_scope_for_credentials, dpop_prover=_dpop_prover,

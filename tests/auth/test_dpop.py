@@ -11,7 +11,7 @@ challenges, and the key thumbprint of every bound token it issued.
 from __future__ import annotations
 
 import base64
-import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -21,62 +21,21 @@ import pytest
 import requests
 
 from albedo_actors.actors.client import ServerHandle
-from albedo_actors.actors.refresher import TokenRefresher, refresh_by
 from albedo_actors.auth import dpop
 from albedo_actors.auth.record import OAuthRecord, from_credentials
-from albedo_actors.auth.server_auth import ServerAuth
-from albedo_actors.auth.signin import SignIn, authorizer, follow_redirect_agent
 from albedo_actors.config import OAuthSettings, ServerConfig, parse
 from albedo_actors.errors import AlbedoError, AuthError, ConfigError, HttpRefused, NeedsSignIn
-from albedo_actors.store import open_store
 from albedo_actors.wire import mcp
 
 from helpers import text_of
+from kit import Kit
 
 NAME = "bound"
 
 
-class Kit:
-    """A store, a refresher and the handles of one test; all stopped at the end."""
-
-    def __init__(self, home: str) -> None:
-        self.home = home
-        self.store = open_store(home)
-        self.refreshers: list = []
-        self.handles: list[ServerHandle] = []
-
-    def sign_in(self, config: ServerConfig) -> OAuthRecord:
-        return SignIn(config, self.store, environ={}, agent=follow_redirect_agent(), port=0, lifetime=10).run()
-
-    def handle(self, config: ServerConfig, *, interactive: bool = False) -> ServerHandle:
-        refresher = TokenRefresher.start(self.store, environ={})
-        self.refreshers.append(refresher)
-        sign_in = authorizer(self.store, environ={}, agent=follow_redirect_agent(), port=0, lifetime=10) if interactive else None
-        handle = ServerHandle.start(config, self.home, auth=ServerAuth(config, self.store, refresh_by(refresher),
-                                                                       authorize=sign_in))
-        self.handles.append(handle)
-        return handle
-
-    def record(self) -> OAuthRecord:
-        record = from_credentials(self.store.get_credentials(NAME))
-        assert record is not None
-        return record
-
-    def edit(self, **changes) -> None:
-        self.store.update_credentials(NAME, lambda c: dataclasses.replace(
-            c, oauth=dataclasses.replace(from_credentials(c), **changes).to_json()))
-
-    def close(self) -> None:
-        for handle in self.handles:
-            handle.stop()
-        for refresher in self.refreshers:
-            refresher.stop(timeout=10)
-        self.store.close()
-
-
 @pytest.fixture
 def kit(tmp_path, oauth_server):
-    kit = Kit(str(tmp_path))  # after oauth_server: the handles stop before the servers
+    kit = Kit(str(tmp_path), NAME)  # after oauth_server: the handles stop before the servers
     yield kit
     kit.close()
 
@@ -243,7 +202,7 @@ def test_a_refresh_keeps_the_key_and_a_restart_from_the_store_uses_it(kit, oauth
     handle.connect()
     server.expire()
     assert echo(handle, "after expiry") == "after expiry"
-    after = kit.record()
+    after = kit.stored()
     assert after.access_token != before.access_token and after.token_type == "DPoP"
     assert after.dpop_key == before.dpop_key  # the same key: the thumbprint is the same
     handle.stop()
@@ -280,30 +239,30 @@ def test_the_resource_servers_nonce_is_answered_once_and_kept_for_the_next_reque
     assert stats["mcp_requests_dpop"] >= 4 and stats["dpop_replays"] == 0 and stats["bearer_with_bound_token"] == 0
 
 
-def test_an_authorization_server_whose_nonce_loops_is_asked_once_more_then_one_error(kit, oauth_server):
-    server = oauth_server("--dpop", "--dpop-nonce-as", "--dpop-nonce-loop")
-    with pytest.raises(AuthError) as caught:
-        kit.sign_in(config_for(server.url))
-    message = str(caught.value)
-    assert "\n" not in message and NAME in message and "use_dpop_nonce" in message
-    stats = server.stats()
-    assert stats["token_requests"]["authorization_code"] == 2 and stats["dpop_nonce_challenges_as"] == 2
-    assert stats["dpop_replays"] == 0
-
-
-def test_a_resource_server_whose_nonce_loops_gets_one_retry_then_one_error(kit, oauth_server):
-    server = oauth_server("--dpop", "--dpop-nonce-rs", "--dpop-nonce-loop")
+@pytest.mark.parametrize("flag, refused, said, challenges, tokens", [
+    # the token endpoint: the code is sent once more with the new nonce, then one error
+    ("--dpop-nonce-as", AuthError, [NAME], {"dpop_nonce_challenges_as": 2}, {"authorization_code": 2}),
+    # the MCP server: the opening's two requests (server/discover, refused, then initialize),
+    # each with its one retry; no refresh, no sign-in
+    ("--dpop-nonce-rs", HttpRefused, ["asks once"], {"dpop_nonce_challenges_rs": 4}, {"refresh_token": 0}),
+], ids=["token_endpoint", "mcp_server"])
+def test_a_server_whose_nonce_loops_gets_one_retry_then_one_error(kit, oauth_server, flag, refused, said, challenges,
+                                                                  tokens):
+    server = oauth_server("--dpop", flag, "--dpop-nonce-loop")
     config = config_for(server.url)
-    kit.sign_in(config)
-    handle = kit.handle(config)
-    with pytest.raises(HttpRefused) as caught:
-        handle.connect()
+    if flag == "--dpop-nonce-rs":  # signed in first: only the connection is refused
+        kit.sign_in(config)
+        step = kit.handle(config).connect
+    else:
+        step = functools.partial(kit.sign_in, config)
+    with pytest.raises(refused) as caught:
+        step()
     message = str(caught.value)
-    assert "\n" not in message and "use_dpop_nonce" in message and "asks once" in message
+    assert "\n" not in message and "use_dpop_nonce" in message and all(text in message for text in said)
     stats = server.stats()
-    # The opening's two requests (server/discover, refused, then initialize), each with its one retry
-    assert stats["dpop_nonce_challenges_rs"] == 4
-    assert stats["dpop_replays"] == 0 and stats["token_requests"]["refresh_token"] == 0  # no refresh, no sign-in
+    assert {name: stats[name] for name in challenges} == challenges
+    assert {grant: stats["token_requests"][grant] for grant in tokens} == tokens
+    assert stats["dpop_replays"] == 0
 
 
 @pytest.mark.parametrize("nonce", ["n" * 4000, 'a"b', "a b"])
@@ -348,7 +307,7 @@ def test_a_bound_token_without_its_key_is_never_sent_as_bearer(kit, oauth_server
     assert "\n" not in str(caught.value) and "DPoP key" in str(caught.value)
     stats = server.stats()
     assert stats["bearer_with_bound_token"] == 0 and stats["mcp_requests_with_token"] == 0
-    assert kit.record().state == "needs_sign_in" and kit.record().access_token is None
+    assert kit.stored().state == "needs_sign_in" and kit.stored().access_token is None
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert record.access_token not in logged and json.loads(record.dpop_key)["d"] not in logged
 
@@ -364,7 +323,7 @@ def test_a_damaged_key_makes_a_refresh_need_a_sign_in_not_a_bearer_request(kit, 
         handle.connect()
     stats = server.stats()
     assert stats["bearer_with_bound_token"] == 0 and stats["token_requests"]["refresh_token"] == 0
-    assert kit.record().state == "needs_sign_in"
+    assert kit.stored().state == "needs_sign_in"
 
 
 def test_an_interactive_sign_in_after_a_lost_key_makes_a_new_key_and_goes_on(kit, oauth_server):
@@ -372,12 +331,12 @@ def test_an_interactive_sign_in_after_a_lost_key_makes_a_new_key_and_goes_on(kit
     config = config_for(server.url)
     kit.sign_in(config)
     kit.edit(dpop_key="not a key")
-    handle = kit.handle(config, interactive=True)
+    handle = kit.handle(config, authorize=kit.authorizer())
     handle.connect()
     assert echo(handle) == "hi"
     stats = server.stats()
     assert stats["token_requests"]["authorization_code"] == 2 and stats["bearer_with_bound_token"] == 0
-    assert stats["token_jkts"][-1] == thumbprint(kit.record()) != stats["token_jkts"][0]
+    assert stats["token_jkts"][-1] == thumbprint(kit.stored()) != stats["token_jkts"][0]
 
 
 def test_a_bearer_answer_to_a_dpop_request_is_used_as_bearer(kit, oauth_server):
@@ -426,11 +385,7 @@ def test_client_credentials_tokens_are_bound_and_refreshed_with_the_same_key(kit
     server = oauth_server("--dpop", "--client-credentials", "svc:s3cret")
     config = config_for(server.url, OAuthSettings(grant="client_credentials", client_id="svc", client_secret_env_var="SVC"))
     environ = {"SVC": "s3cret"}
-    refresher = TokenRefresher.start(kit.store, environ=environ)
-    kit.refreshers.append(refresher)
-    sign_in = authorizer(kit.store, environ=environ, agent=follow_redirect_agent(), port=0, lifetime=10)
-    handle = ServerHandle.start(config, kit.home, auth=ServerAuth(config, kit.store, refresh_by(refresher), authorize=sign_in))
-    kit.handles.append(handle)
+    handle = kit.handle(config, environ, authorize=kit.authorizer(environ))
     handle.connect()
     server.expire()
     assert echo(handle, "machine") == "machine"
@@ -493,7 +448,7 @@ def test_a_sign_out_forgets_the_key_and_the_next_sign_in_binds_a_new_one(kit, oa
     first = kit.sign_in(config)
     assert first.dpop_key
     kit.store.update_credentials(NAME, lambda c: signed_out(config, c))
-    assert kit.record().dpop_key is None and kit.record().access_token is None
+    assert kit.stored().dpop_key is None and kit.stored().access_token is None
     second = kit.sign_in(config)
     assert second.dpop_key and thumbprint(second) != thumbprint(first)
     assert server.stats()["token_jkts"] == [thumbprint(first), thumbprint(second)]

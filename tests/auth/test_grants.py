@@ -10,6 +10,7 @@ with :class:`ServerAuth`, a :class:`TokenRefresher`).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -20,10 +21,9 @@ import uuid
 import pytest
 
 from albedo_actors.actors.client import ServerHandle
-from albedo_actors.actors.refresher import TokenRefresher, refresh_by
 from albedo_actors.auth.record import OAuthRecord, from_credentials
-from albedo_actors.auth.server_auth import ServerAuth, sign_in_needed
-from albedo_actors.auth.signin import SignIn, authorizer
+from albedo_actors.auth.server_auth import sign_in_needed
+from albedo_actors.auth.signin import SignIn
 from albedo_actors.config import McpConfig, OAuthSettings, ServerConfig
 from albedo_actors.runtime import Runtime
 from albedo_actors.errors import AlbedoError, ConfigError, NeedsSignIn
@@ -31,6 +31,7 @@ from albedo_actors.store import open_store
 from albedo_actors.store.records import Credentials
 
 from helpers import HERE, _ServerProcess, text_of
+from kit import Kit
 
 NAME = "workload"
 WORKLOAD_ISSUER = "https://workload-issuer.example"
@@ -61,18 +62,9 @@ class IdpServer(_ServerProcess):
 
 
 @pytest.fixture
-def idp_server():
-    started: list[IdpServer] = []
-
-    def start(*flags: str) -> IdpServer:
-        server = IdpServer(*flags)
-        server.start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
+def idp_server(server_processes):
+    """``idp_server(*flags)`` starts an IdpServer; all are stopped afterwards (tests/conftest.py)."""
+    return functools.partial(server_processes, IdpServer)
 
 
 def _key_pair(directory, name: str) -> tuple[bytes, str, str]:
@@ -112,41 +104,9 @@ class Workload:
         return token, jti
 
 
-class Kit:
-    """A store, token refreshers and handles; everything is stopped at the end."""
-
-    def __init__(self, home: str) -> None:
-        self.home = home
-        self.store = open_store(home)
-        self.refreshers: list = []
-        self.handles: list[ServerHandle] = []
-
-    def handle(self, config: ServerConfig, environ: dict, *, id_token=None) -> ServerHandle:
-        refresher = TokenRefresher.start(self.store, environ=environ)
-        self.refreshers.append(refresher)
-        sign_in = authorizer(self.store, environ=environ, port=0, lifetime=10, id_token=id_token)
-        handle = ServerHandle.start(config, self.home, auth=ServerAuth(config, self.store, refresh_by(refresher),
-                                                                       authorize=sign_in))
-        self.handles.append(handle)
-        return handle
-
-    def sign_in(self, config: ServerConfig, environ: dict, *, id_token=None) -> OAuthRecord:
-        return SignIn(config, self.store, environ=environ, port=0, lifetime=10, id_token=id_token).run()
-
-    def record(self) -> OAuthRecord | None:
-        return from_credentials(self.store.get_credentials(NAME))
-
-    def close(self) -> None:
-        for handle in self.handles:
-            handle.stop()
-        for ref in self.refreshers:
-            ref.stop(timeout=10)
-        self.store.close()
-
-
 @pytest.fixture
 def kit(tmp_path, oauth_server, idp_server):
-    kit = Kit(str(tmp_path))
+    kit = Kit(str(tmp_path), NAME, agent=False, on_demand=True)  # no browser: these grants need none
     yield kit
     kit.close()
 

@@ -14,26 +14,23 @@ import json
 import logging
 import os
 import socket
-import urllib.parse
 
 import pytest
 
 from albedo_actors import config as albedo_config
 from albedo_actors.actors.client import ServerHandle
 from albedo_actors.errors import RefreshDeferred
-from albedo_actors.auth.server_auth import ServerAuth
-from albedo_actors.actors.refresher import TokenRefresher, refresh_by
+from albedo_actors.actors.refresher import refresh_by
 from albedo_actors.auth.refresh import refresh_held
 from albedo_actors.auth.http import AuthHttp
-from albedo_actors.auth.record import from_credentials
-from albedo_actors.auth.signin import SignIn, authorizer, follow_redirect_agent
+from albedo_actors.auth.signin import SignIn
 from albedo_actors.config import OAuthSettings, ServerConfig
 from albedo_actors.errors import AuthError, NeedsSignIn
 from albedo_actors.settings import ServerSpec, Settings
-from albedo_actors.store import open_store
 from albedo_actors.wire import mcp
 
 from helpers import text_of
+from kit import Kit
 
 NAME = "guarded"
 
@@ -41,59 +38,11 @@ NAME = "guarded"
 # -- fixtures and helpers --------------------------------------------------------------------
 
 
-class Kit:
-    """A store, a token refresher and the handles of one test; everything is stopped at the end."""
-
-    def __init__(self, home: str) -> None:
-        self.home = home
-        self.store = open_store(home)
-        self.refreshers: list = []
-        self.handles: list[ServerHandle] = []
-        self.redirects: list[str] = []  # the redirect_uri of every authorization URL the agent opened
-
-    def agent(self):
-        follow = follow_redirect_agent()
-
-        def agent(url, listener):
-            query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
-            self.redirects.append(query["redirect_uri"][0])
-            follow(url, listener)
-
-        return agent
-
-    def sign_in(self, config: ServerConfig, *, port: int = 0, environ: dict | None = None):
-        return SignIn(config, self.store, environ=environ or {}, agent=self.agent(), port=port, lifetime=10).run()
-
-    def authorizer(self, environ: dict | None = None):
-        return authorizer(self.store, environ=environ or {}, agent=self.agent(), port=0, lifetime=10)
-
-    def refresher(self, environ: dict | None = None):
-        ref = TokenRefresher.start(self.store, environ=environ or {})
-        self.refreshers.append(ref)
-        return ref
-
-    def handle(self, config: ServerConfig, *, authorize=None, environ: dict | None = None) -> ServerHandle:
-        auth = ServerAuth(config, self.store, refresh_by(self.refresher(environ)), authorize=authorize)
-        handle = ServerHandle.start(config, self.home, auth=auth)
-        self.handles.append(handle)
-        return handle
-
-    def record(self, name: str = NAME):
-        return from_credentials(self.store.get_credentials(name))
-
-    def close(self) -> None:
-        for handle in self.handles:
-            handle.stop()
-        for ref in self.refreshers:
-            ref.stop(timeout=10)
-        self.store.close()
-
-
 @pytest.fixture
 def kit(tmp_path, oauth_server):
     # Depends on oauth_server so the handles stop before the servers do (a server stopping
     # under an open stream waits out its graceful shutdown).
-    kit = Kit(str(tmp_path))
+    kit = Kit(str(tmp_path), NAME)
     yield kit
     kit.close()
 

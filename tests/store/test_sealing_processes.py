@@ -88,6 +88,34 @@ def run_until_paused(backend, stop_after: int, env: dict[str, str]) -> None:
         proc.stderr.close()
 
 
+def kill_midway(backend, stop_after: int, env: dict[str, str], keys: StoreKeys, was: str, becomes: str) -> None:
+    """SIGKILL the worker (run with ``env``) inside row ``stop_after``'s transaction; then, read
+    with ``keys``, every row is readable: the rows before it were committed sealed under
+    ``becomes`` (a ``sealing_status`` label), that one rolled back, and the rest are still ``was``."""
+    _kind, home, url = backend
+    run_until_paused(backend, stop_after, env)
+    store = open_store(home, url, keys=keys)
+    try:
+        assert_all_readable(store)
+        status = {"plaintext": 0}
+        status[was] = ROWS + CLIENTS - (stop_after - 1)
+        status[becomes] = stop_after - 1
+        assert store.sealing_status() == status
+    finally:
+        store.close()
+
+
+def assert_all_sealed(backend, key: str) -> None:
+    """The store read with ``key`` alone: every row sealed under it, and readable."""
+    _kind, home, url = backend
+    store = open_store(home, url, keys=keys_of(key))
+    try:
+        assert store.sealing_status() == {"plaintext": 0, f"key {keys_of(key).kid}": ROWS + CLIENTS}
+        assert_all_readable(store)
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("stop_after", [3, ROWS + 1])  # in the credentials, in the OAuth clients
 def test_encrypt_killed_midway_leaves_every_row_readable_and_a_second_run_finishes(backend, stop_after):
     _kind, home, url = backend
@@ -96,26 +124,13 @@ def test_encrypt_killed_midway_leaves_every_row_readable_and_a_second_run_finish
     fill(plain)
     plain.close()
 
-    run_until_paused(backend, stop_after, environ(ALBEDO_STORE_KEY=key))
+    kill_midway(backend, stop_after, environ(ALBEDO_STORE_KEY=key), keys_of(key), "plaintext", f"key {keys_of(key).kid}")
 
-    store = open_store(home, url, keys=keys_of(key))
-    try:
-        assert_all_readable(store)
-        # The rows before the one killed in its transaction were committed; that one rolled back.
-        assert store.sealing_status() == {"plaintext": ROWS + CLIENTS - (stop_after - 1),
-                                          f"key {keys_of(key).kid}": stop_after - 1}
-    finally:
-        store.close()
     done = albedo(backend, "store", "encrypt", env=environ(ALBEDO_STORE_KEY=key))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (f"encrypted {ROWS + CLIENTS - (stop_after - 1)} rows under key {keys_of(key).kid}; "
                                    f"{stop_after - 1} were so already")
-    store = open_store(home, url, keys=keys_of(key))
-    try:
-        assert store.sealing_status() == {"plaintext": 0, f"key {keys_of(key).kid}": ROWS + CLIENTS}
-        assert_all_readable(store)
-    finally:
-        store.close()
+    assert_all_sealed(backend, key)
 
 
 @pytest.mark.parametrize("stop_after", [3, ROWS + 1])
@@ -127,15 +142,9 @@ def test_rotation_killed_midway_reads_with_both_keys_and_rotate_key_run_again_fi
     sealed.close()
 
     # A rotation as a host mid-rotation runs it: the new key seals, the old one still opens.
-    run_until_paused(backend, stop_after, environ(ALBEDO_STORE_KEY=new, ALBEDO_STORE_OLD_KEY=old))
+    kill_midway(backend, stop_after, environ(ALBEDO_STORE_KEY=new, ALBEDO_STORE_OLD_KEY=old), keys_of(new, old),
+                f"key {keys_of(old).kid}", f"key {keys_of(new).kid}")
 
-    store = open_store(home, url, keys=keys_of(new, old))
-    try:
-        assert_all_readable(store)
-        assert store.sealing_status() == {"plaintext": 0, f"key {keys_of(old).kid}": ROWS + CLIENTS - (stop_after - 1),
-                                          f"key {keys_of(new).kid}": stop_after - 1}
-    finally:
-        store.close()
     key_file = os.path.join(os.path.dirname(home), "new.key")
     made = albedo(backend, "store", "new-key", "--file", key_file, env=environ())
     assert made.returncode == 0, made.stderr
@@ -145,12 +154,7 @@ def test_rotation_killed_midway_reads_with_both_keys_and_rotate_key_run_again_fi
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == (f"re-encrypted {ROWS + CLIENTS - (stop_after - 1)} rows under key "
                                            f"{keys_of(new).kid}; {stop_after - 1} were so already")
-    store = open_store(home, url, keys=keys_of(new))  # the new key alone reads everything
-    try:
-        assert store.sealing_status() == {"plaintext": 0, f"key {keys_of(new).kid}": ROWS + CLIENTS}
-        assert_all_readable(store)
-    finally:
-        store.close()
+    assert_all_sealed(backend, new)  # the new key alone reads everything
     status = albedo(backend, "store", "status", env=environ(ALBEDO_STORE_KEY=old))
     assert status.stdout.strip() == (f"0 rows in clear, {ROWS + CLIENTS} encrypted under key {keys_of(new).kid} "
                                      f"(the key given is {keys_of(old).kid})")
