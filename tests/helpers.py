@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -239,3 +240,28 @@ def sent(target, message):
     """Tell ``target`` the request ``message``; its reply future, to wait on later."""
     getattr(target, "actor_ref", target).tell(message)
     return message.reply
+
+
+@contextlib.contextmanager
+def composed(home: str, *servers: ServerConfig):
+    """A session composer (opened) over its own store, registry and preparer in
+    ``home``, configured with ``servers``; everything is stopped on leaving."""
+    from albedo_actors.actors.composer import Open, SessionComposer
+    from albedo_actors.actors.preparer import RuntimePreparer
+    from albedo_actors.actors.registry import ServerRegistry
+    from albedo_actors.config import McpConfig
+    from albedo_actors.store import open_store
+
+    store = open_store(home)
+    registry = ServerRegistry.start(home)
+    preparer = RuntimePreparer.start(registry, store)
+    config = McpConfig(home=home, servers=servers)
+    ref = SessionComposer.start(preparer, registry, lambda: config, enabled=True)
+    try:
+        request(ref.proxy(), Open(), 60)
+        yield ref
+    finally:
+        ref.stop(timeout=30)
+        preparer.stop(timeout=30)
+        registry.stop(timeout=30)
+        store.close()

@@ -4,30 +4,15 @@ import asyncio
 
 import pytest
 
-from albedo_actors.actors.composer import Open, SessionComposer
-from albedo_actors.actors.preparer import RuntimePreparer
-from albedo_actors.actors.registry import ServerRegistry
 from albedo_actors.binding import AsyncMcp, Mcp
-from albedo_actors.config import McpConfig
 from albedo_actors.errors import ConfigError, UnknownOutcome
-from albedo_actors.store import open_store
-from helpers import fault_config, request
+from helpers import composed, fault_config
 
 
 @pytest.fixture
 def composer(tmp_path):
-    home = str(tmp_path / "home")
-    store = open_store(home)
-    registry = ServerRegistry.start(home)
-    preparer = RuntimePreparer.start(registry, store)
-    config = McpConfig(home=home, servers=(fault_config("f", call_timeout_ms=30_000), fault_config("g")))
-    ref = SessionComposer.start(preparer, registry, lambda: config, enabled=True)
-    request(ref.proxy(), Open(), 60)
-    yield ref
-    ref.stop(timeout=30)
-    preparer.stop(timeout=30)
-    registry.stop(timeout=30)
-    store.close()
+    with composed(str(tmp_path / "home"), fault_config("f", call_timeout_ms=30_000), fault_config("g")) as ref:
+        yield ref
 
 
 def test_tools_describe_and_call_by_name_or_server_slash_tool(composer):

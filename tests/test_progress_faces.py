@@ -14,31 +14,16 @@ import time
 
 import pytest
 
-from albedo_actors.actors.composer import Open, SessionComposer
-from albedo_actors.actors.preparer import RuntimePreparer
-from albedo_actors.actors.registry import ServerRegistry
 from albedo_actors.binding import AsyncMcp, Mcp, ask
-from albedo_actors.config import McpConfig
-from albedo_actors.store import open_store
-from helpers import FAULT_SERVER, fault_config, request
+from helpers import composed, FAULT_SERVER, fault_config
 
 RUN_TIMEOUT = 60
 
 
 @pytest.fixture
 def composer(tmp_path):
-    home = str(tmp_path / "home")
-    store = open_store(home)
-    registry = ServerRegistry.start(home)
-    preparer = RuntimePreparer.start(registry, store)
-    config = McpConfig(home=home, servers=(fault_config("f", call_timeout_ms=1000),))
-    ref = SessionComposer.start(preparer, registry, lambda: config, enabled=True)
-    request(ref.proxy(), Open(), 60)
-    yield ref
-    ref.stop(timeout=30)
-    preparer.stop(timeout=30)
-    registry.stop(timeout=30)
-    store.close()
+    with composed(str(tmp_path / "home"), fault_config("f", call_timeout_ms=1000)) as ref:
+        yield ref
 
 
 def test_the_binding_hands_progress_to_the_host_and_the_composer(composer):
