@@ -1,4 +1,11 @@
-"""Pure data every layer shares: the catalogue model, advertised names, saved catalogues."""
+"""Pure data every layer shares: the catalogue and what is made of it.
+
+- :mod:`.model`: the :class:`Catalogue` (one server's lists, immutable);
+- :mod:`.naming`: advertised names, bounded schemas, the operations a session advertises;
+- :mod:`.saved`: saved catalogues (the store's text, read back as catalogues);
+- :mod:`.schemas`: output schemas, a result's ``structuredContent`` checked (issue 16);
+- :mod:`.search`: tool search, the BM25 index of a composition's operations (issue 16).
+"""
 
 from .model import Catalogue
 
