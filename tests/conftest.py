@@ -39,13 +39,32 @@ def pytest_sessionstart(session):
     session.stash[_SESSION_BASELINE] = _leaks.snapshot()
 
 
+_WORKER_LEAKS = pytest.StashKey()
+
+
 def pytest_sessionfinish(session, exitstatus):
     problems = _leaks.check(session.stash[_SESSION_BASELINE])
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        # A pytest-xdist worker (scripts/test runs two): its output is not shown, so
+        # what it left behind goes to the controller, which reports it and fails the run.
+        workeroutput["albedo_leaks"] = problems
+        return
+    problems = session.config.stash.get(_WORKER_LEAKS, []) + problems
     if problems:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         write = reporter.write_line if reporter else print
         write("left behind at the end of the session:\n  " + "\n  ".join(problems))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: a worker ended; keep what it left behind (above)."""
+    problems = getattr(node, "workeroutput", {}).get("albedo_leaks") or []
+    worker = getattr(node, "gateway", None)
+    label = getattr(worker, "id", "a worker")
+    node.config.stash.setdefault(_WORKER_LEAKS, []).extend(f"{label}: {problem}" for problem in problems)
 
 
 @pytest.fixture(autouse=True)

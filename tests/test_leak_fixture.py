@@ -151,6 +151,35 @@ def test_a_message_nobody_handles_fails_the_test(inner):
     result.stdout.fnmatch_lines(["*pykka logged: Unexpected message received by Deaf (urn:uuid:*): stray event*"])
 
 
+SESSION_LEAK = """
+import threading
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def helper():
+    # A module fixture that starts a thread and never stops it: no test sees it
+    # as new, so only the check at the end of the session can.
+    threading.Thread(target=threading.Event().wait, args=(60,), name="module-leak", daemon=True).start()
+    yield
+
+
+def test_uses_the_helper(helper):
+    pass
+"""
+
+
+@pytest.mark.parametrize("workers", [(), ("-n", "1")], ids=["in-process", "xdist-worker"])
+def test_a_leak_at_the_end_of_the_session_fails_the_run(inner, workers):
+    inner.makepyfile(test_inner=SESSION_LEAK)
+    result = inner.runpytest_subprocess("-p", "no:cacheprovider", "-rA", *workers, timeout=90)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*left behind at the end of the session:",
+                                 "*thread still running: 'module-leak' (daemon, Event.wait)*"])
+    result.assert_outcomes(passed=1)
+
+
 def test_pytest_is_a_child_subreaper():
     value = ctypes.c_int(0)
     libc = ctypes.CDLL(None, use_errno=True)
