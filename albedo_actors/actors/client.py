@@ -645,7 +645,7 @@ class ServerHandle:
         connection = self._connection(None)
         limit = self.config.call_timeout if timeout is None else timeout
         reporter = Reporter([on_progress], name=f"mcp-progress-{self.name}") if on_progress is not None else None
-        progress = CallProgress(new_token(), limit, max(limit, self.config.max_call_timeout), reporter)
+        progress = CallProgress(new_token(), limit, self.config.max_call_timeout, reporter)  # the cap: at least ``limit``
         if reporter is not None:
             reporter.progress = progress
         try:

@@ -135,49 +135,62 @@ class Reporter:
     (plus the last), each of the latest report only. :meth:`close` (at the end of the
     call) delivers the latest report if it was not yet, and waits for the thread to end
     (at most :data:`JOIN_TIMEOUT`: a callback that takes longer finishes on its own).
+    Every call has one, so a call that hears no progress makes only this object: the
+    thread and its events are made at the first report.
     """
 
     def __init__(self, callbacks: list[Callable[[ProgressReport], None]], name: str = "mcp-progress") -> None:
         self._callbacks = callbacks
         self._name = name
-        self._wake = threading.Event()
-        self._done = threading.Event()
         self._lock = threading.Lock()
+        self._wake: threading.Event | None = None  # with _done and _thread: made at the first report
+        self._done: threading.Event | None = None
         self._thread: threading.Thread | None = None
+        self._closed = False  # no thread starts after the end
         self._failed: set[int] = set()  # callbacks that raised (logged once each)
         self.progress: CallProgress | None = None
 
     def poke(self) -> None:
-        if self._thread is None:
+        wake = self._wake
+        if wake is None:
             with self._lock:
-                if self._thread is None and not self._done.is_set():
+                if self._closed:
+                    return
+                if self._wake is None:
+                    self._done = threading.Event()
+                    self._wake = threading.Event()
                     self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                     self._thread.start()
-        self._wake.set()
+                wake = self._wake
+        wake.set()
 
     def close(self) -> None:
-        self._done.set()
-        self._wake.set()
         with self._lock:
-            thread = self._thread
-            self._thread = thread or _ENDED  # no thread starts after the end
-        if thread is not None and thread is not threading.current_thread():
+            self._closed = True
+            thread, done, wake = self._thread, self._done, self._wake
+        if thread is None or done is None or wake is None:
+            return  # no report came: nothing was started
+        done.set()
+        wake.set()
+        if thread is not threading.current_thread():
             thread.join(JOIN_TIMEOUT)
 
     def _run(self) -> None:
+        wake, done = self._wake, self._done
+        assert wake is not None and done is not None  # made before this thread started
         interval = 1.0 / REPORTS_PER_SECOND
         delivered: ProgressReport | None = None
         while True:
-            self._wake.wait()  # set by every report, and by close()
-            self._wake.clear()
-            ending = self._done.is_set()
+            wake.wait()  # set by every report, and by close()
+            wake.clear()
+            ending = done.is_set()
             report = self.progress.latest if self.progress is not None else None
             if report is not None and report is not delivered:
                 delivered = report
                 self._deliver(report)
             if ending:
                 return  # the call's last report was delivered before it returned
-            self._done.wait(interval)  # the rate limit; close() ends it at once (then the last report goes out)
+            done.wait(interval)  # the rate limit; close() ends it at once (then the last report goes out)
 
     def _deliver(self, report: ProgressReport) -> None:
         for index, callback in enumerate(self._callbacks):
@@ -189,5 +202,3 @@ class Reporter:
                     logger.warning("server %r: a progress callback failed (%s: %s); its later failures are not logged",
                                    report.server, type(exc).__name__, printable(exc, one_line=True, limit=200))
 
-
-_ENDED = threading.Thread(target=lambda: None)  # a Reporter's thread slot after close()
