@@ -16,7 +16,8 @@ HTTP on its own thread:
 * every page is fixed text (``text/plain``, ``Cache-Control: no-store``):
   nothing from the request is ever reflected, and nothing is logged;
 * it closes after the first valid callback, after its ``lifetime`` runs out,
-  on ``cancel()`` or on ``close()``;
+  on ``cancel()`` or on ``close()``; when ``wait()`` returns on the lifetime,
+  or ``offer()`` returns True, the port is already closed;
 * connections are served at once, each on its own thread (at most
   :data:`MAX_CONNECTIONS` at a time; more are closed unanswered), and each has
   :data:`REQUEST_TIMEOUT_S` in all to send its request: an idle or trickling
@@ -331,7 +332,12 @@ class CallbackListener:
         if not query and "?" not in url and "=" in url:
             # Only the query string was pasted.
             query = url.strip().lstrip("?")
-        return self._accept(query)
+        if not self._accept(query):
+            return False
+        # A pasted URL won: the port is closed when offer() returns, so the browser's
+        # late redirect finds nothing rather than a listener that has stopped caring.
+        self._stop_serving()
+        return True
 
     def cancel(self) -> None:
         """End the sign-in: ``wait`` returns None and ``cancelled`` is true."""
@@ -347,6 +353,14 @@ class CallbackListener:
         with self._lock:
             if not self._done.is_set():
                 self._done.set()
+        self._stop_serving()
+        # Connections still sending (idle, trickling) are cut; one being answered (the
+        # browser's, whose page is being written) is let finish, within its own deadline.
+        self._server.cut_overdue(idle=True)
+        self._server.join_connections(JOIN_TIMEOUT_S)
+
+    def _stop_serving(self) -> None:
+        """Stop the serving thread and close the listening socket before returning."""
         self._stop.set()
         # Wake the serving thread now rather than at its next poll: shutting the
         # listening socket down makes its select() return and accept() fail.
@@ -357,10 +371,6 @@ class CallbackListener:
         if self._thread is not threading.current_thread():
             self._thread.join(JOIN_TIMEOUT_S)
         self._close_socket()
-        # Connections still sending (idle, trickling) are cut; one being answered (the
-        # browser's, whose page is being written) is let finish, within its own deadline.
-        self._server.cut_overdue(idle=True)
-        self._server.join_connections(JOIN_TIMEOUT_S)
 
     def __enter__(self) -> "CallbackListener":
         return self
@@ -388,6 +398,9 @@ class CallbackListener:
         try:
             while not self._stop.is_set():
                 if time.monotonic() >= self._deadline:
+                    # The socket closes before waiters wake, so a caller whose wait()
+                    # returned on the lifetime finds nothing listening on the port.
+                    self._close_socket()
                     with self._lock:
                         if not self._done.is_set():
                             self._timed_out = True
