@@ -177,10 +177,8 @@ def compile_warning(catalogue: Catalogue, tool: str) -> str | None:
     used), when :func:`prepare` compiled this catalogue and found so; given once, so
     the tool's first call does not repeat it. None otherwise (a catalogue read from
     the store compiles at the tool's first call, and warns there)."""
-    entry = _CACHE.get(catalogue.server)
-    if entry is None or entry[0] is not catalogue:
-        return None
-    found = entry[1].get(tool)
+    tools = _kept(catalogue)
+    found = None if tools is None else tools.get(tool)
     return None if found is None else found.take_warning()
 
 
@@ -189,9 +187,7 @@ def remember(catalogue: Catalogue, compiled: Mapping[str, Any]) -> None:
     :func:`check_result` reads), replacing what was kept for an earlier catalogue of
     the same server."""
     with _CACHE_LOCK:
-        if len(_CACHE) >= _CACHE_LIMIT and catalogue.server not in _CACHE:
-            _CACHE.clear()
-        _CACHE[catalogue.server] = (catalogue, dict(compiled))
+        _keep(catalogue, dict(compiled))
 
 
 # -- internals ---------------------------------------------------------------------------------
@@ -239,17 +235,27 @@ _CACHE_LIMIT = 4096
 _CACHE_LOCK = threading.Lock()
 
 
-def _compiled(catalogue: Catalogue, tool: str) -> _Compiled | None:
+def _kept(catalogue: Catalogue) -> dict[str, _Compiled] | None:
+    """What is kept for ``catalogue`` (this very object), or None."""
     entry = _CACHE.get(catalogue.server)
-    if entry is None or entry[0] is not catalogue:
+    return entry[1] if entry is not None and entry[0] is catalogue else None
+
+
+def _keep(catalogue: Catalogue, tools: dict[str, _Compiled]) -> dict[str, _Compiled]:
+    """Keep ``tools`` for ``catalogue``, replacing its server's entry; the caller holds _CACHE_LOCK."""
+    if len(_CACHE) >= _CACHE_LIMIT and catalogue.server not in _CACHE:
+        _CACHE.clear()  # a bound only: a host configures far fewer servers
+    _CACHE[catalogue.server] = (catalogue, tools)
+    return tools
+
+
+def _compiled(catalogue: Catalogue, tool: str) -> _Compiled | None:
+    tools = _kept(catalogue)
+    if tools is None:
         with _CACHE_LOCK:
-            entry = _CACHE.get(catalogue.server)
-            if entry is None or entry[0] is not catalogue:
-                if len(_CACHE) >= _CACHE_LIMIT and catalogue.server not in _CACHE:
-                    _CACHE.clear()  # a bound only: a host configures far fewer servers
-                entry = (catalogue, {})
-                _CACHE[catalogue.server] = entry
-    tools = entry[1]
+            tools = _kept(catalogue)
+            if tools is None:
+                tools = _keep(catalogue, {})
     found = tools.get(tool)
     if found is None:
         definition = catalogue.tool(tool)
