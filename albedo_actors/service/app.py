@@ -57,7 +57,8 @@ from werkzeug.wrappers import Request, Response
 
 from ..config import _NAME, parse
 from ..errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
-from ..settings import REMOVE, SecretInput, _apply, _apply_oauth_client, _empty_credentials, _is_empty, _kind, signed_out, undo_save
+from ..settings import (REMOVE, SecretInput, _apply, _apply_oauth_client, _empty_credentials, _is_empty, _kind,
+                        change_credentials, signed_out, undo_save)
 
 if TYPE_CHECKING:
     from ..config import ServerConfig
@@ -295,36 +296,41 @@ def patch(settings: Settings, body: Any) -> bool:
                 document["mcp"]["retryMs"] = body["retryMs"]
         config = parse(document, settings.home, source=settings.path)  # 400 before anything is written
         by_name = {server.name: server for server in config.servers}
-        previous: dict[str, Credentials] = {name: settings.store.get_credentials(name)
-                                            for name in {*servers_part, *secrets_part}}
-        written: dict[str, Credentials] = {}
+        stored: dict[str, Credentials] = {name: settings.store.get_credentials(name)
+                                          for name in {*servers_part, *secrets_part}}
+        # Each server's credentials change as a function of its row, applied under the
+        # row's lock (a token refresh that commits meanwhile is kept); checked here on
+        # what is stored now, so an invalid secret is a 400 before anything is written.
+        changes: dict[str, Callable[[Credentials], Credentials]] = {}
         secrets_changed: set[str] = set()
         for name in servers_part:
             if name in by_name and name not in before:  # a new server starts with no stored secret
-                written[name] = _empty_credentials()
+                changes[name] = _fresh
             elif name in by_name and _kind(before[name]) != by_name[name].type:
                 raise ConfigError(f"server {name!r}: remove it and add it again to change its transport")
         for name, given in secrets_part.items():
             server = by_name.get(name)
             if server is None:
                 raise ConfigError(f"no server named {name!r} in {settings.path} to keep secrets for")
-            current = written.get(name, previous[name])
-            credentials, connects = _secrets(server, current, given)
-            written[name] = credentials
-            if connects:
+            if not isinstance(given, dict):
+                raise ConfigError(f"server {name!r}: its secrets must be an object of bearerToken, header, env, oauth, oauth_client")
+            changes[name] = _with_secrets(server, given, changes.get(name))
+            if set(given) - {"oauth"}:  # anything but a sign-out: the server is tried
                 secrets_changed.add(name)
                 if server.enabled and name not in to_connect:
                     to_connect.append(name)
+        for name, change in list(changes.items()):
+            if change(stored[name]) == stored[name] and name in before:  # raises ConfigError: a 400
+                del changes[name]  # nothing to write
         # A server whose entry and secrets are unchanged is not tried again.
         to_connect = [name for name in to_connect
                       if not (name in before and before[name] == servers[name] and name not in secrets_changed)]
-        for name in list(written):
-            if written[name] == previous[name] and name in before:
-                del written[name]
         settings._write(document)
+        previous: dict[str, Credentials] = {}
+        written: dict[str, Credentials] = {}
         try:
-            for name, credentials in written.items():
-                settings._put_credentials(name, credentials)
+            for name, change in changes.items():
+                previous[name], written[name] = change_credentials(settings.store, name, change)
             for name in removed:
                 settings.store.delete_credentials(name)
             catalogues = {}
@@ -340,7 +346,7 @@ def patch(settings: Settings, body: Any) -> bool:
                     logger.info("server %r could not connect; restoring the previous settings", name)
                     raise SettingsConflict(name, exc) from None
         except BaseException:
-            _restore(settings, previous_text, previous, written, removed)
+            _restore(settings, previous_text, previous, written, {name: stored[name] for name in removed})
             raise
         for name, catalogue in catalogues.items():
             settings._save_catalogue(by_name[name], catalogue)
@@ -354,10 +360,11 @@ def patch(settings: Settings, body: Any) -> bool:
 
 
 def _restore(settings: Settings, text: str | None, previous: dict[str, Credentials],
-             written: dict[str, Credentials], removed: list[str]) -> None:
+             written: dict[str, Credentials], removed: dict[str, Credentials]) -> None:
     """Undo a PATCH: the file as it was, each credential the PATCH wrote (or deleted)
     back unless it changed since (rotated tokens stay)."""
     settings._restore_file(text)
+
     def undo(ours: Credentials, before: Credentials) -> Callable[[Credentials], Credentials]:
         return lambda current: undo_save(current, ours, before)
 
@@ -365,12 +372,24 @@ def _restore(settings: Settings, text: str | None, previous: dict[str, Credentia
         return lambda current: before if _is_empty(current) else current
 
     for name, ours in written.items():
-        restored = settings.store.update_credentials(name, undo(ours, previous[name]))
-        if _is_empty(restored) and _is_empty(previous[name]):
-            settings.store.delete_credentials(name)
-    for name in removed:
-        if not _is_empty(previous[name]):
-            settings.store.update_credentials(name, put_back(previous[name]))
+        settings.store.update_credentials(name, undo(ours, previous[name]))
+    for name, before in removed.items():
+        if not _is_empty(before):
+            settings.store.update_credentials(name, put_back(before))
+
+
+def _fresh(current: Credentials) -> Credentials:
+    """A new server's credentials: none, whatever a row of that name held."""
+    return _empty_credentials()
+
+
+def _with_secrets(server: ServerConfig, given: Any,
+                  base: Callable[[Credentials], Credentials] | None) -> Callable[[Credentials], Credentials]:
+    """The change that applies the API's ``given`` secrets (after ``base``) to a row."""
+    def change(current: Credentials) -> Credentials:
+        return _secrets(server, base(current) if base is not None else current, given)[0]
+
+    return change
 
 
 def _secrets(server: ServerConfig, current: Credentials, given: Any) -> tuple[Credentials, bool]:
