@@ -105,8 +105,14 @@
     }
     latest = [];
     render();
-    $("page-sign-out").hidden = true;
+    closed();
     say(SIGNED_OUT, false);
+  }
+
+  function closed() {
+    // Nothing of the settings stays on a page that is no longer open.
+    $("page-sign-out").hidden = true;
+    document.querySelector("main").hidden = true;
   }
 
   // -- the API ------------------------------------------------------------------------
@@ -141,7 +147,7 @@
       // Expired, signed out elsewhere, or the service restarted: this token is spent.
       keepToken(null);
       stopped = true;
-      $("page-sign-out").hidden = true;
+      closed();
       throw new ApiError("This page's session has ended (it expired, or the service restarted): run `albedo-mcp open` for a new link.");
     }
     if (!response.ok) {
@@ -420,6 +426,7 @@
       await openSession();
     } catch (e) {
       stopped = true;
+      closed();
       say(e instanceof ApiError ? e.message : NOT_OPENED, true);
       return;
     }
