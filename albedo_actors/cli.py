@@ -282,11 +282,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo(out=sys.stdout)
         if args.command == "serve":
             return _serve(args)
+        if args.command == "open":
+            return _open_page(args)
         if args.command == "store":
             return _store_command(args)
         if args.command in _ADMIN:
             return _admin(args)
-        _error(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in, sign-out, extension, serve or store (see {PROG} --help)")
+        _error(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in, sign-out, extension, serve, open or store (see {PROG} --help)")
         return EXIT_USAGE
     except _Usage as exc:
         _error(str(exc))
@@ -442,6 +444,11 @@ def _serve_parser(commands: Any) -> None:
                                             "Prints the browser URL; SIGTERM or Ctrl-C stops it.")
     _place_options(serve)
     serve.add_argument("--port", type=int, default=0, metavar="N", help="the port on 127.0.0.1 (default 0: an ephemeral one)")
+    page = commands.add_parser("open", help="open the settings page of the running service (a new single-use link)",
+                               description="Ask the running settings service for a new link to its page, print it, and open "
+                                           "it in the browser (unless --no-browser or ALBEDO_NO_BROWSER). The link works once.")
+    _place_options(page)
+    page.add_argument("--no-browser", action="store_true", help="only print the link")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -482,8 +489,9 @@ def _serve(args: argparse.Namespace) -> int:
                 runtimes.append(runtime)
                 if early.is_set():  # it may have read the settings before that save
                     reload_sessions()
-                _out(f"albedo-mcp: settings service for {home}: open {service.browser_url} "
-                     "(SIGTERM or Ctrl-C stops it)", flush=True)
+                _out(f"albedo-mcp: settings service for {home}: open {service.open_url()} "
+                     f"(that link works once; `{PROG} open` gives another; SIGTERM or Ctrl-C stops the service)",
+                     flush=True)
                 while not stopping.wait(0.5):
                     pass
                 runtimes.clear()
@@ -491,6 +499,28 @@ def _serve(args: argparse.Namespace) -> int:
         store.close()
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+    return EXIT_OK
+
+
+def _open_page(args: argparse.Namespace) -> int:
+    """``open``: a new single-use link to the running service's page, printed and opened."""
+    from .auth.browser import open_authorization_url
+    from .service.client import ServiceClient, ServiceSilent
+
+    home = resolve_home(args.home)
+    try:
+        client = ServiceClient.find(home)
+    except ServiceSilent as exc:
+        raise SessionTimedOut(str(exc).partition("; acting")[0] + "; try again") from None
+    if client is None:
+        raise ConfigError(f"no settings service runs for {home}; start one with `{PROG} serve`")
+    url = client.new_link()
+    _out(f"Open this link (it works once): {url}", flush=True)
+    if not args.no_browser:
+        try:
+            open_authorization_url(url)
+        except ValueError:  # the service's own URL: http://127.0.0.1:PORT/#open=...
+            pass
     return EXIT_OK
 
 
@@ -687,9 +717,13 @@ def _admin(args: argparse.Namespace) -> int:
     home = resolve_home(args.home)
     secrets = _read_secrets(args) if args.command in ("add", "edit") else None
     if args.command in _THROUGH_SERVICE:
-        from .service.client import ServiceClient, ServiceGone
+        from .service.client import ServiceClient, ServiceGone, ServiceSilent
 
-        client = ServiceClient.find(home)
+        try:
+            client = ServiceClient.find(home)
+        except ServiceSilent as exc:  # nothing was sent to it
+            _warn(str(exc))
+            client = None
         if client is not None:
             with client:
                 try:

@@ -211,9 +211,12 @@ class Settings:
             document = self._read_document()
             servers = self._servers(document)
             servers[spec.name] = new_entry(spec, secrets, servers, self.path)
-            credentials = _apply(_empty_credentials(), secrets, spec.name)
-            credentials = _apply_oauth_client(credentials, secrets, spec.url, spec.name)
-            self._save(spec.name, document, credentials, try_connect=spec.enabled)
+
+            def fresh(current: Credentials) -> Credentials:  # a new server starts with no stored secret
+                credentials = _apply(_empty_credentials(), secrets, spec.name)
+                return _apply_oauth_client(credentials, secrets, spec.url, spec.name)
+
+            self._save(spec.name, document, fresh, try_connect=spec.enabled)
         return self._view(spec.name)
 
     def edit(self, name: str, changes: ServerChanges | None = None, secrets: SecretInput | None = None) -> ServerView:
@@ -230,10 +233,14 @@ class Settings:
             servers = self._servers(document)
             entry = self._existing(servers, name)
             kind = edit_entry(name, entry, changes, secrets)
-            credentials = _apply(self.store.get_credentials(name), secrets, name)
-            if kind == "http":
-                credentials = _apply_oauth_client(credentials, secrets, entry.get("url"), name)
-            self._save(name, document, credentials, try_connect=entry.get("enabled", True))
+
+            def edited(current: Credentials) -> Credentials:
+                credentials = _apply(current, secrets, name)
+                if kind == "http":
+                    credentials = _apply_oauth_client(credentials, secrets, entry.get("url"), name)
+                return credentials
+
+            self._save(name, document, edited, try_connect=entry.get("enabled", True))
         return self._view(name)
 
     def remove(self, name: str) -> None:
@@ -300,27 +307,33 @@ class Settings:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _save(self, name: str, document: dict, credentials: Credentials | None, try_connect: bool) -> None:
-        """Validate, write the file and the credentials, try the server; undo both on failure."""
+    def _save(self, name: str, document: dict, change: Callable[[Credentials], Credentials] | None,
+              try_connect: bool) -> None:
+        """Validate, write the file and the credentials, try the server; undo both on failure.
+
+        ``change`` maps the server's stored credentials to the saved ones. It is checked
+        on what is stored now (a ConfigError before anything is written), then applied
+        to the row under its lock (:func:`change_credentials`), so a token refresh that
+        commits meanwhile is kept, never undone by a snapshot read before it.
+        """
         config = parse(document, self.home, source=self.path)  # raises before anything is written
         server = config.server(name)
+        if change is not None:
+            change(self.store.get_credentials(name))  # raises before anything is written
         previous_text = self._read_text()
-        previous_credentials = self.store.get_credentials(name)
         self._write(document)
-        written = None
+        written = previous = None
         try:
-            if credentials is not None:
-                self._put_credentials(name, credentials)
-                written = credentials
+            if change is not None:
+                previous, written = change_credentials(self.store, name, change)
         except BaseException:
             self._restore_file(previous_text)
             raise
         if not try_connect:
             logger.info("server %r saved (switched off, not tried)", name)
             return
-        stored = credentials if credentials is not None else previous_credentials
         try:
-            catalogue = self._try(server, stored)
+            catalogue = self._try(server, self.store.get_credentials(name))
         except NeedsSignIn as exc:
             # The reference: saving a server that answers 401 keeps it, needing a sign-in.
             logger.info("server %r saved; it needs a sign-in (%s)", name, exc.why)
@@ -329,8 +342,9 @@ class Settings:
         except AlbedoError as exc:
             logger.info("server %r could not connect; restoring its previous settings", name)
             self._restore_file(previous_text)
-            if written is not None:
-                self.store.update_credentials(name, lambda current: undo_save(current, written, previous_credentials))
+            if written is not None and previous is not None:
+                ours, before = written, previous
+                self.store.update_credentials(name, lambda current: undo_save(current, ours, before))
             raise SettingsConflict(name, exc) from None
         self._save_catalogue(server, catalogue)
         logger.info("server %r saved and connected", name)
@@ -371,12 +385,6 @@ class Settings:
             return dataclasses.replace(credentials, oauth=record.to_json())
 
         self.store.update_credentials(server.name, mark)
-
-    def _put_credentials(self, name: str, credentials: Credentials) -> None:
-        if _is_empty(credentials):
-            self.store.delete_credentials(name)
-        else:
-            self.store.put_credentials(name, credentials)
 
     def _view(self, name: str) -> ServerView:
         for view in self.servers():
@@ -469,6 +477,28 @@ class Settings:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def change_credentials(store: Store, name: str, change: Callable[[Credentials], Credentials]) -> tuple[Credentials, Credentials]:
+    """Apply ``change`` to ``name``'s credentials row under its lock; ``(before, after)``.
+
+    A save never writes a snapshot read earlier: a token refresh (or any other writer)
+    that committed between that read and this write is the ``current`` that ``change``
+    sees, so a rotated refresh token is never lost. ``before`` is what the row held
+    just before, for :func:`undo_save`.
+
+    Raises:
+        StoreError: the database failed.
+        ConfigError: ``change`` refused what is stored now (nothing written).
+    """
+    seen: list[Credentials] = []
+
+    def apply(current: Credentials) -> Credentials:
+        seen.append(current)
+        return change(current)
+
+    after = store.update_credentials(name, apply)
+    return seen[-1], after
 
 
 def signed_out(server: ServerConfig, credentials: Credentials) -> Credentials:

@@ -319,5 +319,5 @@ def _default_bundle() -> str | None:
         import certifi
 
         return certifi.where()
-    except ImportError:  # pragma: no cover - certifi comes with requests
+    except ImportError:  # pragma: no cover - certifi is a dependency (setup.cfg)
         return None

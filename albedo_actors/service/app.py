@@ -3,7 +3,8 @@
 ::
 
     app = make_app(settings_factory=lambda: Settings(home, store), signins=signins, token=token,
-                   port=lambda: port, on_saved=reload_sessions, static_dir=STATIC_DIR)
+                   pages=PageSessions(), port=lambda: port, on_saved=reload_sessions,
+                   static_dir=STATIC_DIR, open_url=lambda: service.open_url())
 
 Routes (Werkzeug's routing; no hand-written HTTP parsing):
 
@@ -18,25 +19,32 @@ Routes (Werkzeug's routing; no hand-written HTTP parsing):
   ``on_saved`` once.
 - ``PUT|GET|DELETE /api/auth/logins/mcp:NAME``, ``POST .../callback``: the sign-ins
   (:class:`~albedo_actors.service.signins.SignIns`): 202, 200, 204, 200.
-- ``GET /`` the page (``?token=`` logs a browser in: an HttpOnly, SameSite=Strict
-  session cookie, then a redirect to ``/``); ``GET /static/FILE``.
+- ``POST /api/session`` ``{"open": LINK}``: spends a single-use opening link (the page
+  reads it from its URL's ``#open=`` fragment) for a page session token, 201
+  ``{"token", "expiresIn"}``; 401 when the link is spent or expired. ``DELETE
+  /api/session``: the page's sign-out, 204.
+- ``POST /api/links`` (the service token only): 201 ``{"url"}``, a new opening link
+  (``albedo-mcp open``).
+- ``GET /api/health``: 200 ``{"ok": true}``, the command line's check that the service
+  answers before it sends anything.
+- ``GET /`` the page (static: it holds no data; what it shows comes through the API with
+  its page session); ``GET /static/FILE``.
 
 Who may call it, checked in this order:
 
-1. **Host.** ``127.0.0.1:PORT``, ``localhost:PORT`` or ``[::1]:PORT``, else 403 (DNS
-   rebinding: a page of another site resolved to 127.0.0.1 still sends its own Host).
-2. **Token.** ``Authorization: Bearer <token>``, compared in constant time; or the
-   session cookie, accepted only when the request's ``Origin`` (or, without one,
-   ``Sec-Fetch-Site``) says it comes from the service's own page (else 403). Neither:
-   401, with no detail.
-3. **Content type.** A body must be ``application/json``, and so must every
-   state-changing request a cookie authorises (a cross-site form cannot send that
-   without a CORS preflight, which this service never answers): else 415.
+1. **Host.** ``127.0.0.1:PORT``, ``localhost:PORT`` or ``[::1]:PORT`` (and, on the home's
+   Unix socket, ``localhost``), else 403 (DNS rebinding: a page of another site resolved
+   to 127.0.0.1 still sends its own Host).
+2. **Token.** ``Authorization: Bearer <token>``: the service token, or a live page
+   session token (:class:`~albedo_actors.service.pages.PageSessions`), compared in
+   constant time. Neither: 401, with no detail. **No cookie authorises anything**: a
+   cookie is per host, not per port, so another local port's page would be sent it.
+3. **Content type.** A body must be ``application/json`` (a cross-site form cannot send
+   that type without a CORS preflight, which this service never answers): else 415.
 4. **Size.** A body over 1 MiB: 413.
 
 No response, page or log line carries a secret, a token or the service token: errors
-are the settings' own one-line messages (they never quote a value), and the session
-cookie is a separate random value, not the token.
+are the settings' own one-line messages (they never quote a value).
 """
 
 from __future__ import annotations
@@ -47,7 +55,6 @@ import json
 import logging
 import mimetypes
 import os
-import secrets as random_secrets
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from werkzeug.exceptions import HTTPException, NotFound
@@ -57,21 +64,21 @@ from werkzeug.wrappers import Request, Response
 
 from ..config import _NAME, parse
 from ..errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
-from ..settings import REMOVE, SecretInput, _apply, _apply_oauth_client, _empty_credentials, _is_empty, _kind, signed_out, undo_save
+from ..settings import (REMOVE, SecretInput, _apply, _apply_oauth_client, _empty_credentials, _is_empty, _kind,
+                        change_credentials, signed_out, undo_save)
 
 if TYPE_CHECKING:
     from ..config import ServerConfig
     from ..settings import Settings
     from ..store.records import Credentials
+    from .pages import PageSessions
     from .signins import SignIns
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["make_app", "MAX_BODY", "COOKIE_PREFIX"]
+__all__ = ["make_app", "MAX_BODY"]
 
 MAX_BODY = 1024 * 1024  # request bodies above 1 MiB: 413
-COOKIE_PREFIX = "albedo_session_"  # + the port: cookies are per host, not per port
-STATE_CHANGING = frozenset({"PATCH", "PUT", "POST", "DELETE"})
 _PATCH_KEYS = frozenset({"servers", "secrets", "enabled", "retryMs"})
 _SECRET_KEYS = frozenset({"bearerToken", "header", "env", "oauth", "oauth_client"})
 _HEADERS = {
@@ -86,6 +93,9 @@ _URLS = Map([
     Rule("/", endpoint="page", methods=["GET"]),
     Rule("/static/<file>", endpoint="static", methods=["GET"]),
     Rule("/api/mcp", endpoint="mcp", methods=["GET", "PATCH"]),
+    Rule("/api/session", endpoint="session", methods=["POST", "DELETE"]),
+    Rule("/api/links", endpoint="links", methods=["POST"]),
+    Rule("/api/health", endpoint="health", methods=["GET"]),
     Rule("/api/auth/logins/mcp:<name>", endpoint="login", methods=["GET", "PUT", "DELETE"]),
     Rule("/api/auth/logins/mcp:<name>/callback", endpoint="callback", methods=["POST"]),
 ], strict_slashes=False)
@@ -99,46 +109,42 @@ class _Refused(Exception):
         self.status = status
 
 
-def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, token: str, port: Callable[[], int],
-             on_saved: Callable[[], None], static_dir: str) -> Callable[..., Iterable[bytes]]:
+def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, token: str, pages: PageSessions,
+             port: Callable[[], int], on_saved: Callable[[], None], static_dir: str,
+             open_url: Callable[[], str], local: bool = False) -> Callable[..., Iterable[bytes]]:
     """The WSGI application of one service (see the module docstring).
 
     ``port()`` is the port the service listens on (known once it is bound); ``token``
-    the service token; ``on_saved()`` is called once after every PATCH that saved.
+    the service token; ``pages`` the page's links and sessions; ``open_url()`` mints a
+    new opening link; ``on_saved()`` is called once after every PATCH that saved.
+    ``local``: this app answers on the home's Unix socket (whose clients send
+    ``Host: localhost``).
     """
-    session = random_secrets.token_urlsafe(32)  # the browser's cookie: never the token itself
-
-    def cookie_name() -> str:
-        return f"{COOKIE_PREFIX}{port()}"
 
     def allowed_hosts() -> tuple[str, ...]:
         p = port()
-        return (f"127.0.0.1:{p}", f"localhost:{p}", f"[::1]:{p}")
+        hosts = (f"127.0.0.1:{p}", f"localhost:{p}", f"[::1]:{p}")
+        return (*hosts, "localhost") if local else hosts
 
-    def authorise(request: Request) -> None:
-        """Token or cookie; raises _Refused (401/403/415)."""
+    def bearer(request: Request) -> str | None:
         header = request.headers.get("Authorization", "")
-        if header:
-            scheme, _, given = header.partition(" ")
-            if scheme.lower() != "bearer" or not _same(given.strip(), token):
-                raise _Refused(401, "unauthorized")
-            if request.content_length and not _is_json(request):
-                raise _Refused(415, "send the body as application/json")
-            return
-        cookie = request.cookies.get(cookie_name())
-        if cookie is None or not _same(cookie, session):
+        scheme, _, given = header.partition(" ")
+        return given.strip() if scheme.lower() == "bearer" and given.strip() else None
+
+    def authorise(request: Request, endpoint: str) -> None:
+        """The service token, or a page session's (not for minting links); raises _Refused (401/415)."""
+        if request.content_length and not _is_json(request):
+            raise _Refused(415, "send the body as application/json")
+        if endpoint == "session" and request.method == "POST":
+            return  # the opening link in its body is its credential
+        given = bearer(request)
+        if given is None:
             raise _Refused(401, "unauthorized")
-        origin = request.headers.get("Origin")
-        fetch_site = request.headers.get("Sec-Fetch-Site")
-        own = "http://" + request.headers.get("Host", "").lower()  # one of allowed_hosts(): checked first
-        if origin is None and fetch_site is None:
-            raise _Refused(403, "a request with the session cookie must come from the settings page (no Origin)")
-        if origin is not None and origin.lower() != own:
-            raise _Refused(403, "a request with the session cookie must come from the settings page's own origin")
-        if fetch_site is not None and fetch_site.lower() != "same-origin":
-            raise _Refused(403, "a request with the session cookie must come from the settings page's own origin")
-        if request.method in STATE_CHANGING and not _is_json(request):
-            raise _Refused(415, "a change must be sent as application/json")
+        if _same(given, token):
+            return
+        if endpoint != "links" and pages.valid(given):
+            return
+        raise _Refused(401, "unauthorized")
 
     def body_of(request: Request) -> Any:
         if request.content_length is not None and request.content_length > MAX_BODY:
@@ -186,23 +192,37 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
             raise ConfigError(f'server {name!r}: send {{"url": "<the callback URL the browser was sent to>"}}')
         return _json(200, signins.offer(name, url))
 
+    def session(request: Request) -> Response:
+        if request.method == "DELETE":
+            given = bearer(request)
+            if given is not None:
+                pages.close(given)
+            return Response(status=204, headers=_HEADERS)
+        body = body_of(request)
+        link = body.get("open") if isinstance(body, dict) else None
+        if not isinstance(link, str) or set(body) != {"open"}:
+            raise ConfigError('send {"open": "<the secret after #open= in the page\'s link>"}')
+        opened = pages.open(link)
+        if opened is None:
+            raise _Refused(401, "this link was used already or has expired: run `albedo-mcp open` for a new one")
+        session_token, lifetime = opened
+        return _json(201, {"token": session_token, "expiresIn": int(lifetime)})
+
+    def links(request: Request) -> Response:
+        body_of(request)
+        return _json(201, {"url": open_url()})
+
+    def health(request: Request) -> Response:
+        return _json(200, {"ok": True})
+
     def page(request: Request) -> Response:
-        given = request.args.get("token")
-        if given is not None:
-            if not _same(given, token):
-                return _text(401, "That link's token is not this service's. Open the URL `albedo-mcp serve` printed.")
-            response = Response(status=303, headers={**_HEADERS, "Location": "/"})
-            response.set_cookie(cookie_name(), session, httponly=True, samesite="Strict", path="/")
-            return response
-        cookie = request.cookies.get(cookie_name())
-        if cookie is None or not _same(cookie, session):
-            return _text(401, "Open the URL `albedo-mcp serve` printed (it logs this browser in).")
-        return _file(static_dir, "index.html")
+        return _file(static_dir, "index.html")  # static: what it shows comes through the API
 
     def static(request: Request, file: str) -> Response:
         return _file(static_dir, file)
 
     endpoints: dict[str, Callable[..., Response]] = {"mcp": mcp, "login": login, "callback": callback,
+                                                      "session": session, "links": links, "health": health,
                                                       "page": page, "static": static}
 
     def dispatch(request: Request) -> Response:
@@ -210,10 +230,10 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
         if request.headers.get("Host", "").lower() not in allowed_hosts():
             return _json(403, {"error": "this service answers only to 127.0.0.1, localhost or [::1] on its own port"})
         try:
-            if request.path.startswith("/api/"):
-                authorise(request)
             adapter = _URLS.bind_to_environ(request.environ)
             endpoint, values = adapter.match()
+            if request.path.startswith("/api/"):
+                authorise(request, endpoint)
             return endpoints[endpoint](request, **values)
         except _Refused as refused:
             return _json(refused.status, {"error": str(refused)})
@@ -295,36 +315,41 @@ def patch(settings: Settings, body: Any) -> bool:
                 document["mcp"]["retryMs"] = body["retryMs"]
         config = parse(document, settings.home, source=settings.path)  # 400 before anything is written
         by_name = {server.name: server for server in config.servers}
-        previous: dict[str, Credentials] = {name: settings.store.get_credentials(name)
-                                            for name in {*servers_part, *secrets_part}}
-        written: dict[str, Credentials] = {}
+        stored: dict[str, Credentials] = {name: settings.store.get_credentials(name)
+                                          for name in {*servers_part, *secrets_part}}
+        # Each server's credentials change as a function of its row, applied under the
+        # row's lock (a token refresh that commits meanwhile is kept); checked here on
+        # what is stored now, so an invalid secret is a 400 before anything is written.
+        changes: dict[str, Callable[[Credentials], Credentials]] = {}
         secrets_changed: set[str] = set()
         for name in servers_part:
             if name in by_name and name not in before:  # a new server starts with no stored secret
-                written[name] = _empty_credentials()
+                changes[name] = _fresh
             elif name in by_name and _kind(before[name]) != by_name[name].type:
                 raise ConfigError(f"server {name!r}: remove it and add it again to change its transport")
         for name, given in secrets_part.items():
             server = by_name.get(name)
             if server is None:
                 raise ConfigError(f"no server named {name!r} in {settings.path} to keep secrets for")
-            current = written.get(name, previous[name])
-            credentials, connects = _secrets(server, current, given)
-            written[name] = credentials
-            if connects:
+            if not isinstance(given, dict):
+                raise ConfigError(f"server {name!r}: its secrets must be an object of bearerToken, header, env, oauth, oauth_client")
+            changes[name] = _with_secrets(server, given, changes.get(name))
+            if set(given) - {"oauth"}:  # anything but a sign-out: the server is tried
                 secrets_changed.add(name)
                 if server.enabled and name not in to_connect:
                     to_connect.append(name)
+        for name, change in list(changes.items()):
+            if change(stored[name]) == stored[name] and name in before:  # raises ConfigError: a 400
+                del changes[name]  # nothing to write
         # A server whose entry and secrets are unchanged is not tried again.
         to_connect = [name for name in to_connect
                       if not (name in before and before[name] == servers[name] and name not in secrets_changed)]
-        for name in list(written):
-            if written[name] == previous[name] and name in before:
-                del written[name]
         settings._write(document)
+        previous: dict[str, Credentials] = {}
+        written: dict[str, Credentials] = {}
         try:
-            for name, credentials in written.items():
-                settings._put_credentials(name, credentials)
+            for name, change in changes.items():
+                previous[name], written[name] = change_credentials(settings.store, name, change)
             for name in removed:
                 settings.store.delete_credentials(name)
             catalogues = {}
@@ -340,7 +365,7 @@ def patch(settings: Settings, body: Any) -> bool:
                     logger.info("server %r could not connect; restoring the previous settings", name)
                     raise SettingsConflict(name, exc) from None
         except BaseException:
-            _restore(settings, previous_text, previous, written, removed)
+            _restore(settings, previous_text, previous, written, {name: stored[name] for name in removed})
             raise
         for name, catalogue in catalogues.items():
             settings._save_catalogue(by_name[name], catalogue)
@@ -354,10 +379,11 @@ def patch(settings: Settings, body: Any) -> bool:
 
 
 def _restore(settings: Settings, text: str | None, previous: dict[str, Credentials],
-             written: dict[str, Credentials], removed: list[str]) -> None:
+             written: dict[str, Credentials], removed: dict[str, Credentials]) -> None:
     """Undo a PATCH: the file as it was, each credential the PATCH wrote (or deleted)
     back unless it changed since (rotated tokens stay)."""
     settings._restore_file(text)
+
     def undo(ours: Credentials, before: Credentials) -> Callable[[Credentials], Credentials]:
         return lambda current: undo_save(current, ours, before)
 
@@ -365,12 +391,24 @@ def _restore(settings: Settings, text: str | None, previous: dict[str, Credentia
         return lambda current: before if _is_empty(current) else current
 
     for name, ours in written.items():
-        restored = settings.store.update_credentials(name, undo(ours, previous[name]))
-        if _is_empty(restored) and _is_empty(previous[name]):
-            settings.store.delete_credentials(name)
-    for name in removed:
-        if not _is_empty(previous[name]):
-            settings.store.update_credentials(name, put_back(previous[name]))
+        settings.store.update_credentials(name, undo(ours, previous[name]))
+    for name, before in removed.items():
+        if not _is_empty(before):
+            settings.store.update_credentials(name, put_back(before))
+
+
+def _fresh(current: Credentials) -> Credentials:
+    """A new server's credentials: none, whatever a row of that name held."""
+    return _empty_credentials()
+
+
+def _with_secrets(server: ServerConfig, given: Any,
+                  base: Callable[[Credentials], Credentials] | None) -> Callable[[Credentials], Credentials]:
+    """The change that applies the API's ``given`` secrets (after ``base``) to a row."""
+    def change(current: Credentials) -> Credentials:
+        return _secrets(server, base(current) if base is not None else current, given)[0]
+
+    return change
 
 
 def _secrets(server: ServerConfig, current: Credentials, given: Any) -> tuple[Credentials, bool]:

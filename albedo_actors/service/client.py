@@ -2,43 +2,64 @@
 
 ::
 
-    client = ServiceClient.find(home)      # None: no live service for this home
+    client = ServiceClient.find(home)      # None: no service for this home (act directly)
     client.get()                           # GET /api/mcp
     client.patch({"servers": {...}, "secrets": {...}})
     client.sign_in(name); client.sign_in_status(name); client.offer(name, url); client.cancel_sign_in(name)
+    client.new_link()                      # a single-use URL that opens the page
 
-``find`` reads ``HOME/service.json`` through :func:`albedo_actors.service.server.read_service_file`
-(None when it is missing, malformed or its pid is gone). Requests go to 127.0.0.1 only
-(a file naming any other address is refused, and its token is never sent), never through a
-proxy, with ``Authorization: Bearer <token>`` and bounded timeouts; answers are read up to
-:data:`MAX_ANSWER` bytes.
+It talks to the service on the home's Unix socket only (:mod:`.local`), never to a TCP
+port, so a stale ``service.json`` (after an unclean stop; its pid reused by any process
+since) can never send the token or a secret to whoever listens on that port. ``find``
+proves, before anything is sent, that the service is ours and answers:
+
+1. ``HOME/service.json`` gives the token (:func:`~albedo_actors.service.server.read_service_file`;
+   missing, malformed, or its pid gone: None);
+2. the socket accepts within :data:`CONNECT_TIMEOUT_S` (no socket file, or nothing
+   accepting on it, is a stale file: None), and the kernel says its listener runs as
+   our own user (``SO_PEERCRED``; another user's: None, with a warning);
+3. ``GET /api/health`` answers within :data:`CONNECT_TIMEOUT_S`. A service that does
+   not (stalled, or flooded) is passed by: :class:`ServiceSilent`, and the caller acts
+   on the home directly, saying so.
+
+Each request then has its own connection, with ``Authorization: Bearer <token>``, a
+bounded connect and read, and its answer read up to :data:`MAX_ANSWER` bytes.
 
 Errors are ours, one line each: 400 (and any other 4xx) -> :class:`ConfigError` with the
 service's ``{"error"}`` line; 409 -> :class:`ServiceConflict` (a :class:`SettingsConflict`:
 exit 3, the server could not connect and nothing was kept); 401/403 -> ConfigError (the
 service refused the token); 5xx or an answer that is not JSON -> :class:`SessionError`; no
-answer in time -> :class:`SessionTimedOut`. A connection that is refused before anything
-was sent raises :class:`ServiceGone`: the service has gone away, and the caller acts on the
-home directly (that is the documented fallback; nothing was written through the service).
+answer in time -> :class:`SessionTimedOut`. A connection that could not be made raises
+:class:`ServiceGone`: nothing was sent, and the caller acts on the home directly.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import logging
+import os
+import socket
 import urllib.parse
 from typing import Any
 
-import requests
-
 from ..errors import AlbedoError, AuthError, ConfigError, SessionError, SessionTimedOut, SettingsConflict, StoreError
+from . import local
 
-CONNECT_TIMEOUT_S = 5.0
+logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 2.0  # the socket's connect, and the health check's whole answer
 READ_TIMEOUT_S = 120.0  # a save connects the server (startupTimeoutMs, 30 s by default) under the home's lock
 MAX_ANSWER = 16 * 1024 * 1024
 
 
 class ServiceGone(Exception):
     """The service refused the connection: nothing was sent; act on the home directly."""
+
+
+class ServiceSilent(ServiceGone):
+    """The service accepted but did not answer its health check in time: nothing else
+    was sent; act on the home directly (its message says so, in one line)."""
 
 
 class ServiceConflict(SettingsConflict):
@@ -60,41 +81,45 @@ class ServiceSignInFailed(AuthError):
 
 
 class ServiceClient:
-    """Talks to one running settings service (see the module's docstring)."""
+    """Talks to one running settings service over its home's socket (see the module's docstring)."""
 
-    def __init__(self, url: str, token: str, *, source: str = "service.json") -> None:
-        self.url = _loopback(url, source)
+    def __init__(self, home: str, token: str, *, source: str = "service.json") -> None:
+        self.home = os.path.abspath(home)
         self._token = token
         self._source = source
-        self._http = requests.Session()
-        self._http.trust_env = False  # no proxy, no .netrc: the token goes to 127.0.0.1 only
 
     def __repr__(self) -> str:  # never the token
-        return f"ServiceClient({self.url!r})"
+        return f"ServiceClient({os.path.join(self.home, local.SOCKET_FILE)!r})"
 
     @classmethod
     def find(cls, home: str) -> ServiceClient | None:
-        """The client of the live service named by ``HOME/service.json``, else None."""
-        import os
+        """The client of the live service of ``home``, proven ours and answering; else None.
 
+        Raises:
+            ServiceSilent: a service of ours accepted but did not answer in time.
+        """
         from .server import read_service_file
 
         info = read_service_file(home)
-        if not info:
+        token = info.get("token") if info else None
+        if not isinstance(token, str) or not token:
             return None
-        url, token = info.get("url"), info.get("token")
-        source = os.path.join(os.path.abspath(home), "service.json")
-        if not isinstance(url, str) or not isinstance(token, str) or not token:
+        client = cls(home, token, source=os.path.join(os.path.abspath(home), "service.json"))
+        try:
+            client._check()
+        except ServiceSilent:
+            raise
+        except ServiceGone:
+            logger.info("service.json of %s names no running service: it is stale", home)
             return None
-        return cls(url, token, source=source)
+        return client
 
     def fork(self) -> ServiceClient:
-        """A client of the same service with its own connections, for another thread
-        (a requests session is not meant to be shared between threads)."""
-        return ServiceClient(self.url, self._token, source=self._source)
+        """A client of the same service, for another thread (each request has its own connection)."""
+        return ServiceClient(self.home, self._token, source=self._source)
 
     def close(self) -> None:
-        self._http.close()
+        """Nothing to close: each request had its own connection."""
 
     def __enter__(self) -> ServiceClient:
         return self
@@ -110,8 +135,8 @@ class ServiceClient:
     def patch(self, body: dict[str, Any], *, name: str = "", timeout: float = READ_TIMEOUT_S) -> dict[str, Any]:
         return self._json("PATCH", "/api/mcp", body, name=name, timeout=timeout)
 
-    def sign_in(self, name: str) -> dict[str, Any]:
-        return self._json("PUT", _login(name), {}, name=name)
+    def sign_in(self, name: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self._json("PUT", _login(name), body or {}, name=name)
 
     def sign_in_status(self, name: str) -> dict[str, Any]:
         return self._json("GET", _login(name), name=name)
@@ -122,42 +147,87 @@ class ServiceClient:
     def cancel_sign_in(self, name: str) -> None:
         self._request("DELETE", _login(name), None, name=name, timeout=READ_TIMEOUT_S)
 
+    def new_link(self) -> str:
+        """A new single-use URL that opens the settings page.
+
+        Raises:
+            SessionError: the service gave no usable URL.
+        """
+        url = self._json("POST", "/api/links", {}).get("url")
+        if not isinstance(url, str) or not url.startswith("http://127.0.0.1:"):
+            raise SessionError("the settings service gave no page link; restart `albedo-mcp serve`")
+        return url
+
     # -- internals -----------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        """Ours and answering, before anything else is sent (see the module docstring)."""
+        where = os.path.join(self.home, local.SOCKET_FILE)
+        try:
+            sock = local.connect(self.home, CONNECT_TIMEOUT_S)
+        except local.Gone:
+            raise ServiceGone(where) from None
+        except OSError as exc:  # a full backlog or a timeout: it does not answer
+            raise ServiceSilent(_silent(self.home, f"its socket did not accept ({type(exc).__name__})")) from None
+        try:
+            uid, pid = local.peer(sock)
+            if uid != os.geteuid():
+                logger.warning("%s is served by uid %d (pid %d), not by you: ignored as stale", where, uid, pid)
+                raise ServiceGone(where)
+            connection = _Connection(sock, CONNECT_TIMEOUT_S)
+            try:
+                connection.request("GET", "/api/health", headers=self._headers(None))
+                reply = connection.getresponse()
+                reply.read(4096)
+            except (OSError, http.client.HTTPException) as exc:
+                raise ServiceSilent(_silent(self.home, f"its health check failed ({type(exc).__name__})")) from None
+            finally:
+                connection.close()
+        finally:
+            sock.close()
+        if reply.status in (401, 403):
+            raise ConfigError(f"the settings service of {self.home} refused the token of {self._source}; "
+                              f"restart `albedo-mcp serve`")
+        if reply.status != 200:
+            raise ServiceSilent(_silent(self.home, f"its health check answered HTTP {reply.status}"))
+
+    def _headers(self, body: bytes | None) -> dict[str, str]:
+        headers = {"Host": "localhost", "Authorization": f"Bearer {self._token}", "Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        return headers
 
     def _json(self, method: str, path: str, body: Any = None, *, name: str = "", timeout: float = READ_TIMEOUT_S) -> dict[str, Any]:
         status, data = self._request(method, path, body, name=name, timeout=timeout)
         if status == 204:
             return {}
         if not isinstance(data, dict):
-            raise SessionError(f"the settings service at {self.url} answered {method} {path} with no JSON object; "
+            raise SessionError(f"the settings service of {self.home} answered {method} {path} with no JSON object; "
                                f"check `albedo-mcp servers` before trying again")
         return data
 
     def _request(self, method: str, path: str, body: Any, *, name: str, timeout: float) -> tuple[int, Any]:
-        headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
-        data = None
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-            data = json.dumps(body).encode("utf-8")
+        data = None if body is None else json.dumps(body).encode("utf-8")
         try:
-            reply = self._http.request(method, self.url + path, data=data, headers=headers, stream=True,
-                                       allow_redirects=False, timeout=(CONNECT_TIMEOUT_S, timeout))
-            try:
-                raw = _read_capped(reply)
-            finally:
-                reply.close()
-        except requests.ConnectionError as exc:
-            if _refused(exc):
-                raise ServiceGone(self.url) from None
-            if isinstance(exc, requests.ReadTimeout) or _timed_out(exc):
-                raise SessionTimedOut(_no_answer(self.url, method)) from None
-            raise SessionError(f"the settings service at {self.url} closed the connection during {method} {path}; "
+            sock = local.connect(self.home, CONNECT_TIMEOUT_S)
+        except (local.Gone, OSError):
+            raise ServiceGone(self.home) from None  # nothing was sent
+        connection = _Connection(sock, timeout)
+        try:
+            connection.request(method, path, body=data, headers=self._headers(data))
+            reply = connection.getresponse()
+            raw = reply.read(MAX_ANSWER + 1)
+        except TimeoutError:
+            raise SessionTimedOut(_no_answer(self.home, method)) from None
+        except (OSError, http.client.HTTPException):
+            raise SessionError(f"the settings service of {self.home} closed the connection during {method} {path}; "
                                f"check `albedo-mcp servers` before trying again") from None
-        except requests.Timeout:
-            raise SessionTimedOut(_no_answer(self.url, method)) from None
-        except requests.RequestException as exc:
-            raise SessionError(f"the settings service at {self.url} could not be asked: {type(exc).__name__}") from None
-        status = reply.status_code
+        finally:
+            connection.close()
+            sock.close()
+        if len(raw) > MAX_ANSWER:
+            raise SessionError(f"the settings service's answer is larger than {MAX_ANSWER} bytes")
+        status = reply.status
         try:
             parsed = json.loads(raw.decode("utf-8")) if raw else None
         except ValueError:
@@ -167,7 +237,7 @@ class ServiceClient:
         error = parsed.get("error") if isinstance(parsed, dict) else None
         line = error if isinstance(error, str) and error else f"the settings service answered HTTP {status}"
         if status in (401, 403):
-            raise ConfigError(f"the settings service at {self.url} refused the token of {self._source}; "
+            raise ConfigError(f"the settings service of {self.home} refused the token of {self._source}; "
                               f"restart `albedo-mcp serve`, or remove that file if no service runs")
         if status == 409:
             raise ServiceConflict(name, line)
@@ -175,59 +245,30 @@ class ServiceClient:
             raise ConfigError(line)
         if status == 503:  # the service's store could not be read or written
             raise StoreError(line)
-        raise SessionError(f"the settings service at {self.url} failed: {line}")
+        raise SessionError(f"the settings service of {self.home} failed: {line}")
 
 
-def _loopback(url: str, source: str) -> str:
-    """``url`` when it is http://127.0.0.1:PORT (the only address a service listens on)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError:
-        port = None
-    if parts.scheme != "http" or parts.hostname != "127.0.0.1" or port is None or parts.path not in ("", "/") \
-            or parts.query or parts.fragment or parts.username is not None:
-        raise ConfigError(f"{source} names {url[:100]!r}, not http://127.0.0.1:PORT; remove it if no service runs")
-    return f"http://127.0.0.1:{port}"
+class _Connection(http.client.HTTPConnection):
+    """HTTP/1.1 over a socket already connected (the home's Unix socket)."""
+
+    def __init__(self, sock: socket.socket, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        sock.settimeout(timeout)
+        self.sock = sock
+
+    def connect(self) -> None:  # the socket is given; a second connect would be a bug
+        raise OSError("the service connection is already closed")
 
 
 def _login(name: str) -> str:
     return "/api/auth/logins/" + urllib.parse.quote(f"mcp:{name}", safe=":")
 
 
-def _read_capped(reply: requests.Response) -> bytes:
-    chunks, size = [], 0
-    for chunk in reply.iter_content(65536):
-        size += len(chunk)
-        if size > MAX_ANSWER:
-            raise SessionError(f"the settings service's answer is larger than {MAX_ANSWER} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _silent(home: str, why: str) -> str:
+    return (f"the settings service of {home} did not answer within {CONNECT_TIMEOUT_S:g} s ({why}); "
+            f"acting on the home directly")
 
 
-def _causes(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    todo: list[Any] = [exc]
-    while todo:
-        item = todo.pop()
-        if not isinstance(item, BaseException) or any(item is s for s in seen) or len(seen) > 20:
-            continue
-        seen.append(item)
-        todo.extend([item.__cause__, item.__context__, getattr(item, "reason", None), *item.args])
-    return seen
-
-
-def _refused(exc: BaseException) -> bool:
-    """True only when no connection was made (so nothing was sent)."""
-    return any(isinstance(item, ConnectionRefusedError) for item in _causes(exc))
-
-
-def _timed_out(exc: BaseException) -> bool:
-    from urllib3.exceptions import ReadTimeoutError
-
-    return any(isinstance(item, (ReadTimeoutError, TimeoutError)) for item in _causes(exc))
-
-
-def _no_answer(url: str, method: str) -> str:
+def _no_answer(home: str, method: str) -> str:
     what = "; check `albedo-mcp servers` before trying again" if method not in ("GET",) else "; try again"
-    return f"the settings service at {url} did not answer in time{what}"
+    return f"the settings service of {home} did not answer in time{what}"

@@ -12,7 +12,7 @@ else (OAuth discovery, registration, tokens).
 - Nothing reads the environment: no proxy, no ``.netrc``; no body, header or token
   reaches any origin but the configured one.
 - TLS is verified (certificate and host name) against the configured trust store, or
-  the certifi bundle ``requests`` uses.
+  the certifi bundle (the Mozilla store ``requests`` uses too).
 - An idle connection the server has closed is noticed before reuse and replaced; a
   request is never re-sent.
 - Every exchange runs on the caller's thread and can be aborted from any other thread:
@@ -404,7 +404,7 @@ def _dropped(sock: socket.socket | None) -> bool:
 
 
 def _default_ca() -> str:
-    import certifi  # what requests verifies against by default; a dependency of requests
+    import certifi  # what requests verifies against by default; a dependency of ours (setup.cfg)
 
     return certifi.where()
 

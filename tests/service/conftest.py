@@ -9,9 +9,11 @@ sends a request with its token through :class:`Recorder`; ``svc.saved`` counts
 
 from __future__ import annotations
 
+import contextlib
 import http.cookiejar
 import json
 import os
+import subprocess
 import sys
 import threading
 
@@ -147,3 +149,84 @@ def broken_entry() -> dict:
 
 def dumps(value) -> str:
     return json.dumps(value, sort_keys=True)
+
+
+# -- another local user's listener -------------------------------------------------------------
+
+LISTENER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "servers", "recording_listener.py")
+SYSTEM_PYTHON = "/usr/bin/python3"  # readable and runnable by another user, unlike a venv under /root
+
+
+class OtherUserListener:
+    """tests/servers/recording_listener.py on 127.0.0.1, run as ``nobody`` when this test
+    runs as root (the attacker is another local user), else as ourselves. ``requests()``
+    is every request it got up to now (a marker request of ours closes the list, so no
+    wait is needed to know that nothing else came)."""
+
+    def __init__(self, port: int = 0) -> None:
+        import pwd
+        import shutil
+
+        with open(LISTENER, encoding="utf-8") as f:
+            source = f.read()
+        python = SYSTEM_PYTHON if os.path.exists(SYSTEM_PYTHON) else sys.executable
+        command = [python, "-I", "-c", source, str(port)]
+        self.other_user = False
+        if os.geteuid() == 0 and shutil.which("runuser"):
+            try:
+                pwd.getpwnam("nobody")
+                command = ["runuser", "-u", "nobody", "--", *command]
+                self.other_user = True
+            except KeyError:
+                pass
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd="/")
+        self._buffer = b""
+        line = self._line()
+        self.port = json.loads(line)["port"]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.pid = self.proc.pid
+        self._marks = 0
+
+    def _line(self) -> str:
+        """One whole line of its stdout, within WAIT (our own buffer: select sees the pipe only)."""
+        import select
+        import time
+
+        deadline = time.monotonic() + WAIT
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            assert left > 0 and select.select([fd], [], [], left)[0], "the recording listener printed nothing in time"
+            chunk = os.read(fd, 65536)
+            assert chunk, "the recording listener ended"
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+    def requests(self) -> list[dict]:
+        self._marks += 1
+        mark = f"/albedo-test-marker-{self._marks}"
+        requests.get(self.url + mark, timeout=WAIT)
+        got = []
+        while True:
+            record = json.loads(self._line())
+            if record["path"] == mark:
+                return got
+            got.append(record)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(WAIT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(WAIT)
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def other_listener():
+    listener = OtherUserListener()
+    yield listener
+    listener.close()

@@ -13,6 +13,7 @@ Every wait is a bounded WebDriverWait on what the page shows; nothing sleeps.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -151,17 +152,26 @@ def sign_in_completes_in_new_tab(driver, page_handle: str, oauth: OAuthServer) -
     driver.switch_to.window(page_handle)
 
 
-# -- the test ---------------------------------------------------------------------------
+def open_page(driver, service) -> str:
+    """Follow a new opening link, as the user does with the one `albedo-mcp open` prints."""
+    url = service.open_url()
+    driver.get(url)
+    wait_for(driver, "the link's secret gone from the address bar", lambda d: d.current_url == service.url + "/")
+    wait_for(driver, "the servers listed", lambda d: row(d, "#servers", GUARDED) is not None)
+    return url
+
+
+# -- the tests --------------------------------------------------------------------------
 
 def test_sign_in_and_out_of_a_server_from_the_page(service, browser, oauth, store):
     driver = browser
     os.makedirs(BUILD, exist_ok=True)
 
-    # The token URL logs the browser in and redirects to / without the token.
-    driver.get(service.browser_url)
-    wait_for(driver, "the redirect to /", lambda d: d.current_url == service.url + "/")
+    # The single-use link opens the page, which takes its secret out of the address bar
+    # at once; no cookie is set, and the service token is never in the page.
+    open_page(driver, service)
     assert service.token not in driver.page_source
-    assert driver.execute_script("return document.cookie;") == ""  # the session cookie is HttpOnly
+    assert driver.get_cookies() == [] and driver.execute_script("return document.cookie;") == ""
 
     # Both servers are listed with name, transport and state; the one that needs a
     # sign-in is under "MCP sign-ins", the switched-off stdio server is not.
@@ -233,3 +243,52 @@ def test_sign_in_and_out_of_a_server_from_the_page(service, browser, oauth, stor
     wait_for(driver, "a phone-width layout",
              lambda d: d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth;"))
     driver.save_screenshot(os.path.join(BUILD, "service-page-phone.png"))
+
+
+def test_another_ports_page_is_sent_no_credential_and_the_page_session_ends(service, browser, other_listener):
+    """Issue 23, hole 1: a page of another local user, served on another 127.0.0.1 port,
+    fetches its own origin with credentials; a cookie of the settings page would be sent
+    to it (cookies are per host, not per port). The page keeps its session in
+    sessionStorage (per origin, port included) and sends it as a Bearer header: the
+    other page is sent nothing it could replay."""
+    driver = browser
+    link = open_page(driver, service)
+    assert "#open=" not in driver.current_url
+    session = driver.execute_script("return sessionStorage.getItem('albedo-page-token');")
+    assert session and session != service.token
+    bearer = {"Authorization": f"Bearer {session}"}
+    assert requests.get(service.url + "/api/mcp", headers=bearer, timeout=WAIT).status_code == 200
+    # A reload of the same tab keeps the session; the spent link opens nothing any more.
+    driver.refresh()
+    wait_for(driver, "the servers listed after a reload", lambda d: row(d, "#servers", GUARDED) is not None)
+    again = requests.post(service.url + "/api/session", json={"open": link.partition("#open=")[2]}, timeout=WAIT)
+    assert again.status_code == 401
+
+    # The other user's page, in the same browser.
+    driver.get(other_listener.url + "/")
+    wait_for(driver, "the other page's fetch", lambda d: d.title == "collected")
+    got = other_listener.requests()
+    assert {r["path"] for r in got} - {"/favicon.ico"} == {"/", "/collect"}, got
+    sent = "\n".join(json.dumps(r) for r in got)
+    for secret in (session, service.token, link.partition("#open=")[2]):
+        assert secret not in sent
+    assert not any(r["headers"].get("Cookie") for r in got), got
+    assert driver.execute_script("return sessionStorage.getItem('albedo-page-token');") is None  # another origin's storage
+    # Whatever it was sent, replayed from its server with a forged Origin, authorises nothing.
+    for r in got:
+        replay = {k: v for k, v in r["headers"].items() if k.lower() in ("cookie", "authorization")}
+        forged = {**replay, "Origin": service.url, "Sec-Fetch-Site": "same-origin", "Content-Type": "application/json"}
+        answer = requests.patch(service.url + "/api/mcp", data=b'{"retryMs": 5000}', headers=forged, timeout=WAIT)
+        assert answer.status_code == 401
+
+    # Back on the page, "Sign out of this page" ends its session.
+    driver.get(service.url + "/")
+    wait_for(driver, "the servers listed from sessionStorage", lambda d: row(d, "#servers", GUARDED) is not None)
+    driver.find_element(By.ID, "page-sign-out").click()
+    wait_for(driver, "the signed-out message", lambda d: "Signed out of this page" in d.find_element(By.ID, "status").text)
+    assert requests.get(service.url + "/api/mcp", headers=bearer, timeout=WAIT).status_code == 401
+    assert driver.execute_script("return sessionStorage.getItem('albedo-page-token');") is None
+    # A new tab with no link shows what to do instead of a broken page.
+    driver.switch_to.new_window("tab")
+    driver.get(service.url + "/")
+    wait_for(driver, "the not-opened message", lambda d: "albedo-mcp open" in d.find_element(By.ID, "status").text)

@@ -1,8 +1,7 @@
 """Who may call the settings service: the Host check first (403), the token (401, no
-detail), the browser login and its cookie (HttpOnly, SameSite=Strict, not the token),
-cookie requests only from the service's own origin (403), changes only as
-application/json (415), bodies up to 1 MiB (413); and a scan of every response and
-log line for the secrets and the token used."""
+detail), the page's single-use opening links and its expiring sessions (never a cookie),
+bodies only as application/json (415), bodies up to 1 MiB (413); and a scan of every
+response and log line for the secrets and the token used."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ import logging
 import socket
 
 import pytest
+import requests
 
 from albedo_actors.service.app import MAX_BODY
 
@@ -28,9 +28,12 @@ def _raw(port: int, request: bytes) -> bytes:
             chunks.append(chunk)
 
 
-def _login(svc):
-    answer = svc.api("GET", f"/?token={svc.token}", token=False)
-    return answer, answer.cookies
+def _open_page(svc) -> str:
+    """What the page does with its link: spend the #open= secret for a page session token."""
+    link = svc.service.open_url().partition("#open=")[2]
+    answer = svc.api("POST", "/api/session", token=False, json={"open": link})
+    assert answer.status_code == 201, answer.text
+    return answer.json()["token"]
 
 
 def test_a_missing_or_wrong_token_is_401_with_no_detail(svc):
@@ -50,8 +53,9 @@ def test_a_foreign_host_is_403_before_anything_else(svc, host):
     with_token = svc.api("GET", "/api/mcp", headers={"Host": host})
     assert with_token.status_code == 403
     assert svc.api("GET", "/api/mcp", token=False, headers={"Host": host}).status_code == 403  # not 401: first
-    assert svc.api("GET", f"/?token={svc.token}", token=False, headers={"Host": host}).status_code == 403
-    assert "Set-Cookie" not in with_token.headers
+    assert svc.api("GET", "/", token=False, headers={"Host": host}).status_code == 403
+    link = svc.service.open_url().partition("#open=")[2]
+    assert svc.api("POST", "/api/session", token=False, json={"open": link}, headers={"Host": host}).status_code == 403
 
 
 def test_the_three_loopback_hosts_are_accepted_and_no_host_is_not(svc):
@@ -61,50 +65,80 @@ def test_the_three_loopback_hosts_are_accepted_and_no_host_is_not(svc):
     assert no_host.startswith(b"HTTP/1.0 403") or no_host.startswith(b"HTTP/1.1 403")
 
 
-def test_the_token_url_sets_an_httponly_strict_cookie_that_is_not_the_token_and_redirects(svc):
-    wrong = svc.api("GET", "/?token=nope", token=False)
-    assert wrong.status_code == 401 and "Set-Cookie" not in wrong.headers
-    answer, cookies = _login(svc)
-    assert answer.status_code == 303 and answer.headers["Location"] == "/"
-    cookie = answer.headers["Set-Cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    assert svc.token not in cookie and svc.token not in answer.text
-    page = svc.api("GET", "/", token=False, cookies=cookies)
-    assert page.status_code == 200 and "MCP sign-ins" in page.text
-    assert svc.api("GET", "/", token=False).status_code == 401  # no cookie: no page
+def test_an_opening_link_works_once_and_its_session_is_a_bearer_token_no_cookie(svc):
+    assert svc.api("GET", "/", token=False).status_code == 200  # the page itself holds no data
+    url = svc.service.open_url()
+    assert url.startswith(f"{svc.url}/#open=") and svc.token not in url
+    link = url.partition("#open=")[2]
+    opened = svc.api("POST", "/api/session", token=False, json={"open": link})
+    assert opened.status_code == 201 and "Set-Cookie" not in opened.headers
+    page_token = opened.json()["token"]
+    assert page_token != svc.token and page_token != link and opened.json()["expiresIn"] > 0
+    again = svc.api("POST", "/api/session", token=False, json={"open": link})  # single use
+    assert again.status_code == 401 and "albedo-mcp open" in again.json()["error"]
+    bearer = {"Authorization": f"Bearer {page_token}"}
+    assert svc.api("GET", "/api/mcp", token=False, headers=bearer).status_code == 200
+    assert svc.api("PATCH", "/api/mcp", token=False, headers=bearer, json={"retryMs": 4000}).status_code == 200
+    # A page session mints no links: only the service token does (albedo-mcp open).
+    assert svc.api("POST", "/api/links", token=False, headers=bearer, json={}).status_code == 401
+    minted = svc.api("POST", "/api/links", json={})
+    assert minted.status_code == 201 and minted.json()["url"].startswith(f"{svc.url}/#open=")
+    # The page's sign-out ends its session.
+    assert svc.api("DELETE", "/api/session", token=False, headers=bearer).status_code == 204
+    assert svc.api("GET", "/api/mcp", token=False, headers=bearer).status_code == 401
+    for body in ({}, {"open": 1}, {"open": link, "x": 1}, []):
+        assert svc.api("POST", "/api/session", token=False, json=body).status_code == 400, body
+    assert svc.api("POST", "/api/session", token=False, json={"open": "forged"}).status_code == 401
 
 
-def test_a_cookie_is_accepted_only_from_the_services_own_origin(svc):
-    _, cookies = _login(svc)
-    own = f"http://127.0.0.1:{svc.port}"
-    ok = svc.api("GET", "/api/mcp", token=False, cookies=cookies, headers={"Sec-Fetch-Site": "same-origin"})
-    assert ok.status_code == 200
-    assert svc.api("PATCH", "/api/mcp", token=False, cookies=cookies, json={"retryMs": 4000},
-                   headers={"Origin": own}).status_code == 200
-    before = svc.file_bytes()
-    for headers in ({}, {"Origin": "http://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"},
-                    {"Sec-Fetch-Site": "same-site"}, {"Origin": own, "Sec-Fetch-Site": "cross-site"},
-                    {"Origin": f"http://localhost:{svc.port}"}):
-        answer = svc.api("PATCH", "/api/mcp", token=False, cookies=cookies, json={"retryMs": 9000}, headers=headers)
-        assert answer.status_code == 403, headers
-        assert svc.api("GET", "/api/mcp", token=False, cookies=cookies, headers=headers).status_code == 403, headers
-    assert svc.file_bytes() == before
-    other = {name: "forged" for name in cookies.keys()}
-    assert svc.api("GET", "/api/mcp", token=False, cookies=other, headers={"Origin": own}).status_code == 401
+def test_no_cookie_authorises_anything(svc):
+    token = _open_page(svc)
+    for cookies in ({"albedo_session": token}, {f"albedo_session_{svc.port}": token}, {"token": svc.token}):
+        for headers in ({}, {"Origin": svc.url}, {"Sec-Fetch-Site": "same-origin"}):
+            assert svc.api("GET", "/api/mcp", token=False, cookies=cookies, headers=headers).status_code == 401
+            assert svc.api("PATCH", "/api/mcp", token=False, cookies=cookies, headers=headers,
+                           json={"retryMs": 9000}).status_code == 401
+    assert svc.file_bytes() is None
 
 
-def test_a_state_change_that_is_not_json_is_refused_and_writes_nothing(svc):
-    _, cookies = _login(svc)
-    own = {"Origin": f"http://127.0.0.1:{svc.port}"}
+def test_links_and_page_sessions_expire(svc_home, svc_store):
+    from albedo_actors.service.server import Service
+
+    with Service(svc_home, svc_store, signin_port=0, link_lifetime=0.0) as service:
+        link = service.open_url().partition("#open=")[2]
+        answer = requests.post(f"{service.url}/api/session", json={"open": link}, timeout=30)
+        assert answer.status_code == 401  # expired at once
+    with Service(svc_home, svc_store, signin_port=0, session_lifetime=0.0) as service:
+        link = service.open_url().partition("#open=")[2]
+        answer = requests.post(f"{service.url}/api/session", json={"open": link}, timeout=30)
+        assert answer.status_code == 201
+        page = answer.json()["token"]
+        assert requests.get(f"{service.url}/api/mcp", headers={"Authorization": f"Bearer {page}"}, timeout=30).status_code == 401
+
+
+def test_a_page_session_ends_with_its_service(svc_home, svc_store):
+    from albedo_actors.service.server import Service
+
+    with Service(svc_home, svc_store, signin_port=0, port=0) as service:
+        link = service.open_url().partition("#open=")[2]
+        page = requests.post(f"{service.url}/api/session", json={"open": link}, timeout=30).json()["token"]
+        port = service.port
+    with Service(svc_home, svc_store, signin_port=0, port=port) as service:
+        assert requests.get(f"{service.url}/api/mcp", headers={"Authorization": f"Bearer {page}"}, timeout=30).status_code == 401
+
+
+def test_a_body_that_is_not_json_is_refused_and_writes_nothing(svc):
+    page = {"Authorization": f"Bearer {_open_page(svc)}"}
     for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
         body = b'{"retryMs": 4000}'
-        by_cookie = svc.api("PATCH", "/api/mcp", token=False, cookies=cookies, data=body,
-                            headers={**own, "Content-Type": content_type})
-        assert by_cookie.status_code == 415, content_type
+        by_page = svc.api("PATCH", "/api/mcp", token=False, data=body, headers={**page, "Content-Type": content_type})
+        assert by_page.status_code == 415, content_type
         by_token = svc.api("PATCH", "/api/mcp", data=body, headers={"Content-Type": content_type})
         assert by_token.status_code == 415, content_type
-    # A cookie's state change needs the JSON content type even without a body.
-    assert svc.api("DELETE", "/api/auth/logins/mcp:x", token=False, cookies=cookies, headers=own).status_code == 415
+        link = svc.service.open_url().partition("#open=")[2]
+        opening = svc.api("POST", "/api/session", token=False, data=f'{{"open": "{link}"}}'.encode(),
+                          headers={"Content-Type": content_type})
+        assert opening.status_code == 415, content_type
     assert svc.file_bytes() is None
 
 
@@ -139,16 +173,19 @@ def test_no_response_or_log_line_carries_a_secret_or_the_token(svc, caplog):
     svc.api("GET", "/api/mcp", token=False, headers={"Authorization": f"Bearer {bearer}"})
     svc.api("GET", "/nowhere")
     svc.api("DELETE", "/api/mcp")
-    svc.api("GET", f"/?token={svc.token}", token=False)
-    svc.api("GET", f"/?token={bearer}", token=False)
-    _, cookies = _login(svc)
-    svc.api("GET", "/", token=False, cookies=cookies)
+    page = _open_page(svc)
+    svc.api("GET", "/api/mcp", token=False, headers={"Authorization": f"Bearer {page}"})
+    svc.api("POST", "/api/session", token=False, json={"open": bearer})
+    svc.api("POST", "/api/links", json={})
+    svc.api("GET", "/", token=False)
     svc.api("GET", "/static/app.js", token=False)
     svc.api("GET", "/static/../server.py", token=False)
     statuses = {int(seen.split(" ", 1)[0]) for seen in svc.recorder.seen}
-    assert {200, 303, 400, 401, 404, 405, 409} <= statuses, statuses
+    assert {200, 201, 400, 401, 404, 405, 409} <= statuses, statuses
     # The service's own log (the test's HTTP client logs the URLs it asks for itself).
     logged = "\n".join(record.getMessage() for record in caplog.records if not record.name.startswith("urllib3"))
     for text in (*svc.recorder.seen, logged):
         for secret in (*SECRETS, svc.token):
             assert secret not in text
+    assert page not in logged  # the page's token is in the one answer that gives it, and nowhere else
+    assert sum(page in text for text in svc.recorder.seen) == 1

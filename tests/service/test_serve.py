@@ -116,7 +116,8 @@ def test_serve_writes_service_json_reloads_on_save_and_stops_cleanly_on_a_signal
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
         info = read_service_file(home)
         assert info is not None and info["pid"] == proc.pid and len(info["token"]) >= 22  # >= 128 bits
-        assert f"{info['url']}/?token={info['token']}" in line and info["url"].startswith("http://127.0.0.1:")
+        assert f"open {info['url']}/#open=" in line and info["url"].startswith("http://127.0.0.1:")
+        assert info["token"] not in line  # the printed link is single use, never the service token
         headers = {"Authorization": f"Bearer {info['token']}"}
         everything = _children_of(proc.pid)
         assert len(_servers_of(proc.pid)) == 1, everything  # the session's server "one"
@@ -202,30 +203,58 @@ def test_kill_9_in_the_middle_of_saves_leaves_the_old_or_the_new_file(tmp_path):
             proc.stderr.close()
 
 
-def test_a_stale_service_json_is_replaced_and_a_live_one_refused(tmp_path):
+def test_a_stale_service_json_is_replaced_whatever_pid_it_names_and_a_running_service_refuses_a_second(tmp_path):
+    """Issue 23, holes 4 and 8: the home's lock decides who runs, never the pid in the
+    file. A file left by an unclean stop whose pid now names a live process (here: this
+    very test, and a process of ours) is replaced; a second service for the home, even in
+    the same process, is refused while the first holds the lock."""
     from albedo_actors.store import open_store
 
     home = str(tmp_path / "home")
     os.makedirs(home, mode=0o700)
     path = os.path.join(home, "service.json")
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait(30)
-    with open(path, "w") as f:
-        json.dump({"url": "http://127.0.0.1:1", "token": "old", "pid": gone.pid}, f)
-    assert read_service_file(home) is None
-    store = open_store(home)
     live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    store = open_store(home)
     try:
-        with Service(home, store) as service:
-            info = read_service_file(home)
-            assert info == {"url": service.url, "token": service.token, "pid": os.getpid()}
-        assert not os.path.exists(path)
-        with open(path, "w") as f:
-            json.dump({"url": "http://127.0.0.1:1", "token": "other", "pid": live.pid}, f)
-        with pytest.raises(ConfigError, match="already runs"):
-            Service(home, store).start()
-        assert json.load(open(path))["token"] == "other"  # another service's file is left alone
+        for pid in (live.pid, os.getpid()):
+            with open(path, "w") as f:
+                json.dump({"url": "http://127.0.0.1:1", "token": "old", "pid": pid}, f)
+            assert read_service_file(home) is not None  # its pid is alive: the file alone cannot tell
+            with Service(home, store) as service:
+                info = read_service_file(home)
+                assert info == {"url": service.url, "token": service.token, "pid": os.getpid()}
+                with pytest.raises(ConfigError, match="already runs") as refused:
+                    Service(home, store).start()
+                assert service.url in str(refused.value) and "Traceback" not in str(refused.value)
+                assert read_service_file(home) == info  # the running service's file is left alone
+            assert not os.path.exists(path)
     finally:
         live.stdin.close()
         live.wait(30)
         store.close()
+
+
+def test_two_serves_started_together_leave_exactly_one_running(tmp_path):
+    home = str(tmp_path / "home")
+    os.makedirs(home, mode=0o700)
+    procs = [_serve(home) for _ in range(2)]
+    try:
+        ended = _until(lambda: [p for p in procs if p.poll() is not None], START_TIMEOUT, "neither serve ended")
+        assert len(ended) == 1, "both serves ended"
+        loser = ended[0]
+        winner = [p for p in procs if p is not loser]
+        assert loser.returncode == 2
+        error = loser.stderr.read()
+        assert "already runs" in error and "Traceback" not in error, error
+        assert "#open=" in _first_line(winner[0])
+        assert read_service_file(home)["pid"] == winner[0].pid
+        winner[0].send_signal(signal.SIGTERM)
+        assert winner[0].wait(10) == 0
+        assert not os.path.exists(os.path.join(home, "service.json"))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+            proc.stdout.close()
+            proc.stderr.close()

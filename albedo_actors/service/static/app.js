@@ -1,8 +1,14 @@
 // The settings page: lists the configured servers and the "MCP sign-ins" section.
 //
-// It asks the service's API with its session cookie (same origin) and polls
-// GET /api/mcp every second. Everything the server sends is data: it reaches the
-// page through textContent and attribute values only, never innerHTML, and a URL is
+// It is opened with a single-use link, http://127.0.0.1:PORT/#open=SECRET: the secret
+// is in the fragment, which the browser never sends to a server. The page takes it out
+// of the address bar at once, trades it for a page session token (POST /api/session),
+// keeps that token in sessionStorage (this tab and this origin, port included) and
+// sends it as "Authorization: Bearer" with every request. No cookie is used. "Sign out
+// of this page" ends the session; so does its expiry, or the service stopping.
+//
+// It polls GET /api/mcp every second. Everything the server sends is data: it reaches
+// the page through textContent and attribute values only, never innerHTML, and a URL is
 // used as a link only when it is http(s).
 //
 // Rows are kept per server name and updated in place, so a poll never takes the
@@ -11,7 +17,9 @@
 
 (function () {
   const POLL_MS = 1000;
-  const NOT_LOGGED_IN = "This page is not logged in to the service: open the link that `albedo-mcp serve` printed.";
+  const TOKEN_KEY = "albedo-page-token";
+  const NOT_OPENED = "This page is not open: run `albedo-mcp open` and follow the link it prints (each link works once).";
+  const SIGNED_OUT = "Signed out of this page. Run `albedo-mcp open` to open it again.";
 
   // name -> {url, state, reason}: the sign-ins this page started (until it is reloaded).
   const signIns = new Map();
@@ -19,17 +27,106 @@
   let latest = []; // the servers of the last GET /api/mcp
   let timer = null;
   let pollFailed = false; // the last poll failed: its message is on the status line
+  let token = null; // this page's session token
+  let stopped = false; // signed out or never opened: no more polling
 
   const $ = (id) => document.getElementById(id);
+
+  // -- the page's session -------------------------------------------------------------
+
+  function storedToken() {
+    try {
+      return sessionStorage.getItem(TOKEN_KEY);
+    } catch (e) {
+      return null; // storage refused: the token lives in this page's memory only
+    }
+  }
+
+  function keepToken(value) {
+    token = value;
+    try {
+      if (value) sessionStorage.setItem(TOKEN_KEY, value);
+      else sessionStorage.removeItem(TOKEN_KEY);
+    } catch (e) {
+      // in memory only
+    }
+  }
+
+  async function openSession() {
+    const hash = window.location.hash || "";
+    const match = /^#open=([A-Za-z0-9_-]{20,200})$/.exec(hash);
+    if (hash) {
+      // The link's secret leaves the address bar (and this entry of the history) at once.
+      history.replaceState(null, "", window.location.pathname + window.location.search);
+    }
+    if (match) {
+      let response;
+      try {
+        response = await fetch("/api/session", {
+          method: "POST", cache: "no-store", credentials: "omit",
+          headers: { Accept: "application/json", "Content-Type": "application/json" },
+          body: JSON.stringify({ open: match[1] }),
+        });
+      } catch (e) {
+        throw new ApiError("The service does not answer: is `albedo-mcp serve` still running?");
+      }
+      let data = null;
+      try {
+        data = await response.json();
+      } catch (e) {
+        data = null;
+      }
+      if (response.status === 201 && data && typeof data.token === "string") {
+        keepToken(data.token);
+        return;
+      }
+      keepToken(null);
+      const error = data && typeof data.error === "string" ? data.error : `the service answered HTTP ${response.status}`;
+      throw new ApiError(oneLine(error));
+    }
+    token = storedToken();
+    if (!token) throw new ApiError(NOT_OPENED);
+  }
+
+  async function signOutOfPage() {
+    const was = token;
+    keepToken(null);
+    stopped = true;
+    if (timer !== null) clearTimeout(timer);
+    timer = null;
+    if (was) {
+      try {
+        await fetch("/api/session", {
+          method: "DELETE", cache: "no-store", credentials: "omit", headers: { Authorization: `Bearer ${was}` },
+        });
+      } catch (e) {
+        // the service is gone: the session went with it
+      }
+    }
+    latest = [];
+    render();
+    closed();
+    say(SIGNED_OUT, false);
+  }
+
+  function closed() {
+    // Nothing of the settings stays on a page that is no longer open.
+    $("page-sign-out").hidden = true;
+    document.querySelector("main").hidden = true;
+  }
 
   // -- the API ------------------------------------------------------------------------
 
   class ApiError extends Error {}
 
   async function api(method, path, body) {
-    const init = { method, credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } };
+    if (!token) throw new ApiError(NOT_OPENED);
+    const init = {
+      method, credentials: "omit", cache: "no-store",
+      headers: { Accept: "application/json", Authorization: `Bearer ${token}` },
+    };
     if (method !== "GET") {
-      // A state change is JSON: the service refuses anything else (no cross-site form posts).
+      // A state change is JSON: the service refuses anything else.
       init.headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body === undefined ? {} : body);
     }
@@ -46,7 +143,13 @@
     } catch (e) {
       data = null;
     }
-    if (response.status === 401 || response.status === 403) throw new ApiError(NOT_LOGGED_IN);
+    if (response.status === 401) {
+      // Expired, signed out elsewhere, or the service restarted: this token is spent.
+      keepToken(null);
+      stopped = true;
+      closed();
+      throw new ApiError("This page's session has ended (it expired, or the service restarted): run `albedo-mcp open` for a new link.");
+    }
     if (!response.ok) {
       const error = data && typeof data.error === "string" ? data.error : `the service answered HTTP ${response.status}`;
       throw new ApiError(oneLine(error));
@@ -286,6 +389,7 @@
 
   async function poll() {
     timer = null;
+    if (stopped) return;
     try {
       for (const [name, mine] of signIns) {
         if (mine.state !== "pending") continue;
@@ -306,14 +410,29 @@
       pollFailed = true;
       say(e instanceof ApiError ? e.message : "The page could not read the settings.", true);
     } finally {
-      if (timer === null) timer = setTimeout(poll, POLL_MS);
+      if (timer === null && !stopped) timer = setTimeout(poll, POLL_MS);
     }
   }
 
   function refreshSoon() {
+    if (stopped) return;
     if (timer !== null) clearTimeout(timer);
     timer = setTimeout(poll, 0);
   }
 
-  document.addEventListener("DOMContentLoaded", poll);
+  async function start() {
+    $("page-sign-out").addEventListener("click", signOutOfPage);
+    try {
+      await openSession();
+    } catch (e) {
+      stopped = true;
+      closed();
+      say(e instanceof ApiError ? e.message : NOT_OPENED, true);
+      return;
+    }
+    $("page-sign-out").hidden = false;
+    poll();
+  }
+
+  document.addEventListener("DOMContentLoaded", start);
 })();
