@@ -346,3 +346,88 @@ def test_a_message_whose_handling_raises_ends_the_connection_instead_of_the_read
     assert closed == ["it sent an invalid message: a message this client could not handle (RuntimeError)"]
     channel.feed_line(b'{"jsonrpc":"2.0","id":1,"method":"ping"}')
     assert sent == []  # poisoned: nothing after it is trusted
+
+
+# -- what the model is offered of a tool's inputSchema (issue 23, Noted) ------------------------
+
+
+def _offered_size(schema: dict) -> int:
+    return len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def _strings(value, keyword=None):
+    """(keyword, string) of every string in a schema, with the key it stands under."""
+    if isinstance(value, str):
+        yield keyword, value
+    elif isinstance(value, dict):
+        for key, sub in value.items():
+            yield from _strings(sub, key)
+    elif isinstance(value, list):
+        for sub in value:
+            yield from _strings(sub, keyword)
+
+
+def test_a_60_kib_schema_of_prose_reaches_the_model_cut_and_escaped_and_calls_get_what_the_model_sends(tmp_path):
+    from albedo_actors.catalogue.naming import MAX_ADVERTISED_SCHEMA, MAX_SCHEMA_PROSE
+    from albedo_actors.config import McpConfig
+    from albedo_actors.runtime import Runtime
+    from servers.hostile_text_server import HUGE, WIDE
+
+    home = str(tmp_path / "home")
+    config = McpConfig(home=home, servers=(hostile_config("h", "huge-schema"),))
+    warnings: list[str] = []
+    with Runtime(home, None, config=config, enabled=True) as runtime:
+        composition = runtime.composition()
+        mcp = runtime.mcp(warn=warnings.append)
+        offered = {item.operation: item for item in composition.model_operations()}
+        assert set(offered) == {"echo", "huge", "wide"}  # neither is left out: each is cut instead
+        huge, wide = offered["huge"].input_schema, offered["wide"].input_schema
+        assert mcp.describe("h/huge")["inputSchema"] == huge and mcp.describe("h/wide")["inputSchema"] == wide
+        sent = {"huge": HUGE["inputSchema"], "wide": WIDE["inputSchema"]}
+        for name, schema in (("huge", huge), ("wide", wide)):
+            assert _offered_size(sent[name]) > 60_000 and _offered_size(schema) <= MAX_ADVERTISED_SCHEMA
+            # The structure is whole: every parameter, its type, enum and required.
+            assert set(schema["properties"]) == set(sent[name]["properties"]) and schema["required"] == sent[name]["required"]
+            for prop, sub in schema["properties"].items():
+                assert sub["type"] == sent[name]["properties"][prop]["type"]
+            # No prose reaches the model raw or long, and every cut is marked.
+            for keyword, text in _strings(schema):
+                assert not any(ch in text for ch in "\x1b\x07\x9b\u202e\u2066\u2069"), (keyword, text[:40])
+                assert len(text) <= MAX_SCHEMA_PROSE, keyword
+        assert huge["properties"]["mode"]["enum"] == ["fast", "slow"]
+        assert huge["properties"]["options"]["properties"]["depth"] == {
+            "type": "integer", "minimum": 0, "description": huge["properties"]["options"]["properties"]["depth"]["description"]}
+        path = huge["properties"]["path"]["description"]
+        assert path.endswith("…") and path.startswith("Describe \\x1b]0;pwned\\x07the path\\x1b[2J \\u202eevil")
+        assert huge["properties"]["path"]["examples"][1] == "/tmp/x" and huge["properties"]["path"]["examples"][0].endswith("…")
+        assert len(huge["$comment"]) == MAX_SCHEMA_PROSE and huge["$comment"].endswith("…")
+        # 40 cut descriptions are still over the bound: they are cut shorter, the root says so, and it warns.
+        assert all(len(sub["description"]) <= 128 and sub["description"].endswith("…") for sub in wide["properties"].values())
+        assert wide["description"].startswith("albedo: the descriptions in this schema are cut to 128 characters")
+        assert "description" not in huge  # within the bound after the first cut: no note, no warning
+        mcp.call("h/echo", text="x")  # the composition's warnings reach the binding's warn once
+        assert [w for w in warnings if "inputSchema" in w] == [
+            f"server 'h': tool 'wide': its inputSchema is {_offered_size(sent['wide'])} bytes, over the "
+            f"{MAX_ADVERTISED_SCHEMA} the model is given; its descriptions are cut to 128 characters"]
+        # The catalogue keeps what the server sent; a call goes out with the model's arguments as given.
+        assert composition.catalogues["h"].tool("huge")["inputSchema"] == sent["huge"]
+        arguments = {"path": "/tmp/x", "mode": "slow", "options": {"depth": 3}, "extra": "not in the schema"}
+        assert json.loads(mcp.call("h/huge", arguments).content[0]["text"]) == arguments
+
+
+def test_the_real_tool_lists_are_offered_to_the_model_unchanged():
+    from albedo_actors.catalogue import Catalogue
+    from albedo_actors.catalogue.naming import MAX_ADVERTISED_SCHEMA, advertise
+
+    largest = 0
+    for name in ("everything", "filesystem", "sdk"):
+        with open(os.path.join(HERE, "fixtures", f"tools_{name}.json"), encoding="utf-8") as f:
+            tools = json.load(f)["tools"]
+        catalogue = Catalogue(server=name, era="legacy", protocol_version="2025-06-18", tools=tuple(tools))
+        warnings: list[str] = []
+        offered = advertise({name: catalogue}, {}, warnings.append)
+        assert warnings == [] and len(offered) == len(tools)
+        for tool, item in zip(tools, offered):
+            assert item.input_schema is tool["inputSchema"]  # the very object: nothing cut, nothing copied
+            largest = max(largest, _offered_size(tool["inputSchema"]))
+    assert largest == 648 and largest * 12 < MAX_ADVERTISED_SCHEMA  # server-everything's gzip-file-as-resource

@@ -255,3 +255,87 @@ def test_resource_and_prompt_operations_follow_enabled_and_disabled_tools():
     assert [a.operation for a in advertise(cat, {"demo": config("demo", enabled_tools=("echo",))}, pytest.fail)] == ["echo"]
     assert [a.operation for a in advertise(cat, {"demo": config("demo", disabled_tools=("read_resource",))}, pytest.fail)] == ["echo", "get_prompt"]
     assert [a.operation for a in advertise(cat, {"demo": config("demo", enabled_tools=("get_prompt",))}, pytest.fail)] == ["get_prompt"]
+
+
+# -- what the model is offered of an inputSchema (issue 23, Noted) ------------------------------------
+
+from albedo_actors.catalogue.naming import MAX_ADVERTISED_SCHEMA, MAX_SCHEMA_PROSE, _bounded, _nothing_to_cut, advertised_schema  # noqa: E402
+
+
+def size_of(schema) -> int:
+    return len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+def test_prose_is_cut_and_escaped_where_it_is_a_keyword_and_structure_is_kept_exact():
+    long = "é\x1b[2J\u202e" + "w" * 3000
+    data = "d\x1b" + "d" * 700  # over the prose bound, but data: never cut
+    schema = {
+        "type": "object", "title": long, "$comment": long, "x-hint": long, "x-enumDescriptions": [long, "short"],
+        "properties": {
+            # properties named like prose keywords are parameters: their schemas are walked, not cut
+            "description": {"type": "string", "description": long, "default": data, "enum": [data, "b"]},
+            "title": {"type": "string", "const": data, "pattern": "^\x1b" + "a" * 600 + "$"},
+            "list": {"type": "array", "items": {"type": "object", "properties": {"deep": {"description": long}}},
+                     "examples": [[1, 2], long]},
+        },
+        "$defs": {"thing": {"anyOf": [{"type": "string", "markdownDescription": long}, {"type": "null"}]}},
+        "required": ["description"],
+    }
+    before = json.dumps(schema)
+    offered, reduced = advertised_schema(schema)
+    assert reduced is None and json.dumps(schema) == before  # the server's schema is never changed
+    cut = "é\\x1b[2J\\u202e" + "w" * (MAX_SCHEMA_PROSE - 1 - len("é\\x1b[2J\\u202e")) + "…"
+    assert offered["title"] == offered["$comment"] == offered["x-hint"] == cut and len(cut) == MAX_SCHEMA_PROSE
+    assert offered["x-enumDescriptions"] == [cut, "short"]
+    described = offered["properties"]["description"]
+    assert described == {"type": "string", "description": cut, "default": data, "enum": [data, "b"]}
+    assert offered["properties"]["title"] == schema["properties"]["title"]  # const and pattern: data, exact
+    assert offered["properties"]["title"] is schema["properties"]["title"]  # nothing under it changed: not copied
+    assert offered["properties"]["list"]["items"]["properties"]["deep"]["description"] == cut
+    assert offered["properties"]["list"]["examples"] == [[1, 2], cut]
+    assert offered["$defs"]["thing"]["anyOf"][0]["markdownDescription"] == cut
+    assert offered["$defs"]["thing"]["anyOf"][1] is schema["$defs"]["thing"]["anyOf"][1]
+
+
+def test_a_schema_over_the_bound_loses_prose_first_then_everything_but_names_and_types():
+    def wide(n, text, name=lambda i: f"p{i}", **extra):
+        return {"type": "object", "description": "root", "required": [name(0), "nope"],
+                "properties": {name(i): {"type": "string", "description": text, "examples": [text], **extra} for i in range(n)}}
+
+    # 20 cut descriptions and examples of 512 characters are 20 KiB: cut to 128, they fit.
+    offered, reduced = advertised_schema(wide(20, "x" * 1000))
+    assert size_of(offered) <= MAX_ADVERTISED_SCHEMA and "cut to 128 characters" in reduced
+    assert offered["description"].startswith("albedo: the descriptions in this schema are cut to 128")
+    assert all(len(sub["description"]) == 128 for sub in offered["properties"].values())
+    # 90 of them do not: the prose is left out, the structure kept whole.
+    offered, reduced = advertised_schema(wide(90, "x" * 1000, format="uri"))
+    assert reduced.endswith("its descriptions are left out") and size_of(offered) <= MAX_ADVERTISED_SCHEMA
+    assert offered["properties"]["p5"] == {"type": "string", "format": "uri"}
+    assert offered["required"] == ["p0", "nope"] and offered["description"].startswith("albedo: the descriptions")
+    # Structure alone over the bound: only the parameters' names and types.
+    offered, reduced = advertised_schema(wide(90, "x", enum=[f"value-{j}" for j in range(20)]))
+    assert reduced.endswith("only its parameters' names and types are given") and size_of(offered) <= MAX_ADVERTISED_SCHEMA
+    assert offered["properties"]["p89"] == {"type": "string"} and offered["required"] == ["p0"]
+    assert offered["description"].startswith("albedo: only the names and types")
+    # Even the names are too many: an object schema the model may still call.
+    offered, reduced = advertised_schema(wide(400, "x", name=lambda i: f"parameter_{i:04d}_" + "n" * 20))
+    assert offered == {"type": "object", "description": offered["description"]} and "parameters are not given" in reduced
+
+
+def test_the_fast_path_is_taken_only_when_nothing_would_be_cut(seed=7):
+    rng = random.Random(seed)
+    pieces = ["a", "b c", "\x1b", "\u202e", "\x7f", "\x9b", "é", "\ud800", '"', "\\", "\n", "\r", "\x08"]
+    taken = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.choice([1, 5, 40])))
+        text *= rng.choice([1, 1, 20, 200])
+        key = rng.choice(["description", "title", "x-note", "default", "pattern"])
+        schema = {"type": "object", "properties": {"p": {"type": "string", key: text}}}
+        schema, size, dumped = _bounded(schema)
+        if _nothing_to_cut(dumped, size):
+            taken += 1
+            assert advertised_schema(schema, size) == (schema, None)
+        else:
+            offered, _ = advertised_schema(schema, size)
+            assert offered is schema or offered != schema  # the slow way: a copy only when something was cut
+    assert taken > 100

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -355,3 +356,67 @@ def test_a_budget_changed_on_a_live_session_holds_from_the_next_turn(session):
     assert runtime.composition().model_operations() == runtime.composition().operations
     with pytest.raises(ConfigError, match="mcp.search"):
         mcp.search("")
+
+
+# -- every text field of a search result is escaped (issue 23, Noted) -------------------------------
+
+TEXT_SERVER = os.path.join(HERE, "servers", "fault_text_server.py")
+# Code points printable() escapes: C0 (but LF and TAB), DEL, C1, bidi controls, surrogates.
+UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _texts(value):
+    """Every string of ``value``, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, sub in value.items():
+            yield key
+            yield from _texts(sub)
+    elif isinstance(value, list):
+        for sub in value:
+            yield from _texts(sub)
+
+
+def test_every_text_field_of_a_search_result_is_escaped_in_its_text_and_its_structured_content(tmp_path):
+    from servers.fault_text_server import FIND_TOOL, HOSTILE
+
+    from albedo_actors.wire.text import printable
+
+    server = "evil\x1b]0;title\x07\u202e\ud800"  # a configured name: control codes, a bidi override, a lone surrogate
+    home = str(tmp_path / "home")
+    config = McpConfig(home=home, advertising=Advertise(2), servers=(
+        # its own cwd: the default one is named after the server, and a lone surrogate has no file name
+        # (left alone here: a dial failure, not the search's; see the report of issue 23)
+        ServerConfig(name=server, type="stdio", command=sys.executable, args=(TEXT_SERVER, "--hostile-schema"),
+                     cwd=str(tmp_path)),))
+    with Runtime(home, None, config=config, enabled=True) as runtime:
+        assert runtime.composition().model_operations()[-1].name == SEARCH_TOOL
+        result = runtime.mcp().call(SEARCH_TOOL, query="find things by name, or a description", limit=50)
+    tools = result.structuredContent["tools"]
+    assert len(tools) >= 5
+    text = result.content[0]["text"]
+    assert UNSAFE.search(text) is None and json.loads(text) == {"tools": tools}
+    for entry in tools:
+        for field in _texts(entry):
+            assert UNSAFE.search(field) is None, field
+        assert entry["server"] == printable(server, one_line=True) == "evil\\x1b]0;title\\x07\\u202e\\ud800"
+    (found,) = [entry for entry in tools if entry["tool"] == printable(FIND_TOOL, one_line=True)]
+    shown = printable(HOSTILE)
+    assert found["description"] == printable(f"Find things {HOSTILE} by name.", one_line=True)
+    (parameter,) = found["inputSchema"]["properties"].items()
+    assert parameter[0] == "q" + shown
+    assert parameter[1] == {"type": "string", "title": "t" + shown, "description": "d" + shown,
+                            "enum": ["e" + shown], "default": "e" + shown}
+    # The name stays callable as it is listed (advertised names are sanitised ASCII already).
+    assert found["name"].startswith("mcp_evil_") and re.fullmatch(r"mcp_[A-Za-z0-9_-]*_[0-9a-f]{8}", found["name"])
+
+
+def test_a_search_result_of_a_hand_built_composition_escapes_a_tool_name_with_a_lone_surrogate():
+    composition = composition_of({"s\u202e": [tool("read\ud800file\x1b[2J", "read a file\u2066", **{"p\x9b": ""})],
+                                  "b": [tool(f"t{i}", "other") for i in range(5)]})
+    result = composition.call_search({"query": "read file"})
+    (entry,) = [e for e in result["structuredContent"]["tools"] if e["server"] == "s\\u202e"]
+    assert entry["tool"] == "read\\ud800file\\x1b[2J" and entry["description"] == "read a file\\u2066"
+    assert list(entry["inputSchema"]["properties"]) == ["p\\x9b"]
+    assert UNSAFE.search(result["content"][0]["text"]) is None

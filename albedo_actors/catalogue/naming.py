@@ -49,6 +49,29 @@ in the MCP context lines given to the model, it goes through
 :func:`albedo_actors.wire.text.printable`, which escapes control codes, C1 controls,
 bidi overrides and lone surrogates visibly.
 
+What the model is offered of a schema that passed is :func:`advertised_schema`'s copy:
+
+1. Its prose is escaped by that rule and cut to :data:`MAX_SCHEMA_PROSE` characters,
+   the cut ending in "…". Prose is the value of an annotation keyword that only
+   informs (:data:`PROSE_KEYWORDS`: ``title``, ``description``, ``$comment``,
+   ``examples`` and the editors' ``markdownDescription``, ``enumDescriptions`` ...),
+   and of every ``x-`` extension, wherever it stands as a keyword of a (sub)schema: a
+   property that happens to be *named* ``description`` is structure, and so is every
+   other string (property names, ``enum`` and ``const`` values, ``default``,
+   ``pattern``), kept exact because the model must send them back as the server
+   spells them.
+2. If that copy is over :data:`MAX_ADVERTISED_SCHEMA` bytes of compact JSON, its prose
+   is cut to 128 characters, then left out; the root's ``description`` then says so
+   to the model, and the composition warns once naming the tool.
+3. If it is still over (the structure alone is too big), the model gets the
+   top-level parameters' names and ``type`` and ``required``; past that only
+   ``{"type": "object"}``, each with the note and the warning.
+
+A schema within the bounds and without prose to cut is offered as the very object the
+server sent. The server's own schema stays in the catalogue for everything else
+(``x-mcp-header`` paths, ``--hidden`` calls): nothing validates a call's arguments
+against the cut copy.
+
 Resources and prompts
 ---------------------
 
@@ -82,6 +105,7 @@ from .model import Catalogue
 from .schemas import compile_warning as output_schema_compile_warning
 from .schemas import load_problem as output_schema_problem
 from ..config import ServerConfig
+from ..wire.text import printable
 
 MAX_NAME = 64
 HASH_LENGTH = 8
@@ -90,6 +114,26 @@ MAX_SCHEMA_DEPTH = 32
 MAX_SCHEMA_NODES = 2000
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_DESCRIPTION = 1024
+# What the model is offered of one inputSchema (advertised_schema). The real tool lists
+# in tests/fixtures (npm server-everything, server-filesystem, the SDK's server) have
+# schemas of at most 648 bytes and prose strings of at most 161 characters, so none
+# loses anything; 8 KiB is about 2,000 tokens, twice what a description may take, and
+# twice the 4 KiB at which another client drops a schema whole.
+MAX_SCHEMA_PROSE = 512
+MAX_ADVERTISED_SCHEMA = 8 * 1024
+_PROSE_STEPS = (MAX_SCHEMA_PROSE, 128, 0)  # 0: left out
+
+# Annotation keywords whose values only inform (JSON Schema 2020-12 meta-data section 9
+# and core section 8.3; VS Code's and ajv's description extensions), and every "x-".
+PROSE_KEYWORDS: Final = frozenset({
+    "title", "description", "$comment", "examples",
+    "markdownDescription", "enumDescriptions", "markdownEnumDescriptions", "enumNames", "enumTitles",
+    "deprecationMessage", "errorMessage",
+})
+# Keywords whose value is data, never a schema: not walked, kept exact.
+_DATA_KEYWORDS = frozenset({"enum", "const", "default"})
+# Keywords whose value maps names to subschemas: the names are structure.
+_NAME_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"})
 
 READ_RESOURCE: Final = "read_resource"
 GET_PROMPT: Final = "get_prompt"
@@ -150,6 +194,11 @@ def bound_schema(schema: Any) -> dict[str, Any]:
         SchemaTooLarge: deeper than MAX_SCHEMA_DEPTH, more than MAX_SCHEMA_NODES
             values, or more than MAX_SCHEMA_BYTES of compact JSON.
     """
+    return _bounded(schema)[0]
+
+
+def _bounded(schema: Any) -> tuple[dict[str, Any], int, str]:
+    """:func:`bound_schema`, the schema's size in bytes of compact JSON, and that JSON."""
     if not isinstance(schema, dict):
         raise InvalidSchema(f"inputSchema is a {_json_type(schema)}, not an object")
     if schema.get("type") != "object":
@@ -192,12 +241,41 @@ def bound_schema(schema: Any) -> dict[str, Any]:
                 raise InvalidSchema(f"inputSchema holds a {type(item).__name__}, not JSON")
     try:
         text = _COMPACT.encode(schema)
-        size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
     except ValueError as exc:
         raise InvalidSchema(f"inputSchema is not valid JSON ({exc})") from None
+    size = _text_size(text)
     if size > MAX_SCHEMA_BYTES:
         raise SchemaTooLarge(f"inputSchema is {size} bytes of JSON, over {MAX_SCHEMA_BYTES}")
-    return schema
+    return schema, size, text
+
+
+def _text_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _json_size(value: Any) -> int:
+    """Bytes of ``value`` as compact UTF-8 JSON. Raises ValueError: not JSON (NaN)."""
+    return _text_size(_COMPACT.encode(value))
+
+
+# In compact JSON text (ensure_ascii=False), what may stand for a code point printable()
+# escapes: json writes C0 controls as \u00XX or \b \f \r (\n and \t are left as they
+# are); DEL is raw ASCII; C1, bidi controls and surrogates are not ASCII. Any of them,
+# or an escaped quote (which would split the run below), sends a schema the slow way.
+_MAY_ESCAPE = ("\\u00", "\\b", "\\f", "\\r", '\\"', "\x7f")
+# A run of more than MAX_SCHEMA_PROSE characters without a quote: the only way a string
+# that long can stand in JSON text without escaped quotes.
+_LONG_RUN = re.compile('[^"]{%d,}' % (MAX_SCHEMA_PROSE + 1))
+
+
+def _nothing_to_cut(text: str, size: int) -> bool:
+    """Whether the schema written as ``text`` is offered as it is: within
+    MAX_ADVERTISED_SCHEMA, ASCII with nothing printable() escapes, and no string
+    longer than MAX_SCHEMA_PROSE. True is exact; False only says that advertised_schema
+    must look (it may find nothing to cut)."""
+    if size > MAX_ADVERTISED_SCHEMA or not text.isascii() or any(mark in text for mark in _MAY_ESCAPE):
+        return False
+    return size <= MAX_SCHEMA_PROSE or _LONG_RUN.search(text) is None
 
 
 def _json_type(value: Any) -> str:
@@ -219,6 +297,111 @@ def bound_description(text: Any, limit: int = MAX_DESCRIPTION) -> str:
     if not isinstance(text, str):
         return ""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_DROP = object()  # a prose value left out
+
+
+def advertised_schema(schema: dict[str, Any], size: int | None = None) -> tuple[dict[str, Any], str | None]:
+    """What the model is offered of ``schema`` (one that passed :func:`bound_schema`),
+    by the steps in the module docstring, and why it was reduced (None when at most
+    its prose was cut to MAX_SCHEMA_PROSE).
+
+    ``size``: the schema's bytes of compact JSON, when known. ``schema`` itself is
+    returned when nothing is cut; it is never changed (a cut copies only the objects
+    on the way to what was cut).
+    """
+    if size is None:
+        size = _json_size(schema)
+    for limit in _PROSE_STEPS:
+        offered = _cut_schema(schema, limit)
+        if limit == MAX_SCHEMA_PROSE:
+            if offered is schema and size <= MAX_ADVERTISED_SCHEMA:
+                return schema, None
+            if _json_size(offered) <= MAX_ADVERTISED_SCHEMA:
+                return offered, None
+            continue
+        note = (f"albedo: the descriptions in this schema are cut to {limit} characters to fit "
+                f"its {MAX_ADVERTISED_SCHEMA}-byte bound" if limit else
+                f"albedo: the descriptions of this schema are left out to fit its {MAX_ADVERTISED_SCHEMA}-byte bound")
+        offered = {**offered, "description": note}
+        if _json_size(offered) <= MAX_ADVERTISED_SCHEMA:
+            how = f"its descriptions are cut to {limit} characters" if limit else "its descriptions are left out"
+            return offered, f"its inputSchema is {size} bytes, over the {MAX_ADVERTISED_SCHEMA} the model is given; {how}"
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        properties = {}
+    names = {name: ({"type": sub["type"]} if isinstance(sub, dict) and _is_type(sub.get("type")) else {})
+             for name, sub in properties.items()}
+    minimal: dict[str, Any] = {
+        "type": "object", "properties": names,
+        "description": f"albedo: only the names and types of this tool's parameters are given, to fit the "
+                       f"{MAX_ADVERTISED_SCHEMA}-byte bound of its schema",
+    }
+    required = [name for name in schema.get("required") or () if name in names]
+    if required:
+        minimal["required"] = required
+    if _json_size(minimal) <= MAX_ADVERTISED_SCHEMA:
+        return minimal, (f"its inputSchema is {size} bytes, over the {MAX_ADVERTISED_SCHEMA} the model is given even "
+                         f"without its descriptions; only its parameters' names and types are given")
+    return ({"type": "object", "description": f"albedo: this tool's parameters are not given: even their names "
+                                              f"are over the {MAX_ADVERTISED_SCHEMA}-byte bound of its schema"},
+            f"its inputSchema is {size} bytes, over the {MAX_ADVERTISED_SCHEMA} the model is given even with only "
+            f"its parameters' names; its parameters are not given")
+
+
+def _is_type(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+
+
+def _cut_schema(node: Any, limit: int) -> Any:
+    """``node`` (a schema, or a list of schemas) with its prose cut to ``limit``
+    characters, or left out when ``limit`` is 0; ``node`` itself when nothing changed.
+
+    Recursive: called only on schemas that passed bound_schema (at most MAX_SCHEMA_DEPTH
+    levels, far inside the interpreter's limit)."""
+    if isinstance(node, list):
+        items = [_cut_schema(item, limit) if isinstance(item, (dict, list)) else item for item in node]
+        return node if all(map(_same, items, node)) else items
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    changed = False
+    for key, value in node.items():
+        if key in PROSE_KEYWORDS or key.startswith("x-"):
+            new = _cut_prose(value, limit)
+            if new is _DROP:
+                changed = True
+                continue
+        elif key in _DATA_KEYWORDS or not isinstance(value, (dict, list)):
+            new = value
+        elif key in _NAME_MAPS and isinstance(value, dict):
+            new = {name: _cut_schema(sub, limit) for name, sub in value.items()}
+            if all(map(_same, new.values(), value.values())):
+                new = value
+        else:  # a subschema, a list of them (items, anyOf, ...), or an unknown keyword's object
+            new = _cut_schema(value, limit)
+        changed = changed or new is not value
+        out[key] = new
+    return out if changed else node
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b
+
+
+def _cut_prose(value: Any, limit: int) -> Any:
+    """A prose keyword's value escaped and cut to ``limit`` characters (a string, or
+    each string of a list); _DROP when ``limit`` is 0; other values as they are."""
+    if not limit:
+        return _DROP
+    if isinstance(value, str):
+        cut = printable(value, limit=limit)
+        return value if cut == value else cut
+    if isinstance(value, list):
+        items = [_cut_prose(item, limit) if isinstance(item, str) else item for item in value]
+        return value if all(map(_same, items, value)) else items
+    return value
 
 
 @dataclass(frozen=True)
@@ -373,10 +556,14 @@ def _advertise_one(server: str, catalogue: Catalogue, config: ServerConfig | Non
         if not enabled(operation):
             continue
         try:
-            schema = bound_schema(tool.get("inputSchema"))
+            schema, size, text = _bounded(tool.get("inputSchema"))
         except ValueError as exc:
             warn(f"server {server!r}: tool {operation!r} left out: {exc}")
             continue
+        if not _nothing_to_cut(text, size):
+            schema, reduced = advertised_schema(schema, size)
+            if reduced is not None:
+                warn(f"server {server!r}: tool {operation!r}: {reduced}")
         if "outputSchema" in tool:  # issue 16: checked at its calls (catalogue/schemas.py); a bad one warns here
             problem = output_schema_problem(tool["outputSchema"])
             if problem is not None:

@@ -47,7 +47,9 @@ advertises instead of the operations left out; it cannot collide with an adverti
 name (those end in ``_`` and eight hexadecimal digits). :func:`search_arguments`
 validates its arguments: ``query`` a non-empty string of at most :data:`MAX_QUERY`
 characters, ``limit`` a whole number, clamped to 1 … :data:`MAX_LIMIT`
-(default :data:`DEFAULT_LIMIT`).
+(default :data:`DEFAULT_LIMIT`). Every text of its result (:func:`found`: the name,
+server, tool, description and every string of the inputSchema) is escaped by the
+printable-text rule, in the JSON text and in ``structuredContent`` alike.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from operator import attrgetter, is_, itemgetter
 from typing import Any, Iterable, Mapping, Sequence
 
 from .naming import MAX_DESCRIPTION, Advertised
+from ..wire.text import printable
 
 SEARCH_TOOL = "mcp_search_tools"
 MAX_QUERY = 1000  # characters of a query
@@ -277,19 +280,34 @@ def search_tool() -> Advertised:
 
 
 def found(items: Iterable[Advertised]) -> list[dict[str, Any]]:
-    """Search results as data: advertised name, server, tool, description (bounded and escaped), inputSchema."""
-    from ..wire.text import printable
+    """Search results as data: advertised name, server, tool, description (bounded), inputSchema.
 
-    return [{"name": item.name, "server": item.server, "tool": item.operation,
+    Every text in them is escaped by the printable-text rule (wire/text.py): the name,
+    server, tool and description as one line each, and every string of the
+    inputSchema, its keys too. A result is the model's text, and the server name comes
+    from a configuration and the tool's name and schema from a server, so none of them
+    may reach the model raw."""
+    return [{"name": printable(item.name, one_line=True), "server": printable(item.server, one_line=True),
+             "tool": printable(item.operation, one_line=True),
              "description": printable(item.description, one_line=True, limit=MAX_DESCRIPTION),
-             "inputSchema": item.input_schema} for item in items]
+             "inputSchema": _escaped(item.input_schema)} for item in items]
+
+
+def _escaped(value: Any) -> Any:
+    """``value`` (JSON data) with every string, keys included, escaped; recursive, as an
+    advertised schema is at most MAX_SCHEMA_DEPTH levels deep (catalogue/naming.py)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(key): _escaped(sub) for key, sub in value.items()}
+    if isinstance(value, list):
+        return [_escaped(sub) for sub in value]
+    return value
 
 
 def tool_result(items: Iterable[Advertised], query: str) -> dict[str, Any]:
     """The search tool's result (a CallToolResult): the matches as JSON text and as structuredContent."""
     import json
-
-    from ..wire.text import printable
 
     tools = found(items)
     if not tools:

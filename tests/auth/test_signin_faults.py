@@ -567,6 +567,10 @@ def test_a_connection_that_trickles_its_request_is_cut_when_its_time_is_up(monke
     "http://169.254.169.254/latest/meta-data", "http://169.254.170.2", "http://[fe80::1]:8080", "http://10.0.0.1",
     "http://172.16.5.4", "http://192.168.1.1", "http://100.64.0.1", "http://[fc00::1]", "http://[fd00:ec2::254]",
     "http://[::ffff:169.254.169.254]", "http://metadata.google.internal", "http://224.0.0.1",
+    # issue 23: special-purpose ranges and IPv4-in-IPv6 forms that were taken for the public Internet
+    "http://[::ffff:0:a9fe:a9fe]/", "http://198.18.0.1", "http://[::a9fe:a9fe]", "http://[::ffff:0:a00:1]",
+    "http://[64:ff9b:1::a9fe:a9fe]", "http://[64:ff9b:1::a00:1]", "http://[fec0::1]", "http://192.0.0.1",
+    "http://192.0.0.170", "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]", "http://[2001:2::1]", "http://[5f00::1]",
 ])
 def test_discovery_never_fetches_private_or_metadata_addresses_for_a_loopback_server(fault, store, where):
     server = fault(authorization_servers=[where])
@@ -587,6 +591,22 @@ def test_a_challenge_naming_the_metadata_service_is_not_fetched(fault, store):
     one_line(str(caught.value))
     assert "cloud metadata" in str(caught.value)
     assert server.discovery_hits() == 0
+
+
+@pytest.mark.parametrize("where,kind", [
+    ("http://[::ffff:0:a9fe:a9fe]/latest/meta-data/", "cloud metadata"), ("http://198.18.0.1/", "benchmarking"),
+    ("http://[::a9fe:a9fe]/", "cloud metadata"), ("http://192.0.0.1/.well-known/x", "reserved"),
+    ("http://[64:ff9b:1::a00:1]/", "private-network"), ("http://[fec0::1]/", "private-network"),
+])
+def test_a_server_on_the_public_internet_is_not_followed_to_a_special_address(where, kind):
+    # The HTTP client of every sign-in exchange, with the guard a server at a public
+    # address gets (a literal: nothing is looked up); the refusal comes before any connection.
+    http = AuthHttp(timeout=5, guard=AddressGuard("https://8.8.8.8/mcp"))
+    started = time.monotonic()
+    with pytest.raises(AuthHttpError) as caught:
+        http.get(where)
+    assert time.monotonic() - started < 3.0  # refused, not a connection left to time out
+    assert kind in str(caught.value) and "albedo does not fetch it" in str(caught.value)
 
 
 def test_the_unspecified_address_is_refused_though_it_would_reach_this_host(fault, store):
@@ -640,15 +660,21 @@ def _addr(ip: str, port: int = 443):
     return (socket.AF_INET6, (ip, port, 0, 0)) if ":" in ip else (socket.AF_INET, (ip, port))
 
 
+# Public addresses here are well-known resolvers (the guard never connects to them): the
+# documentation ranges are not public (issue 23), so a server there is its own kind.
 @pytest.mark.parametrize("server_url,allowed,refused", [
-    ("https://203.0.113.7/mcp", ["198.51.100.1", "2001:db8::1", "8.8.8.8"],
+    ("https://8.8.8.8/mcp", ["1.1.1.1", "2606:4700:4700::1111", "9.9.9.9", "::ffff:1.1.1.1", "64:ff9b::808:808"],
      ["127.0.0.1", "::1", "10.1.1.1", "172.31.0.1", "192.168.0.1", "169.254.169.254", "169.254.1.1", "fe80::1",
       "fd00:ec2::254", "fc00::5", "100.64.1.1", "100.100.100.200", "0.0.0.0", "::", "224.0.0.1", "::ffff:10.0.0.1",
-      "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::1"]),
-    ("http://10.0.0.5/mcp", ["10.9.9.9", "192.168.3.3", "fd12::1", "203.0.113.1"],
-     ["127.0.0.1", "169.254.169.254", "169.254.1.1", "0.0.0.0"]),
-    ("http://127.0.0.1:9/mcp", ["127.0.0.2", "::1", "203.0.113.1"], ["10.0.0.1", "169.254.169.254", "192.168.1.1"]),
+      "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::1", "203.0.113.1", "2001:db8::1", "198.18.0.1", "192.0.0.1",
+      "::a9fe:a9fe", "::ffff:0:a9fe:a9fe", "64:ff9b:1::a00:1", "fec0::1"]),
+    ("https://203.0.113.7/mcp", ["198.51.100.1", "2001:db8::1", "8.8.8.8"], ["10.0.0.1", "198.18.0.1", "127.0.0.1"]),
+    ("http://10.0.0.5/mcp", ["10.9.9.9", "192.168.3.3", "fd12::1", "fec0::5", "1.1.1.1"],
+     ["127.0.0.1", "169.254.169.254", "169.254.1.1", "0.0.0.0", "203.0.113.1", "198.18.0.1"]),
+    ("http://127.0.0.1:9/mcp", ["127.0.0.2", "::1", "::ffff:127.0.0.3", "1.1.1.1"],
+     ["10.0.0.1", "169.254.169.254", "192.168.1.1", "203.0.113.1"]),
     ("http://169.254.10.10/mcp", ["169.254.20.20"], ["169.254.169.254", "10.0.0.1"]),
+    ("http://198.18.0.5/mcp", ["198.19.255.1", "2001:2::1", "1.1.1.1"], ["10.0.0.1", "127.0.0.1", "192.0.2.1"]),
 ])
 def test_the_guard_allows_the_public_internet_and_the_servers_own_kind_of_address(server_url, allowed, refused):
     guard = AddressGuard(server_url)

@@ -17,6 +17,9 @@ Flags:
 --refuse-initialize        answer ``initialize`` and ``server/discover`` with a JSON-RPC
                            error whose message is hostile (the server is left out)
 --stderr-and-exit N        write hostile lines to stderr and exit with code N at once
+--hostile-schema           also list ``find`` + HOSTILE, whose inputSchema holds HOSTILE in a
+                           property name, its title and description, an enum value and a
+                           default (for the search tool's escaping)
 
 Tools: ``HOSTILE_TOOL`` (its name is hostile; answers hostile text), ``shout`` (a text
 block of several hostile lines, a resource_link and an embedded resource, hostile
@@ -39,6 +42,7 @@ TWICE = "twice" + HOSTILE
 BAD_SCHEMA = "bad_schema" + HOSTILE
 RESOURCE_URI = "text://r/" + HOSTILE
 PROMPT = "p" + HOSTILE
+FIND_TOOL = "find" + HOSTILE
 SERVER_ERROR_CODE = -32000
 
 
@@ -58,6 +62,11 @@ class TextServer(DemoServer):
                       description=described)
         self.add_tool("echo", lambda request, args: text_result(args["text"]), description=described,
                       properties={"text": {"type": "string"}}, required=("text",))
+        if options.hostile_schema:
+            self.add_tool(FIND_TOOL, lambda request, args: text_result("found " + HOSTILE),
+                          description=f"Find things {HOSTILE} by name.",
+                          properties={"q" + HOSTILE: {"type": "string", "title": "t" + HOSTILE, "description": "d" + HOSTILE,
+                                                      "enum": ["e" + HOSTILE], "default": "e" + HOSTILE}})
 
     def handle_request(self, id: str | int, method: str, params: dict) -> dict | None:
         if self.refuse and method in ("initialize", "server/discover"):
@@ -114,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--era", choices=("dual", "legacy", "modern"), default="legacy")
     parser.add_argument("--refuse-initialize", action="store_true")
     parser.add_argument("--stderr-and-exit", type=int, metavar="N")
+    parser.add_argument("--hostile-schema", action="store_true")
     options = parser.parse_args(argv)
     if options.stderr_and_exit is not None:
         sys.stderr.write(f"starting {HOSTILE}\nfatal: {HOSTILE}\n")

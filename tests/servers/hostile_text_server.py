@@ -24,6 +24,11 @@ empty-pages            tools/list: ``--pages`` pages (default 40) of ``--page-by
 flood-requests         tools/call ``flood`` {count}: send ``count`` ``elicitation/create``
                        requests at once, wait for every answer, then answer the call
                        with ``{"results": R, "errors": E}`` as JSON text
+huge-schema            tools/list: besides ``echo``, ``huge`` (an inputSchema of about 60 KiB,
+                       nearly all of it prose with control sequences and bidi overrides in
+                       its property descriptions, titles, ``$comment`` and ``examples``) and
+                       ``wide`` (60 KiB: 40 parameters with 1,100-character descriptions);
+                       tools/call of either answers its arguments as JSON text
 none                   a normal server with one tool ``echo``
 """
 
@@ -38,6 +43,29 @@ import threading
 ECHO = '{"name":"echo","description":"Echo the text.","inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}}'
 SURROGATE_DESCRIPTION = '{"name":"bad","description":"x\\ud800y","inputSchema":{"type":"object"}}'
 SURROGATE_KEY = '{"name":"bad","inputSchema":{"type":"object","properties":{"k\\udfff":{"type":"string"}}}}'
+# Prose with terminal control sequences and bidi controls, repeated to any length.
+PROSE = "Describe \x1b]0;pwned\x07the path\x1b[2J \u202eevil\u2066iso\u2069 and \x9b31m more; "
+
+
+def prose(length: int) -> str:
+    return (PROSE * (length // len(PROSE) + 1))[:length]
+
+
+HUGE = {"name": "huge", "description": "A tool whose inputSchema is mostly prose.", "inputSchema": {
+    "type": "object", "title": prose(1_500), "$comment": prose(3_000),
+    "properties": {
+        "path": {"type": "string", "description": prose(15_000), "examples": [prose(2_250), "/tmp/x"]},
+        "mode": {"type": "string", "enum": ["fast", "slow"], "title": prose(750), "description": prose(7_500),
+                 "x-enumDescriptions": [prose(1_500), prose(1_500)]},
+        "options": {"type": "object", "description": prose(1_500),
+                    "properties": {"depth": {"type": "integer", "minimum": 0, "description": prose(9_000)}}},
+    },
+    "required": ["path"],
+}}
+WIDE = {"name": "wide", "description": "A tool of forty parameters.", "inputSchema": {
+    "type": "object", "properties": {f"p{i}": {"type": "string", "description": prose(1_100)} for i in range(40)},
+    "required": ["p0"],
+}}
 
 
 class Hostile:
@@ -84,6 +112,8 @@ class Hostile:
             tools = "[" + ",".join(["{}"] * count) + "]"
             more = f',"nextCursor":"p{page + 1}"' if page + 1 < self.pages else ""
             return '{"jsonrpc":"2.0","id":%s,"result":{"tools":%s%s}}' % (raw_id, tools, more)
+        elif self.fault == "huge-schema":
+            tools = f"[{ECHO},{json.dumps(HUGE)},{json.dumps(WIDE)}]"
         else:
             tools = f"[{ECHO}]"
         return '{"jsonrpc":"2.0","id":%s,"result":{"tools":%s}}' % (raw_id, tools)
@@ -103,6 +133,9 @@ class Hostile:
         if self.fault == "flood-requests" and params.get("name") == "flood":
             threading.Thread(target=self._flood, args=(raw_id, int(arguments.get("count", 1))), daemon=True).start()
             return None
+        if self.fault == "huge-schema" and params.get("name") in ("huge", "wide"):
+            text = json.dumps(json.dumps(arguments, sort_keys=True))
+            return '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":%s}]}}' % (raw_id, text)
         text = json.dumps(str(arguments.get("text", "")))
         return '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":%s}]}}' % (raw_id, text)
 
