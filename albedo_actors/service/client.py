@@ -5,7 +5,7 @@
     client = ServiceClient.find(home)      # None: no live service for this home
     client.get()                           # GET /api/mcp
     client.patch({"servers": {...}, "secrets": {...}})
-    client.sign_in(name); client.sign_in_status(name); client.offer(name, url); client.cancel_sign_in(name)
+    client.sign_in(name[, new_client=True]); client.sign_in_status(name); client.offer(name, url); client.cancel_sign_in(name)
 
 ``find`` reads ``HOME/service.json`` through :func:`albedo_actors.service.server.read_service_file`
 (None when it is missing, malformed or its pid is gone). Requests go to 127.0.0.1 only
@@ -110,8 +110,8 @@ class ServiceClient:
     def patch(self, body: dict[str, Any], *, name: str = "", timeout: float = READ_TIMEOUT_S) -> dict[str, Any]:
         return self._json("PATCH", "/api/mcp", body, name=name, timeout=timeout)
 
-    def sign_in(self, name: str) -> dict[str, Any]:
-        return self._json("PUT", _login(name), {}, name=name)
+    def sign_in(self, name: str, *, new_client: bool = False) -> dict[str, Any]:
+        return self._json("PUT", _login(name), {"newClient": True} if new_client else {}, name=name)
 
     def sign_in_status(self, name: str) -> dict[str, Any]:
         return self._json("GET", _login(name), name=name)
