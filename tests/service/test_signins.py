@@ -286,16 +286,18 @@ def test_new_client_registers_anew_and_never_joins_a_sign_in_in_flight(make, sto
     port = free_port()  # one redirect URI: the registration kept for it is reused
     signins, changes = make({NAME: http_entry(server)}, port=port)
     first = signins.start(NAME)
-    assert signins.offer(NAME, callback_of(first["authorizationUrl"]))["state"] == "signed_in"
-    kept = client_of(first["authorizationUrl"])
-    assert client_of(signins.start(NAME)["authorizationUrl"]) == kept  # reused
     with pytest.raises(ConfigError, match="a sign-in is already in progress"):
         signins.start(NAME, new_client=True)  # that one chose its client already
-    signins.cancel(NAME)
+    assert server.stats()["registrations"] == 1
+    assert signins.offer(NAME, callback_of(first["authorizationUrl"]))["state"] == "signed_in"
+    kept = client_of(first["authorizationUrl"])
     fresh = signins.start(NAME, new_client=True)
     assert client_of(fresh["authorizationUrl"]) != kept and server.stats()["registrations"] == 2
     assert signins.offer(NAME, callback_of(fresh["authorizationUrl"]))["state"] == "signed_in"
     assert record_of(store).client_id == client_of(fresh["authorizationUrl"])
+    again = signins.start(NAME)  # the new one is kept and reused
+    assert client_of(again["authorizationUrl"]) == client_of(fresh["authorizationUrl"])
+    signins.cancel(NAME)
 
 
 def test_a_cancelled_or_run_out_sign_in_with_the_kept_client_says_it_forgot_it(make, store, oauth_server):
