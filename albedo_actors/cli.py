@@ -14,14 +14,16 @@
                [--oauth-client-id ID [--oauth-client-secret | --oauth-client-secret-env VAR]] [--stdin]
     albedo-mcp edit NAME [--url URL | --command LINE] [the secret options of add]
     albedo-mcp remove NAME | enable NAME | disable NAME
-    albedo-mcp sign-in NAME [--timeout S] [--port P] [--no-browser] | sign-out NAME
+    albedo-mcp sign-in NAME [--timeout S] [--port P] [--no-browser] [--new-client] | sign-out NAME
     albedo-mcp store new-key [--file PATH] | status | encrypt | rotate-key [--new-key-file PATH] | decrypt
 
 ``sign-in`` signs in to an HTTP server that asks for OAuth: it prints the authorization
 URL, opens the browser (unless ``--no-browser`` is given or ``$ALBEDO_NO_BROWSER`` is set), and waits for the
 browser's redirect to the loopback listener; a callback URL pasted on standard input
-(one line) is taken too, whichever comes first. Ctrl-C cancels it. ``sign-out``
-forgets the server's tokens.
+(one line) is taken too, whichever comes first. Ctrl-C cancels it. ``--new-client``
+registers a new OAuth client instead of reusing the one kept for the authorization server
+(a client the user configured is never replaced). ``sign-out`` forgets the server's
+tokens, and its next sign-in registers a new client.
 
 **One writer.** While ``HOME/service.json`` names a live settings service for the home
 (``albedo-mcp serve``, or a host embedding :class:`albedo_actors.service.server.Service`),
@@ -247,6 +249,9 @@ def _admin_parsers(commands: Any) -> None:
     sign_in.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S seconds (default 300)")
     sign_in.add_argument("--port", type=int, default=33418, metavar="P",
                          help="loopback callback port (default 33418; a busy port falls back to an ephemeral one)")
+    sign_in.add_argument("--new-client", action="store_true",
+                         help="register a new OAuth client instead of reusing the one kept for its authorization server "
+                              "(never replaces a client you configured)")
     sign_in.add_argument("--no-browser", action="store_true",
                          help="do not open the browser (as ALBEDO_NO_BROWSER does); the URL is printed either way")
     admin("sign-out", "forget a server's OAuth tokens").add_argument("name", metavar="NAME")
@@ -657,7 +662,8 @@ def _sign_in(settings: Settings, args: argparse.Namespace) -> int:
         _out("Waiting for the browser; or paste the URL it was sent to (the callback) and press Enter.", flush=True)
 
     environ = {**os.environ, NO_BROWSER_ENV: "1"} if args.no_browser else None
-    flow = settings.begin_sign_in(args.name, announce=announce, port=args.port, lifetime=args.timeout, environ=environ)
+    flow = settings.begin_sign_in(args.name, announce=announce, port=args.port, lifetime=args.timeout, environ=environ,
+                                  new_client=args.new_client)
     done = threading.Event()
 
     reader = threading.Thread(target=_read_pasted, args=(done, flow.offer), name="sign-in-paste", daemon=True)
@@ -926,6 +932,14 @@ def _secrets_json(secrets: Any) -> dict[str, Any]:
     return out
 
 
+def _forgotten(status: dict[str, Any]) -> str:
+    """What a sign-in the service ran said of the kept registration it forgot ("" if nothing)."""
+    from .auth.signin import FORGOTTEN
+
+    reason = status.get("reason")
+    return f"; {FORGOTTEN}" if isinstance(reason, str) and reason.endswith(FORGOTTEN) else ""
+
+
 def _sign_in_through(client: ServiceClient, args: argparse.Namespace) -> int:
     """``sign-in`` through the service: PUT, show (and open) the URL, take a pasted callback
     URL, and poll the sign-in's state until it ends or ``--timeout`` passes."""
@@ -935,7 +949,7 @@ def _sign_in_through(client: ServiceClient, args: argparse.Namespace) -> int:
     from .service.client import ServiceSignInFailed
 
     name = args.name
-    started = client.sign_in(name)
+    started = client.sign_in(name, new_client=args.new_client)
     done = threading.Event()
 
     paster = client.fork()  # the paste thread's own connections
@@ -971,8 +985,9 @@ def _sign_in_through(client: ServiceClient, args: argparse.Namespace) -> int:
                 if status.get("state") != "pending":
                     break
                 if time.monotonic() >= deadline:
-                    client.cancel_sign_in(name)
-                    raise ServiceSignInFailed(name, f"server {name!r}: sign-in failed: the sign-in was not completed in time")
+                    client.cancel_sign_in(name)  # waits (bounded) for it to end: its reason says what it forgot
+                    raise ServiceSignInFailed(name, f"server {name!r}: sign-in failed: the sign-in was not completed in time"
+                                                    f"{_forgotten(client.sign_in_status(name))}")
                 done.wait(min(0.25, max(0.0, deadline - time.monotonic())))  # polls the service; bounded by --timeout
     except KeyboardInterrupt:
         with contextlib.suppress(AlbedoError):

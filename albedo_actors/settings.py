@@ -38,6 +38,7 @@ import logging
 import os
 import re
 import shlex
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping
@@ -49,7 +50,7 @@ from .actors.refresher import TokenRefresher, oauth_for
 from .config import _ENV_NAME, _HEADER_NAME, _NAME, EXTENSION_DEFAULTS, ServerConfig, parse
 from .auth.callback import DEFAULT_LIFETIME_S, DEFAULT_PORT
 from .auth.record import NO_AUTH_VIEW, OAuthRecord, from_credentials, usable
-from .auth.signin import SignIn
+from .auth.signin import SignIn, check_new_client
 from .errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
 from .safefiles import FileRefused, make_private_dirs, open_private, read_text, replace_private
 from .catalogue.saved import fingerprint, save_if_changed
@@ -282,21 +283,28 @@ class Settings:
 
     def begin_sign_in(self, name: str, *, environ: Mapping[str, str] | None = None, agent: Any = None,
                       announce: Callable[[str], None] | None = None, port: int = DEFAULT_PORT,
-                      lifetime: float = DEFAULT_LIFETIME_S) -> SignIn:
+                      lifetime: float = DEFAULT_LIFETIME_S, new_client: bool = False) -> SignIn:
         """A sign-in to ``name`` (an HTTP server): ``run()`` it; ``offer(url)`` a pasted
         callback URL; ``cancel()`` it from another thread. The tokens land in the store.
+        ``new_client`` registers a new client instead of reusing the kept one.
 
         Raises:
-            ConfigError: no such server, or it is not an HTTP server.
+            ConfigError: no such server, it is not an HTTP server, or ``new_client``
+                for a server whose client the user configured (never replaced).
         """
         config = parse(self._read_document(), self.home, source=self.path)
         server = config.server(name)
         if server.type != "http":
             raise ConfigError(f"server {name!r} is a stdio server; only HTTP servers sign in with OAuth")
-        return SignIn(server, self.store, environ=environ, agent=agent, announce=announce, port=port, lifetime=lifetime)
+        if new_client:
+            check_new_client(server, usable(from_credentials(self.store.get_credentials(name)), server.url))
+        return SignIn(server, self.store, environ=environ, agent=agent, announce=announce, port=port, lifetime=lifetime,
+                      new_client=new_client)
 
     def sign_out(self, name: str) -> ServerView:
-        """Forget ``name``'s tokens (its state becomes ``signed_out``; the client registration stays)."""
+        """Forget ``name``'s tokens (its state becomes ``signed_out``) and unbind it from the
+        dynamic client registrations kept so far: its next sign-in registers a new client
+        (see :func:`signed_out`)."""
         config = parse(self._read_document(), self.home, source=self.path)
         server = config.server(name)
 
@@ -502,11 +510,24 @@ def change_credentials(store: Store, name: str, change: Callable[[Credentials], 
 
 
 def signed_out(server: ServerConfig, credentials: Credentials) -> Credentials:
-    """``credentials`` signed out of ``server``: its tokens forgotten, the client registration kept."""
+    """``credentials`` signed out of ``server``: its tokens forgotten, and the server
+    unbound from every dynamic registration kept until now.
+
+    The unbinding is a time in the record (``reuse_registrations_after``): the next
+    sign-in of this server reuses no registration kept before it, so it registers a
+    new client, whose registration then replaces the kept one for that issuer and
+    redirect URI. That is a sign-out's reset of a client the authorization server
+    forgot, even one that never produced a token. Another server that signed in with
+    the old registration is not touched: its record holds the client id and secret its
+    tokens were issued to, which its refreshes use (the kept row never is), and it
+    may go on sharing the old registration until one of them registers anew. A value
+    of the record alone, so that the settings service's sign-out (which writes the
+    record as this makes it) unbinds exactly as ``Settings.sign_out`` does.
+    """
     record = usable(from_credentials(credentials), server.url) or OAuthRecord(url=server.url or "")
     # Signing out also forgets which issuer a configured client belongs to, for an
     # authorization server that has really moved (signin.check_client_issuer).
-    record = dataclasses.replace(record, bound_client_id=None, bound_issuer=None)
+    record = dataclasses.replace(record, bound_client_id=None, bound_issuer=None, reuse_registrations_after=time.time())
     return dataclasses.replace(credentials, oauth=record.signed_out("signed_out", "signed out by the user").to_json())
 
 

@@ -179,6 +179,16 @@ class OAuthServer(_ServerProcess):
 
         requests.post(self.base + "/admin/revoke-refresh", timeout=10).raise_for_status()
 
+    def forget_client(self, client_id: str | None = None) -> int:
+        """The server forgets ``client_id`` (default: every client registered through
+        /register), as one restarted with an in-memory client store would; how many."""
+        import requests
+
+        params = {"client_id": client_id} if client_id is not None else {}
+        response = requests.post(self.base + "/admin/forget-client", params=params, timeout=10)
+        response.raise_for_status()
+        return response.json()["forgotten"]
+
 
 class SdkHttpServer(_ServerProcess):
     """``tests/servers/sdk_server.py http`` with ``flags`` on a free port of 127.0.0.1.

@@ -134,8 +134,8 @@ class AuthHttp:
         self._guard = guard
         self._tls: ssl.SSLContext | None = None
 
-    def get(self, url: str, accept: str = "application/json") -> AuthReply:
-        return self._send("GET", url, {"Accept": accept}, None)
+    def get(self, url: str, accept: str = "application/json", headers: dict[str, str] | None = None) -> AuthReply:
+        return self._send("GET", url, {"Accept": accept, **(headers or {})}, None)
 
     def post_form(self, url: str, form: dict[str, str], headers: dict[str, str] | None = None) -> AuthReply:
         sent = {"Accept": "application/json", "Content-Type": "application/x-www-form-urlencoded"}

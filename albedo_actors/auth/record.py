@@ -55,6 +55,10 @@ class OAuthRecord:
     bound_client_id: str | None = None
     bound_issuer: str | None = None
     obtained_at: float | None = None  # when the access token was issued to us
+    # A sign-out unbinds the server from every dynamic registration kept before it: its
+    # next sign-in registers a new client (signin.choose_client). Other servers that
+    # share the old registration keep it (their records hold their own client id).
+    reuse_registrations_after: float | None = None
     # DPoP (RFC 9449, auth/dpop.py): the server's private key as a JWK, while DPoP is used
     # for it, and the access token's type. A "DPoP" token is only ever sent with a proof
     # of that key, never as Bearer.
@@ -72,7 +76,7 @@ class OAuthRecord:
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
         for key, value in values.items():
-            number = key in ("expires_at", "updated_at", "obtained_at")
+            number = key in ("expires_at", "updated_at", "obtained_at", "reuse_registrations_after")
             if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool) if number
                                           else isinstance(value, str)):
                 return None  # a damaged record is no record: the server asks for a sign-in again

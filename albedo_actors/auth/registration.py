@@ -6,20 +6,31 @@ no client, register a public ``native`` client (RFC 7591 2, MCP 2026
 its grants when offline access is offered, and check the answer before
 using it. No network here: the caller posts :func:`registration_request`
 as JSON and hands the raw answer to :func:`parse_registration`.
+
+RFC 7592 (client configuration): an answer that carries a ``registration_client_uri``
+and a ``registration_access_token`` lets the client read its registration later
+(``GET`` with the token as Bearer); :func:`read_outcome` says what such a read means:
+the client is still registered, it is gone, or the read told nothing.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from ..wire.jsonrpc import WireError, parse_line
 
 __all__ = [
+    "ALIVE",
     "AUTH_METHODS",
     "ClientRegistration",
+    "GONE",
     "MAX_BODY",
     "RegistrationError",
+    "UNKNOWN",
     "parse_registration",
+    "read_outcome",
     "registration_request",
 ]
 
@@ -30,6 +41,9 @@ MAX_REDIRECTS = 64
 
 #: Token endpoint authentication methods we can use (RFC 7591 2).
 AUTH_METHODS = ("none", "client_secret_basic", "client_secret_post")
+
+# RFC 6750 2.1 b64token: the registration access token goes into an Authorization header.
+_B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*\Z")
 
 
 class RegistrationError(ValueError):
@@ -44,13 +58,17 @@ class ClientRegistration:
     """A registered client (RFC 7591 3.2.1).
 
     ``client_secret`` is ``None`` for a public client and never shown by
-    ``repr``.
+    ``repr``. ``registration_client_uri`` and ``registration_access_token``
+    (RFC 7592 3) are both set or both ``None``; the token is never shown by
+    ``repr`` either.
     """
 
     client_id: str
     client_secret: str | None = field(default=None, repr=False)
     token_endpoint_auth_method: str = "none"
     redirect_uris: tuple[str, ...] = ()
+    registration_client_uri: str | None = None
+    registration_access_token: str | None = field(default=None, repr=False)
 
 
 def registration_request(client_name: str, redirect_uri: str, *,
@@ -119,7 +137,8 @@ def _opt_str(data: dict, key: str) -> str | None:
 
 def parse_registration(body: bytes, content_type: str | None, *,
                        redirect_uri: str | None = None,
-                       requested_method: str | None = None) -> ClientRegistration:
+                       requested_method: str | None = None,
+                       allow_http: bool = False) -> ClientRegistration:
     """Check a client information response (RFC 7591 3.2.1).
 
     ``requested_method`` is the ``token_endpoint_auth_method`` we asked for: an
@@ -130,6 +149,11 @@ def parse_registration(body: bytes, content_type: str | None, *,
     secret the server did not issue), and - when ``redirect_uri`` is given -
     a ``redirect_uris`` list that does not contain it (RFC 7591 3.2.1: the
     server returns the metadata it actually registered).
+
+    The RFC 7592 pair is kept only when both are usable: an absolute https URL
+    (http too with ``allow_http``, for a plain-http server) without a fragment,
+    and an RFC 6750 ``b64token``. Anything else leaves both ``None``: the
+    registration is used all the same, only never read back.
     """
     if content_type and not _is_json_type(content_type):
         raise RegistrationError(
@@ -175,6 +199,65 @@ def parse_registration(body: bytes, content_type: str | None, *,
         raise RegistrationError(
             "the authorization server did not register our redirect URI")
 
+    uri, token = _configuration(data, allow_http)
     return ClientRegistration(client_id=client_id, client_secret=secret,
                               token_endpoint_auth_method=method,
-                              redirect_uris=redirects)
+                              redirect_uris=redirects,
+                              registration_client_uri=uri,
+                              registration_access_token=token)
+
+
+def _configuration(data: dict, allow_http: bool) -> tuple[str | None, str | None]:
+    """The RFC 7592 ``registration_client_uri`` and ``registration_access_token``
+    of an answer, when both are there and usable; else ``(None, None)``."""
+    uri, token = data.get("registration_client_uri"), data.get("registration_access_token")
+    if not (isinstance(uri, str) and isinstance(token, str)) or len(uri) > MAX_FIELD or len(token) > MAX_FIELD:
+        return None, None
+    if not _B64TOKEN.match(token) or any(c in uri for c in " \t\r\n\x00"):
+        return None, None
+    try:
+        parts = urlsplit(uri)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        return None, None
+    scheme = parts.scheme.lower()
+    if not parts.hostname or parts.fragment or scheme not in (("https", "http") if allow_http else ("https",)):
+        return None, None
+    return uri, token
+
+
+#: What a read of a kept registration (RFC 7592 2.1) means.
+ALIVE, GONE, UNKNOWN = "alive", "gone", "unknown"
+
+
+def read_outcome(status: int, body: bytes, content_type: str | None, client_id: str, *,
+                 redirect_uri: str | None = None, requested_method: str | None = None,
+                 allow_http: bool = False) -> tuple[str, ClientRegistration | None]:
+    """What the answer to ``GET registration_client_uri`` says of ``client_id``.
+
+    ``(GONE, None)``: 401, 403 or 404, or an ``invalid_client`` error (RFC 7592
+    2.1: a client that does not exist is answered 401 and its token revoked; one
+    that may not read its registration, 403). ``(ALIVE, registration)``: a 200
+    whose body is a usable registration of ``client_id`` (its secret and access
+    token may be new ones: RFC 7592 2.1 says to use them from now on).
+    ``(UNKNOWN, None)``: anything else (a 5xx, an unreadable body, another
+    client's registration), which says nothing either way.
+    """
+    if status in (401, 403, 404):
+        return GONE, None
+    try:
+        data = _load_object(body, "registration read", RegistrationError)
+    except RegistrationError:
+        return UNKNOWN, None
+    if data.get("error") == "invalid_client":
+        return GONE, None
+    if status != 200:
+        return UNKNOWN, None
+    try:
+        found = parse_registration(body, content_type, redirect_uri=redirect_uri,
+                                   requested_method=requested_method, allow_http=allow_http)
+    except RegistrationError:
+        return UNKNOWN, None
+    if found.client_id != client_id:
+        return UNKNOWN, None
+    return ALIVE, found

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import threading
 import time
@@ -38,11 +39,18 @@ from ..wire.jsonrpc import Json
 if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
     from ..store.records import Credentials
 
+log = logging.getLogger(__name__)
+
 CLIENT_NAME = "albedo_actors"
+# What a failure line adds when it forgot the kept registration (the next sign-in registers anew).
+FORGOTTEN = "the kept client registration was forgotten: sign in again"
+# The errors that mean the authorization server does not know (or no longer accepts) the client.
+CLIENT_REFUSALS = ("invalid_client", "unauthorized_client")
 JWT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 ASSERTION_LIFETIME_S = 300
 
 __all__ = [
+    "FORGOTTEN",
     "Discovered",
     "SignIn",
     "discover",
@@ -50,6 +58,7 @@ __all__ = [
     "refresh_record",
     "client_credentials_record",
     "check_client_issuer",
+    "check_new_client",
     "store_record",
 ]
 
@@ -92,6 +101,7 @@ class Client:
     client_id: str
     secret: str | None = dataclasses.field(default=None, repr=False)
     method: str = "none"
+    kept: bool = False  # a registration kept from an earlier sign-in (not made by this one)
 
 
 # -- discovery -----------------------------------------------------------------------------
@@ -211,27 +221,122 @@ def _registration_method(metadata: AuthServerMetadata) -> str:
 
 
 def choose_client(http: AuthHttp, store: SignInStore | None, server: ServerConfig, found: Discovered, redirect_uri: str,
-                  environ: Mapping[str, str]) -> Client:
+                  environ: Mapping[str, str], *, new_client: bool = False,
+                  reuse_after: float | None = None) -> Client:
     """A configured client (``extensions.json``, else the settings), else a Client ID
-    Metadata Document, else a kept or new registration."""
+    Metadata Document, else a kept or new registration.
+
+    A registration is kept per issuer and redirect URI (several servers of one
+    authorization server share it) and reused, unless ``new_client`` (``sign-in
+    --new-client``), or it was kept before ``reuse_after`` (the server's sign-out
+    unbound it), or its RFC 7592 read says the authorization server no longer has
+    it (then it is forgotten before anyone is sent to it). A new registration
+    replaces the kept one of that issuer and redirect URI.
+
+    Raises:
+        AuthError: the registration failed or the server offers none.
+        ConfigError: ``new_client`` for a server with a configured client.
+    """
     settings = server.oauth or OAuthSettings()
     metadata = found.server
     if settings.client_id:
+        if new_client:
+            check_new_client(server, None)
         check_client_issuer(store, server, settings.client_id, metadata.issuer)
         secret = _secret(settings, environ, server.name)
         return Client("configured", settings.client_id, secret,
                       settings.token_endpoint_auth_method or _method_for_secret(metadata, secret))
     stored = current_record(store, server)
     if stored is not None and stored.configured_client_id:
+        if new_client:
+            check_new_client(server, stored)
         check_client_issuer(store, server, stored.configured_client_id, metadata.issuer)
         secret = stored.configured_client_secret
         return Client("configured", stored.configured_client_id, secret,
                       settings.token_endpoint_auth_method or _method_for_secret(metadata, secret))
     if settings.client_metadata_url and metadata.client_id_metadata_document_supported:
         return Client("metadata_document", settings.client_metadata_url, None, "none")
-    kept = store.get_oauth_client(metadata.issuer, redirect_uri) if store is not None else None
-    if isinstance(kept, dict) and isinstance(kept.get("client_id"), str):
-        return Client("registered", kept["client_id"], kept.get("client_secret"), kept.get("method") or "none")
+    kept = store.get_oauth_client(metadata.issuer, redirect_uri) if store is not None and not new_client else None
+    if _reusable(kept, reuse_after):
+        assert kept is not None
+        kept = _still_registered(http, store, server, metadata.issuer, redirect_uri, kept)
+        if kept is not None:
+            return Client("registered", kept["client_id"], kept.get("client_secret"), kept.get("method") or "none",
+                          kept=True)
+    return _register(http, store, server, metadata, redirect_uri)
+
+
+def _reusable(kept: dict[str, Any] | None, reuse_after: float | None) -> bool:
+    """A kept registration with a client id, kept after ``reuse_after`` (a row from before
+    the time was recorded counts as kept at 0: a sign-out unbinds it too)."""
+    if not isinstance(kept, dict) or not isinstance(kept.get("client_id"), str):
+        return False
+    if reuse_after is None:
+        return True
+    at = kept.get("registered_at")
+    return isinstance(at, (int, float)) and not isinstance(at, bool) and at > reuse_after
+
+
+def _allow_http(server: ServerConfig) -> bool:
+    """Plain-http OAuth URLs only for a plain-http MCP server (as discovery allows its endpoints)."""
+    return urlsplit(_url(server)).scheme.lower() == "http"
+
+
+def _still_registered(http: AuthHttp, store: SignInStore | None, server: ServerConfig, issuer: str, redirect_uri: str,
+                      kept: dict[str, Any]) -> dict[str, Any] | None:
+    """``kept``, unless its RFC 7592 read says the authorization server has forgotten it.
+
+    Without a ``registration_client_uri`` and token there is nothing to read: ``kept``.
+    The read is one bounded GET through the sign-in's own ``http`` (its address guard
+    and deadline), the token as Bearer (RFC 7592 2.1). 401, 403, 404 or
+    ``invalid_client``: the registration is forgotten and None returned (register
+    afresh). A registration read back with a new secret or access token is kept with
+    them (RFC 7592 2.1: the old ones are discarded). A failed or unreadable read
+    blocks nothing: ``kept`` is used, and the failure rules of the sign-in recover if
+    it really is gone.
+    """
+    uri, token = kept.get("registration_client_uri"), kept.get("registration_access_token")
+    if not (isinstance(uri, str) and isinstance(token, str)):
+        return kept
+    client_id = kept["client_id"]
+    try:
+        reply = http.get(uri, headers={"Authorization": f"Bearer {token}"})
+    except AuthHttpError as exc:
+        log.info("server %r: the kept client registration could not be read (%s); it is used as it is",
+                 server.name, exc)
+        return kept
+    outcome, found = registration.read_outcome(reply.status, reply.body, reply.content_type, client_id,
+                                               redirect_uri=redirect_uri, requested_method=kept.get("method"),
+                                               allow_http=_allow_http(server))
+    if outcome == registration.GONE:
+        log.info("server %r: its authorization server no longer has the kept client registration (HTTP %s); "
+                 "registering a new client", server.name, reply.status)
+        forget_registration(store, issuer, client_id)  # a failure: the new registration replaces it anyway
+        return None
+    if outcome == registration.ALIVE and found is not None:
+        fresh = dict(kept)
+        if found.client_secret:
+            fresh["client_secret"] = found.client_secret
+        if found.registration_client_uri and found.registration_access_token:
+            fresh["registration_client_uri"] = found.registration_client_uri
+            fresh["registration_access_token"] = found.registration_access_token
+        if fresh != kept and store is not None:
+            try:
+                store.put_oauth_client(issuer, redirect_uri, fresh)
+            except StoreError as exc:  # this sign-in uses them all the same
+                log.warning("server %r: the renewed client registration was not kept: %s", server.name, exc)
+        return fresh
+    return kept
+
+
+def _register(http: AuthHttp, store: SignInStore | None, server: ServerConfig, metadata: AuthServerMetadata,
+              redirect_uri: str) -> Client:
+    """A new dynamic registration (RFC 7591), kept for (issuer, redirect URI) with its
+    RFC 7592 configuration endpoint and token when the answer gives them.
+
+    Raises:
+        AuthError: the server offers no registration, or it failed or was refused.
+    """
     if metadata.registration_endpoint is None:
         raise AuthError(server.name, "the authorization server offers no client registration; "
                                      'register albedo there and set "oauth": {"clientId": ...} for this server')
@@ -246,15 +351,42 @@ def choose_client(http: AuthHttp, store: SignInStore | None, server: ServerConfi
         raise AuthError(server.name, f"client registration was refused (HTTP {reply.status})")
     try:
         client: ClientRegistration = registration.parse_registration(
-            reply.body, reply.content_type, redirect_uri=redirect_uri, requested_method=wanted)
+            reply.body, reply.content_type, redirect_uri=redirect_uri, requested_method=wanted,
+            allow_http=_allow_http(server))
     except RegistrationError as exc:
         raise AuthError(server.name, f"client registration: {exc}") from None
     if store is not None:
-        store.put_oauth_client(metadata.issuer, redirect_uri, {
+        kept: dict[str, Any] = {
             "client_id": client.client_id, "client_secret": client.client_secret,
-            "method": client.token_endpoint_auth_method, "redirect_uri": redirect_uri,
-        })
+            "method": client.token_endpoint_auth_method, "redirect_uri": redirect_uri, "registered_at": time.time(),
+        }
+        if client.registration_client_uri and client.registration_access_token:
+            kept.update(registration_client_uri=client.registration_client_uri,
+                        registration_access_token=client.registration_access_token)
+        store.put_oauth_client(metadata.issuer, redirect_uri, kept)
     return Client("registered", client.client_id, client.client_secret, client.token_endpoint_auth_method)
+
+
+def check_new_client(server: ServerConfig, stored: OAuthRecord | None) -> None:
+    """Refuse ``sign-in --new-client`` for a server that signs in with a client the user
+    configured (``oauth.clientId``, a client given with ``--oauth-client-id``) or with a
+    grant that registers none: albedo never replaces those.
+
+    Raises:
+        ConfigError: the server has such a client.
+    """
+    settings = server.oauth or OAuthSettings()
+    name = server.name
+    if settings.client_id:
+        where = f'"oauth": {{"clientId": "{settings.client_id[:64]}"}} in extensions.json'
+    elif settings.grant != "authorization_code":
+        where = f'the {settings.grant} grant (it registers no client)'
+    elif stored is not None and stored.configured_client_id:
+        where = f"the client {stored.configured_client_id[:64]} given with --oauth-client-id"
+    else:
+        return
+    raise ConfigError(f"server {name!r}: --new-client replaces only a client albedo registered itself; this server "
+                      f"signs in with {where}, which albedo never replaces (sign in without --new-client)")
 
 
 def check_client_issuer(store: SignInStore | None, server: ServerConfig, client_id: str, issuer: str) -> None:
@@ -455,14 +587,18 @@ def store_record(store: SignInStore | None, name: str, record: OAuthRecord) -> N
 
 
 def forget_registration(store: SignInStore | None, issuer: str, client_id: str) -> str:
-    """Forget a kept registration the authorization server refused (``invalid_client``); what to tell the user."""
+    """Forget a kept registration (every redirect URI it was kept for); what to tell the user.
+
+    Other servers that signed in with that client keep their tokens: a refresh uses
+    the client id and secret recorded with the tokens, never the kept registration.
+    """
     if store is None:
-        return "sign in again to register afresh"
+        return "sign in again to register a new client"
     try:
         store.delete_oauth_client(issuer, client_id)
     except StoreError:
-        return "the registration albedo kept could not be forgotten"
-    return "albedo forgot its registration there: sign in again to register afresh"
+        return "albedo could not forget the kept client registration (the database failed): sign in with --new-client"
+    return FORGOTTEN
 
 
 def current_record(store: SignInStore | None, server: ServerConfig) -> OAuthRecord | None:
@@ -484,6 +620,18 @@ class SignIn:
     authorization URL; the default opens the browser (unless ``ALBEDO_NO_BROWSER``)
     and ``announce(url)`` shows the URL either way. A callback URL the user pastes goes
     to ``offer(url)``; it races the loopback listener and the first valid one wins.
+
+    ``new_client`` registers a new client instead of reusing the one kept for the
+    authorization server (``sign-in --new-client``). A sign-in that reused a kept
+    registration and got no callback (timed out, cancelled), or whose client was
+    refused (``invalid_client`` or ``unauthorized_client``, at the callback or the
+    token endpoint), forgets that registration and says so in its error
+    (:data:`FORGOTTEN`, also kept in :attr:`forgot_registration`): the next sign-in
+    registers afresh. RFC 6749 4.1.2.1 has an authorization server show its error to
+    the user, never redirect, when it does not know the client: the browser shows it
+    and the callback never comes, so, unless the registration can be read back
+    (RFC 7592, see :func:`choose_client`), running out of time is the one sign of a
+    forgotten client that albedo can see.
     """
 
     def __init__(
@@ -498,8 +646,12 @@ class SignIn:
         lifetime: float = DEFAULT_LIFETIME_S,
         http: AuthHttp | None = None,
         id_token: grants.IdTokenProvider | None = None,
+        new_client: bool = False,
     ) -> None:
         self.url = _url(server)
+        self._new_client = new_client
+        # What this sign-in's error said of the kept registration it forgot (None: it forgot none).
+        self.forgot_registration: str | None = None
         self._id_token = id_token  # the user's id_token, for the enterprise grant (see grants.IdTokenProvider)
         self.server = server
         self.store = store
@@ -538,6 +690,8 @@ class SignIn:
         http = self._http or AuthHttp(verify=self.server.ca_file or True, guard=AddressGuard(self.url))
         try:
             previous = current_record(self.store, self.server)
+            if self._new_client:
+                check_new_client(self.server, previous)  # before anything is sent
             if challenge is None and previous is not None and (previous.resource_metadata or previous.challenge_scope):
                 challenge = Challenge("bearer", {k: v for k, v in (("resource_metadata", previous.resource_metadata),
                                                                  ("scope", previous.challenge_scope)) if v})
@@ -579,7 +733,9 @@ class SignIn:
                 cancelled = self._cancelled
             if cancelled:
                 listener.cancel()
-            client = choose_client(http, self.store, self.server, found, listener.redirect_uri, self.environ)
+            client = choose_client(http, self.store, self.server, found, listener.redirect_uri, self.environ,
+                                   new_client=self._new_client,
+                                   reuse_after=previous.reuse_registrations_after if previous is not None else None)
             url = discovery.authorization_url(metadata.authorization_endpoint, client.client_id, listener.redirect_uri,
                                               pkce.challenge_s256(verifier), state, scope, found.resource.resource or None)
             try:
@@ -593,7 +749,11 @@ class SignIn:
             result = listener.wait()
             if result is None:
                 why = "cancelled" if listener.cancelled else "not completed in time"
-                raise AuthError(name, f"the sign-in was {why}")
+                # A kept client the authorization server forgot is refused at its
+                # authorization endpoint, in the browser, with no redirect back: no
+                # callback is all we see of it.
+                forgot = self._forget(client, metadata.issuer) if client.kept else ""
+                raise AuthError(name, f"the sign-in was {why}{forgot}")
         finally:
             with self._lock:
                 self._listener = None
@@ -606,7 +766,8 @@ class SignIn:
             # The redirect can come from anyone: only a well-formed RFC 6749 error code is
             # shown; error_description (free text) is not repeated.
             refusal = tokens._error_code(result["error"]) or "an unreadable error"
-            raise AuthError(name, f"the authorization server refused: {refusal}")
+            forgot = self._forget(client, metadata.issuer) if refusal in CLIENT_REFUSALS else ""
+            raise AuthError(name, f"the authorization server refused: {refusal}{forgot}")
         code = result.get("code")
         if not code:
             raise AuthError(name, "the authorization response carried no code")
@@ -617,9 +778,8 @@ class SignIn:
                                      renew=_renewal(client, metadata.token_endpoint, metadata.issuer, self.server.oauth,
                                                     self.environ, name))
         except TokenError as exc:
-            if exc.error == "invalid_client" and client.kind == "registered":
-                raise AuthError(name, f"{exc}; {forget_registration(self.store, metadata.issuer, client.client_id)}") from None
-            raise AuthError(name, str(exc)) from None
+            forgot = self._forget(client, metadata.issuer) if exc.error in CLIENT_REFUSALS else ""
+            raise AuthError(name, f"{exc}{forgot}") from None
         base = previous or OAuthRecord(url=self.url)
         record = base.replace(
             url=self.server.url, resource=found.resource.resource or None, issuer=metadata.issuer,
@@ -629,6 +789,13 @@ class SignIn:
             challenge_scope=challenge.scope if challenge else None, dpop_key=prover.jwk if prover is not None else None,
         )
         return _bound(record, client, metadata.issuer).with_tokens(granted, requested_scope=scope)
+
+    def _forget(self, client: Client, issuer: str) -> str:
+        """Forget ``client`` when it is a dynamic registration; what the error line adds."""
+        if client.kind != "registered":
+            return ""
+        self.forgot_registration = forget_registration(self.store, issuer, client.client_id)
+        return "; " + self.forgot_registration
 
     def _browser(self, url: str, listener: CallbackListener) -> None:
         try:

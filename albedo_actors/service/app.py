@@ -177,8 +177,10 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
     def login(request: Request, name: str) -> Response:
         _check_name(name)
         if request.method == "PUT":
-            body_of(request)  # bounded and JSON like every other body; its content is not used
-            return _json(202, signins.start(name))
+            body = body_of(request)  # {} or {"newClient": true}: register a new client first
+            if not isinstance(body, dict) or set(body) - {"newClient"} or not isinstance(body.get("newClient", False), bool):
+                raise ConfigError(f'server {name!r}: the sign-in takes {{}} or {{"newClient": true}}')
+            return _json(202, signins.start(name, new_client=body.get("newClient", False)))
         if request.method == "DELETE":
             signins.cancel(name)
             return Response(status=204, headers=_HEADERS)

@@ -5,7 +5,7 @@
     client = ServiceClient.find(home)      # None: no service for this home (act directly)
     client.get()                           # GET /api/mcp
     client.patch({"servers": {...}, "secrets": {...}})
-    client.sign_in(name); client.sign_in_status(name); client.offer(name, url); client.cancel_sign_in(name)
+    client.sign_in(name[, new_client=True]); client.sign_in_status(name); client.offer(name, url); client.cancel_sign_in(name)
     client.new_link()                      # a single-use URL that opens the page
 
 It talks to the service on the home's Unix socket only (:mod:`.local`), never to a TCP
@@ -135,8 +135,8 @@ class ServiceClient:
     def patch(self, body: dict[str, Any], *, name: str = "", timeout: float = READ_TIMEOUT_S) -> dict[str, Any]:
         return self._json("PATCH", "/api/mcp", body, name=name, timeout=timeout)
 
-    def sign_in(self, name: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        return self._json("PUT", _login(name), body or {}, name=name)
+    def sign_in(self, name: str, *, new_client: bool = False) -> dict[str, Any]:
+        return self._json("PUT", _login(name), {"newClient": True} if new_client else {}, name=name)
 
     def sign_in_status(self, name: str) -> dict[str, Any]:
         return self._json("GET", _login(name), name=name)

@@ -4,6 +4,7 @@
 
     signins = SignIns(lambda: Settings(home, store), on_change=lambda name: ...)
     signins.start("docs")     # {"state": "pending", "authorizationUrl": "https://..."}
+    signins.start("docs", new_client=True)  # the same, registering a new client first
     signins.status("docs")    # {"state": "pending" | "signed_in" | "failed" | ..., "reason": ...}
     signins.offer("docs", pasted_callback_url)
     signins.cancel("docs")
@@ -60,7 +61,8 @@ class SignInSettings(Protocol):
     layer, so it is named by this seam only)."""
 
     def begin_sign_in(self, name: str, *, agent: Any = None, announce: Callable[[str], None] | None = None,
-                      port: int = DEFAULT_PORT, lifetime: float = DEFAULT_LIFETIME_S) -> SignIn: ...
+                      port: int = DEFAULT_PORT, lifetime: float = DEFAULT_LIFETIME_S,
+                      new_client: bool = False) -> SignIn: ...
 
 
 def _page_opens_it(url: str, listener: CallbackListener) -> None:
@@ -114,22 +116,29 @@ class SignIns:
 
     # -- the API ----------------------------------------------------------------------------------
 
-    def start(self, name: str) -> dict:
+    def start(self, name: str, *, new_client: bool = False) -> dict:
         """Start a sign-in to ``name``, or join the one in flight.
 
         Returns ``{"state": "pending", "authorizationUrl": url}`` once the URL is known;
         when the sign-in ended before it had one (a client credentials grant, or a
-        failure during discovery) its final ``status`` instead.
+        failure during discovery) its final ``status`` instead. ``new_client``: the
+        sign-in registers a new client instead of reusing the kept one; it never joins
+        one in flight (that one chose its client already).
 
         Raises:
-            ConfigError: no such server, it is a stdio server, or the service is stopping.
+            ConfigError: no such server, it is a stdio server, the service is stopping,
+                or ``new_client`` while a sign-in is in flight or for a server whose
+                client the user configured.
         """
         with self._lock:
             if self._closed:
                 raise ConfigError(f"server {name!r}: the settings service is stopping; sign in again once it runs")
             attempt = self._attempts.get(name)
+            if new_client and attempt is not None and not attempt.done:
+                raise ConfigError(f"server {name!r}: a sign-in is already in progress with the client it chose; "
+                                  f"cancel it (DELETE /api/auth/logins/mcp:{name}), then ask for a new client")
             if attempt is None or attempt.done:
-                attempt = self._begin(name)
+                attempt = self._begin(name, new_client)
             self._changed.wait_for(lambda: attempt.url is not None or attempt.done, self._announce_timeout)
             if attempt.url is not None and not attempt.done:
                 return {"state": PENDING, "authorizationUrl": attempt.url}
@@ -211,7 +220,7 @@ class SignIns:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _begin(self, name: str) -> _Attempt:
+    def _begin(self, name: str, new_client: bool = False) -> _Attempt:
         """A new attempt for ``name``, its thread started (called with the lock held).
 
         Raises:
@@ -226,7 +235,8 @@ class SignIns:
 
         try:
             flow = self._settings_factory().begin_sign_in(name, agent=self._agent, announce=announce,
-                                                          port=self._port, lifetime=self._lifetime)
+                                                          port=self._port, lifetime=self._lifetime,
+                                                          new_client=new_client)
         except ConfigError:
             raise
         except AlbedoError as exc:  # the file or the store could not be read
@@ -249,7 +259,9 @@ class SignIns:
             with self._lock:
                 cancelled = attempt.cancel_requested
             if cancelled:
-                self._finish(attempt, CANCELLED, f"server {attempt.name!r}: the sign-in was cancelled")
+                # The cancel ended it; a kept registration it forgot on the way is still said.
+                forgot = f"; {flow.forgot_registration}" if flow.forgot_registration else ""
+                self._finish(attempt, CANCELLED, f"server {attempt.name!r}: the sign-in was cancelled{forgot}")
             else:
                 self._finish(attempt, FAILED, str(exc))
         except Exception as exc:  # a bug: said in one line, never a traceback or its locals

@@ -246,13 +246,26 @@ class Store:
             return self._credentials(row), _lease(row)
 
     def delete_credentials(self, server: str) -> None:
-        """Forget the server's credentials (nothing happens when there are none).
+        """Forget the server's credentials (nothing happens when there are none), and with
+        them the dynamic client registration its OAuth record signed in with.
+
+        A removed server's registration is never reused: a server added again (under
+        any name) registers a new client. The record's ``client_kind``, ``issuer`` and
+        ``client_id`` name it (``auth/record.py``); every redirect URI it was kept for
+        goes. Another server that signed in with the same registration keeps its tokens
+        and refreshes, which use the client id and secret in its own record. A record
+        that cannot be read (sealed under a key not given) forgets nothing: the row is
+        deleted all the same (``remove`` needs no key).
 
         Raises:
             StoreError: the database failed.
         """
         with self._op(f"deleting the credentials of {server!r}"), self._write():
+            row = CredentialRow.select(CredentialRow.oauth).where(CredentialRow.server == server).first(self._db)
+            registered = _registration_of(self._keys, server, row.oauth if row is not None else None)
             CredentialRow.delete().where(CredentialRow.server == server).execute(self._db)
+            if registered is not None:
+                self._delete_clients(*registered)
 
     # --- catalogues -----------------------------------------------------------
 
@@ -372,20 +385,25 @@ class Store:
     def delete_oauth_client(self, issuer: str, client_id: str) -> int:
         """Forget the registrations of ``client_id`` at ``issuer`` (any redirect URI); how many.
 
-        Used when the authorization server answers ``invalid_client`` for a registration
-        albedo kept: the next sign-in registers afresh.
+        Used when the authorization server no longer knows a registration albedo kept
+        (``invalid_client``, a sign-in with it that got no callback, an RFC 7592 read
+        that found it gone): the next sign-in registers afresh.
 
         Raises:
             StoreError: the database failed.
         """
         with self._op(f"deleting an OAuth client for issuer {issuer!r}"), self._write():
-            rows = OAuthClientRow.select().where(OAuthClientRow.issuer == issuer).execute(self._db)
-            gone = [row.redirect_uri for row in rows
-                    if _client_id_of(self._open_client(row.issuer, row.redirect_uri, row.client, strict=False)) == client_id]
-            for redirect_uri in gone:
-                OAuthClientRow.delete().where((OAuthClientRow.issuer == issuer)
-                                              & (OAuthClientRow.redirect_uri == redirect_uri)).execute(self._db)
-            return len(gone)
+            return self._delete_clients(issuer, client_id)
+
+    def _delete_clients(self, issuer: str, client_id: str) -> int:
+        """Delete the rows of ``client_id`` at ``issuer``, inside the caller's transaction."""
+        rows = OAuthClientRow.select().where(OAuthClientRow.issuer == issuer).execute(self._db)
+        gone = [row.redirect_uri for row in rows
+                if _client_id_of(self._open_client(row.issuer, row.redirect_uri, row.client, strict=False)) == client_id]
+        for redirect_uri in gone:
+            OAuthClientRow.delete().where((OAuthClientRow.issuer == issuer)
+                                          & (OAuthClientRow.redirect_uri == redirect_uri)).execute(self._db)
+        return len(gone)
 
     # --- sealing: store encrypt / rotate-key / decrypt / status ------------------
 
@@ -626,6 +644,22 @@ def _lease(row: CredentialRow | None) -> Lease | None:
     if row is None or row.refresh_owner is None or row.refresh_until is None:
         return None
     return Lease(row.refresh_owner, float(row.refresh_until))
+
+
+def _registration_of(keys: StoreKeys | None, server: str, text: str | None) -> tuple[str, str] | None:
+    """(issuer, client id) of the dynamic registration a stored OAuth record signed in
+    with, or None (no record, another kind of client, or a record that cannot be read)."""
+    if text is None:
+        return None
+    try:
+        opened = sealing.open_value(keys, ("credentials", server, "oauth"), text, f"credentials of {server!r}")
+        record = _json_object(opened or "{}", "credentials", server)
+    except StoreError:
+        return None
+    issuer, client_id = record.get("issuer"), record.get("client_id")
+    if record.get("client_kind") != "registered" or not isinstance(issuer, str) or not isinstance(client_id, str):
+        return None
+    return issuer, client_id
 
 
 def _client_id_of(text: str) -> str | None:

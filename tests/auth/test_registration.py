@@ -5,10 +5,14 @@ import json
 import pytest
 
 from albedo_actors.auth.registration import (
+    ALIVE,
+    GONE,
     MAX_BODY,
+    UNKNOWN,
     ClientRegistration,
     RegistrationError,
     parse_registration,
+    read_outcome,
     registration_request,
 )
 
@@ -158,3 +162,70 @@ def test_unusable_auth_methods_are_refused_without_leaking_secret():
     with pytest.raises(RegistrationError):
         parse_registration(answer(client_id="a", client_secret=12),
                            "application/json")
+
+
+# -- RFC 7592: the client configuration endpoint --------------------------------------------------
+
+CONFIG_URI = "https://auth.example.com/register/abc"
+ACCESS = "reg-access.token_9f~+/=="
+
+
+def test_the_configuration_endpoint_and_its_token_are_kept_and_the_token_never_shown():
+    reg = parse_registration(answer(client_id="abc", registration_client_uri=CONFIG_URI,
+                                    registration_access_token=ACCESS), "application/json")
+    assert (reg.registration_client_uri, reg.registration_access_token) == (CONFIG_URI, ACCESS)
+    assert ACCESS not in repr(reg) and CONFIG_URI in repr(reg)
+
+
+@pytest.mark.parametrize("uri, token, allow_http", [
+    ("http://auth.example.com/register/abc", ACCESS, False),  # http for an https server
+    ("https://auth.example.com/register/abc#x", ACCESS, False),
+    ("ftp://auth.example.com/r", ACCESS, False),
+    ("/register/abc", ACCESS, False),
+    ("https://auth.example.com:99999/r", ACCESS, False),
+    (CONFIG_URI, "a token\r\nX-Injected: 1", False),  # not an RFC 6750 b64token
+    (CONFIG_URI, "", False),
+    (CONFIG_URI, None, False),  # one without the other
+    (None, ACCESS, False),
+    (CONFIG_URI, 42, False),
+])
+def test_an_unusable_configuration_endpoint_is_dropped_and_the_registration_kept(uri, token, allow_http):
+    fields = {"client_id": "abc"}
+    fields.update({k: v for k, v in (("registration_client_uri", uri), ("registration_access_token", token))
+                   if v is not None})
+    reg = parse_registration(answer(**fields), "application/json", allow_http=allow_http)
+    assert reg.client_id == "abc"
+    assert reg.registration_client_uri is None and reg.registration_access_token is None
+
+
+def test_a_plain_http_configuration_endpoint_is_kept_for_a_plain_http_server():
+    uri = "http://127.0.0.1:8080/register/abc"
+    reg = parse_registration(answer(client_id="abc", registration_client_uri=uri, registration_access_token=ACCESS),
+                             "application/json", allow_http=True)
+    assert reg.registration_client_uri == uri
+
+
+@pytest.mark.parametrize("status, body, outcome", [
+    (401, b'{"error": "invalid_token"}', GONE),  # RFC 7592 2.1: the client does not exist
+    (403, b"", GONE),
+    (404, b"<html>gone</html>", GONE),
+    (400, b'{"error": "invalid_client"}', GONE),
+    (400, b'{"error": "invalid_request"}', UNKNOWN),
+    (500, b'{"error": "server_error"}', UNKNOWN),
+    (503, b"busy", UNKNOWN),
+    (200, b"not json", UNKNOWN),
+    (200, answer(client_id="someone-else"), UNKNOWN),
+    (200, answer(client_id="abc", redirect_uris=["https://elsewhere.example/cb"]), UNKNOWN),
+    (200, answer(client_id="abc"), ALIVE),
+])
+def test_what_a_read_of_a_kept_registration_means(status, body, outcome):
+    assert read_outcome(status, body, "application/json", "abc", redirect_uri=REDIRECT)[0] == outcome
+
+
+def test_a_read_may_renew_the_secret_and_the_access_token():
+    outcome, found = read_outcome(200, answer(client_id="abc", client_secret="new-secret",
+                                              token_endpoint_auth_method="client_secret_basic",
+                                              registration_client_uri=CONFIG_URI, registration_access_token="renewed"),
+                                  "application/json", "abc", requested_method="client_secret_basic")
+    assert outcome == ALIVE and found is not None
+    assert (found.client_secret, found.registration_access_token) == ("new-secret", "renewed")

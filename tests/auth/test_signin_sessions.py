@@ -9,9 +9,6 @@ clock; nothing sleeps, every wait is bounded.
 from __future__ import annotations
 
 import json
-import os
-import select
-import subprocess
 import sys
 import time
 import urllib.parse
@@ -29,10 +26,10 @@ from albedo_actors.runtime import Runtime
 from albedo_actors.settings import ServerSpec, Settings
 from albedo_actors.store import open_store
 from helpers import FAULT_SERVER, request, text_of
+from kit import Cli, Running
 
 ASK = 10  # seconds: bounds on waits, never expected durations
 SETTLE = 60
-RUN_TIMEOUT = 60
 RETRY_MS = 30_000
 
 
@@ -271,78 +268,6 @@ def test_settings_keep_a_401_server_sign_in_and_out_and_never_show_a_token(home,
 
 
 # -- 5: the admin command line ----------------------------------------------------------------------
-
-
-class Cli:
-    """``python -m albedo_actors`` with ALBEDO_HOME=home and no browser; keeps every output."""
-
-    def __init__(self, home) -> None:
-        self.home = str(home)
-        self.env = {k: v for k, v in os.environ.items() if k != "ALBEDO_DATABASE_URL"}
-        self.env.update(ALBEDO_HOME=self.home, ALBEDO_NO_BROWSER="1")
-        self.outputs: list[str] = []
-        self.procs: list[subprocess.Popen] = []
-
-    def run(self, *argv: str, stdin: str = "") -> subprocess.CompletedProcess:
-        result = subprocess.run([sys.executable, "-m", "albedo_actors", *argv], input=stdin, capture_output=True, text=True,
-                                timeout=RUN_TIMEOUT, env=self.env)
-        self.outputs += [result.stdout, result.stderr]
-        return result
-
-    def start(self, *argv: str) -> "Running":
-        proc = subprocess.Popen([sys.executable, "-m", "albedo_actors", *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=self.env)
-        self.procs.append(proc)
-        return Running(proc, self.outputs)
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(RUN_TIMEOUT)
-            for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                try:
-                    pipe.close()
-                except OSError:
-                    pass
-
-
-class Running:
-    """A running command: read whole lines of stdout/stderr within a bound, write stdin lines."""
-
-    def __init__(self, proc: subprocess.Popen, outputs: list[str]) -> None:
-        self.proc = proc
-        self.outputs = outputs
-        self.out_fd, self.err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-        self.buffers = {self.out_fd: b"", self.err_fd: b""}
-        self.seen = {self.out_fd: b"", self.err_fd: b""}
-
-    def line(self, pipe, timeout: float = RUN_TIMEOUT) -> str:
-        fd = pipe.fileno()
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.buffers[fd]:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise AssertionError(f"no line within {timeout} s; so far: {self.seen[fd]!r}")
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                raise AssertionError(f"the stream ended; so far: {self.seen[fd]!r}")
-            self.buffers[fd] += chunk
-            self.seen[fd] += chunk
-        line, self.buffers[fd] = self.buffers[fd].split(b"\n", 1)
-        return line.decode()
-
-    def write_line(self, text: str) -> None:
-        self.proc.stdin.write(text.encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def finish(self) -> tuple[int, str, str]:
-        """Close stdin, wait (bounded) and return (code, all stdout, all stderr)."""
-        out, err = self.proc.communicate(timeout=RUN_TIMEOUT)
-        stdout = (self.seen[self.out_fd] + out).decode()
-        stderr = (self.seen[self.err_fd] + err).decode()
-        self.outputs += [stdout, stderr]
-        return self.proc.returncode, stdout, stderr
 
 
 @pytest.fixture

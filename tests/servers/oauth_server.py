@@ -19,7 +19,7 @@ Usage:
         [--token-lifetime SECONDS] [--client ID[:SECRET]:REDIRECT_URI ...]
         [--client-credentials ID:SECRET ...] [--jwt-client ID:PUBLIC_KEY_PEM_FILE ...]
         [--jwt-bearer-issuer ISSUER=PUBLIC_KEY_PEM_FILE ...] [--id-jag-issuer ISSUER=PUBLIC_KEY_PEM_FILE ...]
-        [--stateless] [--json-response]
+        [--stateless] [--json-response] [--rfc7592]
 
 ``--jwt-bearer-issuer`` / ``--id-jag-issuer`` add the RFC 7523 jwt-bearer grant to the
 token endpoint (and to ``grant_types_supported``): see :class:`JwtBearerGrant`.
@@ -68,7 +68,13 @@ Endpoints (``{issuer}`` is the issuer URL, ``{ip}`` is its path, "" by default):
   errors 400.
 * ``POST {ip}/register`` - RFC 7591 dynamic client registration (the SDK's handler;
   ``token_endpoint_auth_method`` defaults to ``client_secret_post``; a client that
-  registers without ``scope`` gets every supported scope).
+  registers without ``scope`` gets every supported scope). With ``--rfc7592`` the answer
+  also carries ``registration_client_uri`` (``{issuer}/register/<client id>``) and a
+  ``registration_access_token`` (RFC 7592 3).
+* ``GET {ip}/register/<client id>`` (``--rfc7592``) - RFC 7592 2.1 read: with
+  ``Authorization: Bearer <its registration access token>``, 200 and the client's
+  registration; an unknown (or forgotten) client or a wrong token: 401
+  ``invalid_token``. Each read counts in ``registration_reads``.
 * ``GET /stats`` (no auth) - JSON counters (``client_assertion_jtis``: the jti of every
   ``private_key_jwt`` client assertion POSTed, checked or not): ``token_requests`` per grant type
   (``authorization_code``, ``refresh_token``, ``client_credentials``; every POST to the
@@ -77,9 +83,19 @@ Endpoints (``{issuer}`` is the issuer URL, ``{ip}`` is its path, "" by default):
   authorize or token request that carried one), ``last_authorize_resource``,
   ``last_token_resource``, ``mcp_requests_with_token`` (requests to /mcp carrying a Bearer
   token, valid or not), ``mcp_requests_authorized``, ``mcp_requests_unauthorized`` (401s),
-  ``mcp_requests_forbidden`` (403s), ``last_authorize_scope`` and ``last_token_scope``.
+  ``mcp_requests_forbidden`` (403s), ``last_authorize_scope`` and ``last_token_scope``,
+  ``authorize_client_ids`` (the ``client_id`` of every authorize request, in order),
+  ``unknown_client_authorizations`` (authorize requests naming a client it does not
+  know: they get the SDK's 400 page ``Client ID '...' not found``, never a redirect, as
+  RFC 6749 4.1.2.1 says), ``registration_reads`` and ``refresh_client_ids`` (the client
+  of every refresh that succeeded).
 * ``POST /admin/expire`` (no auth) - every access token issued so far is expired now.
 * ``POST /admin/revoke-refresh`` (no auth) - every refresh token is invalidated.
+* ``POST /admin/forget-client`` (no auth; ``?client_id=ID``, else every client
+  registered through ``/register``) - the server forgets the client, as one restarted
+  with an in-memory client store or cleaning up stale registrations does: its
+  authorization requests get the error page, its token requests ``invalid_client``.
+  Its tokens stay valid. Answers ``{"forgotten": N}``.
 
 ``--client ID[:SECRET]:REDIRECT_URI`` pre-registers a client (public with no SECRET,
 otherwise confidential with client_secret_basic or client_secret_post) allowed every
@@ -167,6 +183,11 @@ class Stats:
         self.client_assertion_jtis: list[str | None] = []
         self.token_jkts: list[str] = []  # the key thumbprint of every bound token issued
         self.mcp_jkts: list[str] = []  # the key thumbprints /mcp saw
+        # Registrations (issue 23 hole 5)
+        self.authorize_client_ids: list[str | None] = []
+        self.unknown_client_authorizations = 0
+        self.registration_reads = 0
+        self.refresh_client_ids: list[str] = []
 
     def as_json(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -206,6 +227,8 @@ class MemoryProvider:
         self.codes: dict[str, AuthorizationCode] = {}
         self.access_tokens: dict[str, AccessToken] = {}
         self.refresh_tokens: dict[str, RefreshToken] = {}
+        self.registered: set[str] = set()  # the clients registered through /register
+        self.registration_tokens: dict[str, str] = {}  # client id -> RFC 7592 registration access token
 
     # -- clients --------------------------------------------------------------------------
 
@@ -214,6 +237,7 @@ class MemoryProvider:
 
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
         self.clients[client_info.client_id] = client_info
+        self.registered.add(client_info.client_id)
         self.stats.registrations += 1
 
     # -- authorization ----------------------------------------------------------------------
@@ -321,6 +345,17 @@ class MemoryProvider:
     def revoke_refresh(self) -> int:
         count = len(self.refresh_tokens)
         self.refresh_tokens.clear()
+        return count
+
+    def forget_client(self, client_id: str | None) -> int:
+        """Forget one client, or every client registered through /register; their tokens stay."""
+        gone = [client_id] if client_id is not None else sorted(self.registered)
+        count = 0
+        for one in gone:
+            if self.clients.pop(one, None) is not None:
+                count += 1
+            self.registered.discard(one)
+            self.registration_tokens.pop(one, None)
         return count
 
 
@@ -528,7 +563,9 @@ class TokenEndpoint:
             raise TokenFailure("invalid_scope", "scope exceeds the original grant")
         if resource is not None and refresh.resource is not None and resource != refresh.resource:
             raise TokenFailure("invalid_target", "resource differs from the original grant")
-        return await self.provider.exchange_refresh_token(client, refresh, scopes)
+        token = await self.provider.exchange_refresh_token(client, refresh, scopes)
+        self.stats.refresh_client_ids.append(client.client_id)
+        return token
 
     async def _client_credentials(self, client: OAuthClientInformationFull, form: dict[str, str]) -> OAuthToken:
         if client.client_id not in self.config.cc_clients:
@@ -1092,6 +1129,10 @@ def build_app(args: argparse.Namespace, port: int):
     async def authorize(request: Request) -> Response:
         stats.authorize_requests += 1
         params = request.query_params if request.method == "GET" else await request.form()
+        client_id = params.get("client_id")
+        stats.authorize_client_ids.append(client_id if isinstance(client_id, str) else None)
+        if not isinstance(client_id, str) or client_id not in provider.clients:
+            stats.unknown_client_authorizations += 1
         resource = params.get("resource")
         if isinstance(resource, str):
             stats.last_resource = stats.last_authorize_resource = resource
@@ -1104,6 +1145,33 @@ def build_app(args: argparse.Namespace, port: int):
         return response
 
     registration_handler = RegistrationHandler(provider, registration)
+
+    async def register(request: Request) -> Response:
+        response = await registration_handler.handle(request)
+        if not args.rfc7592 or response.status_code != 201:
+            return response
+        # RFC 7592 3: the client configuration endpoint and its access token
+        info = json.loads(bytes(response.body))
+        token = secrets.token_urlsafe(32)
+        provider.registration_tokens[info["client_id"]] = token
+        info.update(registration_client_uri=f"{issuer}/register/{info['client_id']}", registration_access_token=token)
+        return JSONResponse(info, status_code=201, headers=NO_STORE)
+
+    async def read_registration(request: Request) -> Response:
+        """RFC 7592 2.1: the client's registration, for its registration access token."""
+        stats.registration_reads += 1
+        client_id = request.path_params["client_id"]
+        given = request.headers.get("authorization", "")
+        token = provider.registration_tokens.get(client_id)
+        client = provider.clients.get(client_id)
+        if client is None or token is None or given[:7].lower() != "bearer " \
+                or not hmac.compare_digest(given[7:].strip().encode(), token.encode()):
+            # RFC 7592 2.1: an unknown client (or a token that is not its own) is 401
+            return JSONResponse({"error": "invalid_token"}, status_code=401,
+                                headers={**NO_STORE, "WWW-Authenticate": 'Bearer error="invalid_token"'})
+        info = json.loads(client.model_dump_json(exclude_none=True))
+        info.update(registration_client_uri=f"{issuer}/register/{client_id}", registration_access_token=token)
+        return JSONResponse(info, headers=NO_STORE)
     token_endpoint = TokenEndpoint(provider, config, stats)
     token_endpoint.dpop = dpop
     if workload_keys or id_jag_keys:
@@ -1118,6 +1186,9 @@ def build_app(args: argparse.Namespace, port: int):
     async def revoke_refresh(request: Request) -> Response:
         return JSONResponse({"revoked": provider.revoke_refresh()})
 
+    async def forget_client(request: Request) -> Response:
+        return JSONResponse({"forgotten": provider.forget_client(request.query_params.get("client_id"))})
+
     well_known_as = "/.well-known/oauth-authorization-server" + issuer_path
     routes = [
         *create_protected_resource_routes(
@@ -1127,10 +1198,12 @@ def build_app(args: argparse.Namespace, port: int):
         Route(well_known_as, as_metadata, methods=["GET"]),
         Route(issuer_path + "/authorize", authorize, methods=["GET", "POST"]),
         Route(issuer_path + "/token", token_endpoint.handle, methods=["POST"]),
-        Route(issuer_path + "/register", registration_handler.handle, methods=["POST"]),
+        Route(issuer_path + "/register", register, methods=["POST"]),
+        Route(issuer_path + "/register/{client_id}", read_registration, methods=["GET"]),
         Route("/stats", stats_route, methods=["GET"]),
         Route("/admin/expire", expire, methods=["POST"]),
         Route("/admin/revoke-refresh", revoke_refresh, methods=["POST"]),
+        Route("/admin/forget-client", forget_client, methods=["POST"]),
     ]
     auth_app = Starlette(routes=routes)
 
@@ -1182,6 +1255,8 @@ def main() -> None:
     parser.add_argument("--stateless", action="store_true", help="no legacy sessions (stateless_http)")
     parser.add_argument("--json-response", action="store_true", help="answer with JSON instead of SSE")
     parser.add_argument("--event-store", action="store_true", help="keep SSE events so sessions can resume")
+    parser.add_argument("--rfc7592", action="store_true",
+                        help="registrations carry a registration_client_uri and access token, readable with GET (RFC 7592)")
     parser.add_argument("--dpop", action="store_true", help="DPoP (RFC 9449): see the Dpop class")
     parser.add_argument("--dpop-algs", default="ES256", help='dpop_signing_alg_values_supported (default "ES256")')
     parser.add_argument("--dpop-bearer", action="store_true", help="answer Bearer (unbound) tokens to DPoP token requests")

@@ -163,6 +163,18 @@ def test_delete_cancels_a_sign_in_in_flight_and_a_pasted_url_must_be_its_callbac
             assert requests.get(login, headers=headers, timeout=10).json()["state"] == "cancelled"
             assert requests.put(service.url + "/api/auth/logins/mcp:nobody", json={}, headers=headers,
                                 timeout=10).status_code == 400
+            # The body: {} or {"newClient": true}; anything else is refused before a sign-in starts.
+            for body in ([], {"newClient": "yes"}, {"newClient": True, "other": 1}, {"client": "x"}):
+                refused = requests.put(login, json=body, headers=headers, timeout=10)
+                assert refused.status_code == 400, (body, refused.text)
+                assert refused.json()["error"] == """server 'secure': the sign-in takes {} or {"newClient": true}"""
+            assert requests.get(login, headers=headers, timeout=10).json()["state"] == "cancelled"
+            fresh = requests.put(login, json={"newClient": True}, headers=headers, timeout=60)
+            assert fresh.status_code == 202 and fresh.json()["state"] == "pending", fresh.text
+            registered = oauth.stats()["registrations"]
+            assert requests.put(login, json={"newClient": True}, headers=headers, timeout=60).status_code == 400  # in flight
+            assert oauth.stats()["registrations"] == registered
+            assert requests.delete(login, headers=headers, timeout=30).status_code == 204
     finally:
         oauth.stop()
 

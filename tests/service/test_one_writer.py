@@ -108,12 +108,12 @@ class Running:
 class Served:
     """A home with a running service, and the count of its saves."""
 
-    def __init__(self, home, *, agent=None) -> None:
+    def __init__(self, home, *, agent=None, signin_port: int | None = None) -> None:
         self.home = home
         self.saves = 0
         self._lock = threading.Lock()
         self.store = open_store(str(home))
-        self.service = Service(str(home), self.store, on_saved=self._saved, agent=agent)
+        self.service = Service(str(home), self.store, on_saved=self._saved, agent=agent, signin_port=signin_port)
 
     def _saved(self) -> None:
         with self._lock:
@@ -406,3 +406,96 @@ def test_through_albedo_mcp_serve_and_directly_once_it_has_stopped(tmp_path, run
     run = albedo(home, "remove", "files")  # no service now: directly
     assert run.returncode == 0 and run.stdout == "removed files\n", run.stderr
     assert json.loads((home / "extensions.json").read_text())["mcp"]["servers"] == {}
+
+
+# -- the kept client registration through the service (issue 23, hole 5) ------------------------------
+
+FORGOTTEN_LINE = "; the kept client registration was forgotten: sign in again"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def client_of(url: str) -> str:
+    return urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["client_id"][0]
+
+
+def signed_in_through(start, home, name: str, *extra: str) -> str:
+    """A whole sign-in through the service (approved, the callback pasted); its client id."""
+    cli, url = start_sign_in(start, home, name, *extra)
+    cli.write_line(approve(url))
+    code, stdout, stderr = cli.finish()
+    assert code == 0 and stdout.splitlines()[-1].startswith(f"signed in to {name}"), (stdout, stderr)
+    return client_of(url)
+
+
+def test_a_forgotten_client_recovers_through_the_service(served, oauth_server, running):
+    server = oauth_server()
+    port = free_port()  # the service's callback port: its kept registration is found again
+    one = served(signin_port=port)
+
+    def kept():
+        return one.store.get_oauth_client(server.base, f"http://127.0.0.1:{port}/callback")
+
+    assert albedo(one.home, "add", server.url, "--name", "g").returncode == 0
+    first = signed_in_through(running, one.home, "g")
+    assert server.forget_client() == 1
+
+    # No callback: the CLI's --timeout cancels the service's sign-in, which forgets the client.
+    cli, url = start_sign_in(running, one.home, "g", "--timeout", "3")
+    assert client_of(url) == first
+    assert requests.get(url, allow_redirects=False, timeout=ASK).status_code == 400  # the error page
+    code, _, stderr = cli.finish()
+    assert code == 3 and stderr.splitlines() == [
+        f"albedo-mcp: server 'g': sign-in failed: the sign-in was not completed in time{FORGOTTEN_LINE}"], stderr
+    with one.client() as client:
+        assert client.sign_in_status("g")["reason"].endswith(FORGOTTEN_LINE)
+    assert kept() is None
+    second = signed_in_through(running, one.home, "g")
+    assert second != first
+
+    # sign-out through the service unbinds it: the next sign-in registers anew.
+    server.forget_client()
+    assert albedo(one.home, "sign-out", "g").returncode == 0
+    third = signed_in_through(running, one.home, "g")
+    assert third not in (first, second) and server.stats()["unknown_client_authorizations"] == 1  # the error page above
+
+    # --new-client through the service.
+    fourth = signed_in_through(running, one.home, "g", "--new-client")
+    assert fourth not in (first, second, third) and kept()["client_id"] == fourth
+    assert server.stats()["registrations"] == 4
+
+    # remove through the service forgets it.
+    assert albedo(one.home, "remove", "g").returncode == 0
+    assert kept() is None
+
+
+def test_new_client_through_albedo_mcp_serve(tmp_path, oauth_server, running, direct_home):
+    server = oauth_server()
+    home = tmp_path / "host"
+    home.mkdir(mode=0o700)
+    serve = running(home, "serve")
+    assert "open http://127.0.0.1:" in serve.line(serve.proc.stdout)
+    for where in (home, direct_home):
+        assert albedo(where, "add", server.url, "--name", "hand", "--oauth-client-id", "handmade").returncode == 0
+        assert albedo(where, "add", server.url, "--name", "g").returncode == 0
+    # A configured client is never replaced: refused with the line of direct mode, before anything is sent.
+    same(albedo(home, "sign-in", "hand", "--new-client", "--no-browser"), home,
+         albedo(direct_home, "sign-in", "hand", "--new-client", "--no-browser"), direct_home)
+    refused = albedo(home, "sign-in", "hand", "--new-client", "--no-browser")
+    assert refused.returncode == 2 and "--new-client replaces only a client albedo registered itself" in refused.stderr
+    assert server.stats()["authorize_requests"] == 0 and server.stats()["registrations"] == 0
+
+    first = signed_in_through(running, home, "g")
+    fresh = signed_in_through(running, home, "g", "--new-client")
+    assert fresh != first and server.stats()["registrations"] == 2
+    listed = albedo(home, "servers", "--json")
+    assert next(s for s in json.loads(listed.stdout) if s["name"] == "g")["auth"]["client"]["id"] == fresh
+    serve.proc.send_signal(signal.SIGTERM)
+    code, _, stderr = serve.finish()
+    assert code == 0 and "Traceback" not in stderr

@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from albedo_actors.auth.record import from_credentials
-from albedo_actors.auth.signin import follow_redirect_agent
+from albedo_actors.auth.signin import FORGOTTEN, follow_redirect_agent
 from albedo_actors.errors import ConfigError
 from albedo_actors.service.signins import SignIns
 from albedo_actors.settings import Settings
@@ -54,10 +54,11 @@ def make(home, store):
     """``make(servers, agent=...)``: extensions.json with ``servers`` and a SignIns over it; closed afterwards."""
     made: list[SignIns] = []
 
-    def build(servers: dict, *, agent=None, lifetime: float = WAIT, slow: float = 0.0) -> tuple[SignIns, Changes]:
+    def build(servers: dict, *, agent=None, lifetime: float = WAIT, slow: float = 0.0,
+              port: int = 0) -> tuple[SignIns, Changes]:
         (home / "extensions.json").write_text(json.dumps({"mcp": {"servers": servers}}))
         changes = Changes(slow)
-        signins = SignIns(lambda: Settings(str(home), store), changes, agent=agent, port=0, lifetime=lifetime)
+        signins = SignIns(lambda: Settings(str(home), store), changes, agent=agent, port=port, lifetime=lifetime)
         made.append(signins)
         return signins, changes
 
@@ -265,3 +266,57 @@ def test_a_sign_in_nobody_completes_fails_when_its_lifetime_ends(make, store, oa
     assert signins.start(NAME)["state"] == "pending"
     changes.wait(NAME)
     assert signins.status(NAME) == {"state": "failed", "reason": "server 'g': sign-in failed: the sign-in was not completed in time"}
+
+
+# -- the kept client registration (issue 23, hole 5) -----------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def client_of(authorization_url: str) -> str:
+    return urllib.parse.parse_qs(urllib.parse.urlsplit(authorization_url).query)["client_id"][0]
+
+
+def test_new_client_registers_anew_and_never_joins_a_sign_in_in_flight(make, store, oauth_server):
+    server = oauth_server()
+    port = free_port()  # one redirect URI: the registration kept for it is reused
+    signins, changes = make({NAME: http_entry(server)}, port=port)
+    first = signins.start(NAME)
+    with pytest.raises(ConfigError, match="a sign-in is already in progress"):
+        signins.start(NAME, new_client=True)  # that one chose its client already
+    assert server.stats()["registrations"] == 1
+    assert signins.offer(NAME, callback_of(first["authorizationUrl"]))["state"] == "signed_in"
+    kept = client_of(first["authorizationUrl"])
+    fresh = signins.start(NAME, new_client=True)
+    assert client_of(fresh["authorizationUrl"]) != kept and server.stats()["registrations"] == 2
+    assert signins.offer(NAME, callback_of(fresh["authorizationUrl"]))["state"] == "signed_in"
+    assert record_of(store).client_id == client_of(fresh["authorizationUrl"])
+    again = signins.start(NAME)  # the new one is kept and reused
+    assert client_of(again["authorizationUrl"]) == client_of(fresh["authorizationUrl"])
+    signins.cancel(NAME)
+
+
+def test_a_cancelled_or_run_out_sign_in_with_the_kept_client_says_it_forgot_it(make, store, oauth_server):
+    server = oauth_server()
+    port = free_port()
+    redirect = f"http://127.0.0.1:{port}/callback"
+    signins, changes = make({NAME: http_entry(server)}, port=port, lifetime=1.0)
+    first = signins.start(NAME)
+    assert signins.offer(NAME, callback_of(first["authorizationUrl"]))["state"] == "signed_in"
+    assert signins.start(NAME)["state"] == "pending"  # with the kept client; nobody comes back
+    signins.cancel(NAME)
+    assert signins.status(NAME) == {"state": "cancelled", "reason": f"server 'g': the sign-in was cancelled; {FORGOTTEN}"}
+    assert store.get_oauth_client(server.base, redirect) is None
+    again = signins.start(NAME)  # a fresh registration, and nobody completes it: kept
+    assert client_of(again["authorizationUrl"]) != client_of(first["authorizationUrl"])
+    changes.wait(NAME, 3)
+    assert signins.status(NAME) == {"state": "failed", "reason": "server 'g': sign-in failed: the sign-in was not completed in time"}
+    assert store.get_oauth_client(server.base, redirect)["client_id"] == client_of(again["authorizationUrl"])
+    signins.start(NAME)  # the kept one again: this time it runs out
+    changes.wait(NAME, 4)
+    assert signins.status(NAME)["reason"] == f"server 'g': sign-in failed: the sign-in was not completed in time; {FORGOTTEN}"
+    assert store.get_oauth_client(server.base, redirect) is None
