@@ -52,9 +52,10 @@ from the command line: each one named by an option is read without echo from the
 terminal, or, when standard input is not a terminal (or ``--stdin`` is given), as one
 line of standard input each, in the order bearer token, header value, env entries,
 OAuth client secret;
-``--bearer-token-env``, ``--header-env`` and ``--env-from`` read them from the
-script's environment instead. For ``edit`` a blank secret keeps the stored one and
-``-`` removes it.
+``--bearer-token-env``, ``--header-env``, ``--env-from`` and ``--oauth-client-secret-env``
+read them from the script's environment instead, but never from one of albedo's own
+variables (``ALBEDO_*``, the store key first: exit 2, one line). For ``edit`` a blank
+secret keeps the stored one and ``-`` removes it.
 
 Exit codes: 0 done; 1 the tool reported ``isError`` (or the server answered the call
 with a JSON-RPC error); 2 usage or configuration error; 3 unavailable (the call did
@@ -115,7 +116,7 @@ import pykka
 
 from . import __version__
 from .actors.client import ServerHandle
-from .config import McpConfig, load, resolve_home
+from .config import OWN_VARIABLE, McpConfig, load, own_variable, resolve_home
 from .errors import (
     EXIT_OK,
     EXIT_TOOL_ERROR,
@@ -1041,6 +1042,8 @@ def _read_secrets(args: argparse.Namespace) -> Any:
 
 
 def _from_environment(variable: str, option: str) -> str:
+    if own_variable(variable):  # the store key must not become a server's stored secret
+        raise _Usage(f"{option}: ${variable} is {OWN_VARIABLE}")
     value = os.environ.get(variable)
     if value is None:
         raise _Usage(f"{option}: ${variable} is not set")
