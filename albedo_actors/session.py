@@ -92,7 +92,8 @@ class Session:
                 self._warn(f"server {server.name!r}: {unreadable}; left out")
                 continue
             servers.append(server)
-        fingerprints = {s.name: fingerprint(s, stored.get(s.name), os.environ) for s in servers}
+        digest_key = getattr(self._store, "digest_key", None)
+        fingerprints = {s.name: fingerprint(s, stored.get(s.name), os.environ, digest_key) for s in servers}
         for server in servers:
             self.handles[server.name] = ServerHandle.start(server, self.config.home, credentials=stored.get(server.name))
             if self._prefer_saved:

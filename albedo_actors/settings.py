@@ -371,7 +371,8 @@ class Settings:
         """Keep what connecting discovered, keyed as a session's preparer keys it (the
         credentials as stored now, the host's environment), so no session dials again."""
         try:
-            key = fingerprint(server, self.store.get_credentials(server.name), os.environ)
+            key = fingerprint(server, self.store.get_credentials(server.name), os.environ,
+                              getattr(self.store, "digest_key", None))
             save_if_changed(self.store, server.name, key, catalogue)
         except (StoreError, ValueError) as exc:
             # The server is saved and works; only the head start is lost.

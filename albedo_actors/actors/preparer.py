@@ -517,7 +517,8 @@ class RuntimePreparer(pykka.ThreadingActor):
             fail(result, exc)
             return
         applied = self._registry.apply(servers, credentials).get(timeout=ASK_TIMEOUT)
-        keys = {s.name: fingerprint(s, credentials[s.name], self._environ) for s in servers}
+        digest_key = getattr(self._store, "digest_key", None)
+        keys = {s.name: fingerprint(s, credentials[s.name], self._environ, digest_key) for s in servers}
         self._keys.update(keys)
         # A server waiting for the user to sign in is left out without a dial (its
         # probes dial it: it joins once signed in, like a server that comes back).

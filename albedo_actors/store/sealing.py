@@ -21,8 +21,13 @@ columns hold JSON objects, which cannot. A value that starts with it but is not 
 (:func:`sealed_key_id` None: damaged, or a plaintext secret an older albedo stored) is
 damaged, whatever key is given, and may be replaced.
 
-``cryptography`` (which ``pyjwt[crypto]`` brings) and ``hashlib`` are imported only once
-a key is set or a sealed value is opened: a host with no key loads neither.
+With a key, ``StoreKeys.digest_key`` is the key of every digest of a secret that the
+store holds or albedo shows (the saved catalogues' fingerprints): HKDF-Expand (RFC 5869
+section 2.3) of the store key, which is uniformly random already, so it is the PRK and
+Extract is skipped (section 3.3). The store key itself never keys anything but AES-GCM.
+
+``cryptography`` (which ``pyjwt[crypto]`` brings), ``hashlib`` and ``hmac`` are imported
+only once a key is set or a sealed value is opened: a host with no key loads none of them.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from ..errors import StoreError
 
 __all__ = [
     "PREFIX", "KEY_VARS", "StoreKeys", "keys_from", "parse_key", "read_key_file", "new_key", "key_id",
-    "is_sealed", "sealed_key_id", "refuse_prefix", "NEEDS_KEY",
+    "is_sealed", "sealed_key_id", "refuse_prefix", "NEEDS_KEY", "DIGEST_INFO",
 ]
 
 PREFIX = "enc:v1:"
@@ -47,6 +52,8 @@ KEY_VARS = ("ALBEDO_STORE_KEY", "ALBEDO_STORE_KEY_FILE")
 OLD_KEY_VARS = ("ALBEDO_STORE_OLD_KEY", "ALBEDO_STORE_OLD_KEY_FILE")
 NEW_KEY_VARS = ("ALBEDO_STORE_NEW_KEY", "ALBEDO_STORE_NEW_KEY_FILE")
 NEEDS_KEY = "set ALBEDO_STORE_KEY (or ALBEDO_STORE_KEY_FILE) to the key this store was encrypted with"
+# HKDF's info for the digest key (StoreKeys.digest_key): what the derived key is for.
+DIGEST_INFO = b"albedo_actors digests of secrets v1"
 # A key file longer than this is not a key file.
 _MAX_KEY_FILE = 4096
 
@@ -200,7 +207,12 @@ class StoreKeys:
     _ciphers: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        import hmac
+
         self.kid = key_id(self.key)
+        # The key of the digests of secrets (fingerprints): HKDF-Expand(store key,
+        # DIGEST_INFO, 32), which is one HMAC-SHA256 (RFC 5869 section 2.3: T(1)).
+        self.digest_key = hmac.digest(self.key, DIGEST_INFO + b"\x01", "sha256")
         self._keys = {self.kid: self.key}
         for old in self.also_open:
             self._keys.setdefault(key_id(old), old)

@@ -396,6 +396,13 @@ class Store:
 
     # --- sealing: store encrypt / rotate-key / decrypt / status ------------------
 
+    @property
+    def digest_key(self) -> bytes | None:
+        """The key of every digest of a secret kept beside the secrets (the saved
+        catalogues' fingerprints, :func:`albedo_actors.catalogue.saved.fingerprint`): one
+        derived from the store key (:mod:`.sealing`), never the store key; None without one."""
+        return self._keys.digest_key if self._keys is not None else None
+
     def sealing_status(self) -> dict[str, int]:
         """How many rows (credentials and OAuth clients) hold a secret in clear
         (``"plaintext"``), how many are sealed, by key id (``"key <id>"``), and how many
