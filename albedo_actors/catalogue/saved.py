@@ -63,7 +63,14 @@ def _digest(value: str) -> str:
     return sha256(value.encode("utf-8")).hexdigest()
 
 
+_KEYED: dict[bytes, Callable[[str], str]] = {}
+
+
 def _keyed(key: bytes) -> Callable[[str], str]:
+    """HMAC-SHA256 under ``key`` (RFC 2104), hex; made once per key (a process has one)."""
+    made = _KEYED.get(key)
+    if made is not None:
+        return made
     import hmac  # only with a store key, which has loaded hashlib already (sealing)
 
     base = hmac.new(key, digestmod="sha256")
@@ -73,6 +80,9 @@ def _keyed(key: bytes) -> Callable[[str], str]:
         mac.update(value.encode("utf-8"))
         return mac.hexdigest()
 
+    if len(_KEYED) >= 8:
+        _KEYED.clear()  # a bound only: the store key changes only with a rotation
+    _KEYED[key] = digest
     return digest
 
 
