@@ -90,7 +90,11 @@ counts the rows in clear and sealed under each key id; ``encrypt`` seals every r
 under ``$ALBEDO_STORE_KEY`` (or ``$ALBEDO_STORE_KEY_FILE``), one row per transaction, so
 it may be killed at any moment and run again; ``rotate-key`` re-seals under
 ``--new-key-file`` (else ``$ALBEDO_STORE_NEW_KEY``, or ``$ALBEDO_STORE_NEW_KEY_FILE``),
-opening with the current key; ``decrypt`` writes every row back in clear.
+opening with the current key; ``decrypt`` writes every row back in clear. A row they
+cannot read is left as it is with one warning line, the others are done, and they exit 7.
+A server whose stored credentials cannot be read is its own error: ``servers`` lists it
+(state ``credentials unreadable``, the store's line in place of its credentials) beside
+the others and exits 0, ``tools`` leaves it out with a warning, ``call`` of it exits 7.
 
 ``extension`` lists each extension's default for every session (the top-level
 ``enabled`` object of extensions.json: ``mcp`` off and ``editor-mcp`` on unless set);
