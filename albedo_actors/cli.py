@@ -54,9 +54,10 @@ from the command line: each one named by an option is read without echo from the
 terminal, or, when standard input is not a terminal (or ``--stdin`` is given), as one
 line of standard input each, in the order bearer token, header value, env entries,
 OAuth client secret;
-``--bearer-token-env``, ``--header-env`` and ``--env-from`` read them from the
-script's environment instead. For ``edit`` a blank secret keeps the stored one and
-``-`` removes it.
+``--bearer-token-env``, ``--header-env``, ``--env-from`` and ``--oauth-client-secret-env``
+read them from the script's environment instead, but never from one of albedo's own
+variables (``ALBEDO_*``, the store key first: exit 2, one line). For ``edit`` a blank
+secret keeps the stored one and ``-`` removes it.
 
 Exit codes: 0 done; 1 the tool reported ``isError`` (or the server answered the call
 with a JSON-RPC error); 2 usage or configuration error; 3 unavailable (the call did
@@ -91,7 +92,11 @@ counts the rows in clear and sealed under each key id; ``encrypt`` seals every r
 under ``$ALBEDO_STORE_KEY`` (or ``$ALBEDO_STORE_KEY_FILE``), one row per transaction, so
 it may be killed at any moment and run again; ``rotate-key`` re-seals under
 ``--new-key-file`` (else ``$ALBEDO_STORE_NEW_KEY``, or ``$ALBEDO_STORE_NEW_KEY_FILE``),
-opening with the current key; ``decrypt`` writes every row back in clear.
+opening with the current key; ``decrypt`` writes every row back in clear. A row they
+cannot read is left as it is with one warning line, the others are done, and they exit 7.
+A server whose stored credentials cannot be read is its own error: ``servers`` lists it
+(state ``credentials unreadable``, the store's line in place of its credentials) beside
+the others and exits 0, ``tools`` leaves it out with a warning, ``call`` of it exits 7.
 
 ``extension`` lists each extension's default for every session (the top-level
 ``enabled`` object of extensions.json: ``mcp`` off and ``editor-mcp`` on unless set);
@@ -117,9 +122,10 @@ import pykka
 
 from . import __version__
 from .actors.client import ServerHandle
-from .config import McpConfig, load, resolve_home
+from .config import OWN_VARIABLE, McpConfig, load, own_variable, resolve_home
 from .errors import (
     EXIT_OK,
+    EXIT_STORE,
     EXIT_TOOL_ERROR,
     EXIT_USAGE,
     AlbedoError,
@@ -361,7 +367,19 @@ def _call(args: argparse.Namespace) -> int:
             raise _Usage(f"server {fitting[0].name!r} is disabled in extensions.json")
     # Only the servers the name can mean are prepared (and so started).
     chosen_config = dataclasses.replace(config, servers=tuple(candidates))
-    with _store_for(args, config.home) as store, _runtime(chosen_config, store) as runtime:
+    with _store_for(args, config.home) as store:
+        if store is not None:
+            # Credentials that cannot be read are their server's store error (exit 7, the
+            # line says what to do) when no other server can be the one called.
+            stored = store.get_credentials_of([s.name for s in candidates])
+            unreadable = [value for value in stored.values() if isinstance(value, StoreError)]
+            if unreadable and len(unreadable) == len(candidates):
+                raise unreadable[0]
+        return _call_in(args, chosen_config, store, arguments)
+
+
+def _call_in(args: argparse.Namespace, chosen_config: McpConfig, store: Store | None, arguments: dict[str, Any] | None) -> int:
+    with _runtime(chosen_config, store) as runtime:
         session = runtime.composition()
         if not session.catalogues:
             name, reason = next(iter(session.left_out.items()))
@@ -590,16 +608,27 @@ def _store_command(args: argparse.Namespace) -> int:
         if action == "status":
             counts = store.sealing_status()
             current = f" (the key given is {keys.kid})" if keys is not None else " (no key is set)"
+            damaged = counts.pop("damaged", 0)
             _out(f"{counts.pop('plaintext')} rows in clear" + "".join(
-                f", {n} encrypted under {label}" for label, n in sorted(counts.items())) + current)
+                f", {n} encrypted under {label}" for label, n in sorted(counts.items()))
+                + (f", {damaged} damaged (a value starts with enc:v1: but is not an encrypted value)" if damaged else "")
+                + current)
             return EXIT_OK
-        done = store.reseal(to_plaintext=action == "decrypt")
+        # A row that cannot be read is one warning line and is left as it is; the others are done.
+        unreadable: list[str] = []
+
+        def left_alone(line: str) -> None:
+            unreadable.append(line)
+            _warn(line)
+
+        done = store.reseal(to_plaintext=action == "decrypt", unreadable=left_alone)
         verb = {"encrypt": "encrypted", "rotate-key": "re-encrypted", "decrypt": "decrypted"}[action]
         under = f" under key {keys.kid}" if action != "decrypt" and keys is not None else ""
-        _out(f"{verb} {done['rewritten']} rows{under}; {done['kept']} were so already")
-        if action == "rotate-key":
+        left = f"; {len(unreadable)} cannot be read and were left as they are" if unreadable else ""
+        _out(f"{verb} {done['rewritten']} rows{under}; {done['kept']} were so already{left}")
+        if action == "rotate-key" and not unreadable:
             _out(f"now set ALBEDO_STORE_KEY (or ALBEDO_STORE_KEY_FILE) to the new key (key id {keys.kid})")
-        return EXIT_OK
+        return EXIT_STORE if unreadable else EXIT_OK
     finally:
         store.close()
 
@@ -748,7 +777,9 @@ def _admin(args: argparse.Namespace) -> int:
                 _print_json([view.as_json() for view in views])
             else:
                 for view in views:
-                    stored = ", ".join(view.credentials) or "no credentials"
+                    # A server whose credentials cannot be read shows the store's line in their
+                    # place (what to do); the listing goes on and exits 0.
+                    stored = view.problem or ", ".join(view.credentials) or "no credentials"
                     _out(f"{view.name}\t{view.transport}\t{view.state}\t{view.target}\t{stored}\t{_auth_text(view.auth)}")
             return EXIT_OK
         if args.command == "sign-in":
@@ -1090,6 +1121,8 @@ def _read_secrets(args: argparse.Namespace) -> Any:
 
 
 def _from_environment(variable: str, option: str) -> str:
+    if own_variable(variable):  # the store key must not become a server's stored secret
+        raise _Usage(f"{option}: ${variable} is {OWN_VARIABLE}")
     value = os.environ.get(variable)
     if value is None:
         raise _Usage(f"{option}: ${variable} is not set")

@@ -12,8 +12,12 @@
 
 Secrets are named, never inlined: every ``env`` value (and HTTP header) names one
 environment variable of the host process, and a missing variable is an error of the
-whole configuration instead of a server started without it. Parsing is strict: an
-unknown key is reported, so that a typo does not silently change behaviour.
+whole configuration instead of a server started without it. albedo's own variables
+(every name starting with ``ALBEDO_``, in any case: the store key, the database URL, the
+service's) are never named: as an env, header, bearer or OAuth variable each is refused
+in one line naming the server and the key (:func:`own_variable`), at parse time and again
+when a host builds a :class:`ServerConfig` in code. Parsing is strict: an unknown key is
+reported, so that a typo does not silently change behaviour.
 """
 
 from __future__ import annotations
@@ -38,6 +42,11 @@ EXTENSION_DEFAULTS = {"mcp": False, "editor-mcp": True}
 MAX_TIMEOUT_MS = 3_600_000
 # What a stdio server inherits from the host, besides the variables named for it.
 INHERITED_ENV = ("HOME", "PATH", "TMPDIR")
+# albedo's own variables (the store key and its files, the database URL, the home, the
+# service's settings, and any added later) start with this; none is ever given to a server.
+OWN_PREFIX = "ALBEDO_"
+OWN_VARIABLE = ("one of albedo's own variables (ALBEDO_*: the store key, the database URL, the service's "
+                "settings), which no server is given; name another variable")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -130,6 +139,23 @@ class ServerConfig:
         cap = self.max_call_timeout_ms if self.max_call_timeout_ms is not None else 10 * self.call_timeout_ms
         return max(cap, self.call_timeout_ms) / 1000
 
+    def __post_init__(self) -> None:
+        # The check parse() makes with the file and key in its message, made again for a
+        # configuration a host builds in code: no path routes albedo's own variables.
+        oauth = self.oauth
+        named = [*(("env " + key, var) for key, var in self.env.items()),
+                 *(("header " + key, var) for key, var in self.headers.items()),
+                 ("bearerTokenEnvVar", self.bearer_token_env_var)]
+        if oauth is not None:
+            named += [("oauth.clientSecretEnvVar", oauth.client_secret_env_var),
+                      ("oauth.privateKeyEnvVar", oauth.private_key_env_var),
+                      ("oauth.assertionEnvVar", oauth.assertion_env_var),
+                      ("oauth.idpClientSecretEnvVar", oauth.idp_client_secret_env_var),
+                      ("oauth.idTokenEnvVar", oauth.id_token_env_var)]
+        for what, variable in named:
+            if isinstance(variable, str) and own_variable(variable):
+                raise ConfigError(f"server {self.name!r}: {what} names ${variable}, {OWN_VARIABLE}")
+
     def tool_enabled(self, tool: str) -> bool:
         if self.enabled_tools is not None and tool not in self.enabled_tools:
             return False
@@ -159,6 +185,12 @@ class McpConfig:
     @property
     def enabled(self) -> tuple[ServerConfig, ...]:
         return tuple(s for s in self.servers if s.enabled)
+
+
+def own_variable(name: str) -> bool:
+    """True for a variable of albedo's own namespace (``ALBEDO_*``, in any case: a
+    case-insensitive environment, as on Windows, reads ``albedo_store_key`` as the key)."""
+    return name.upper().startswith(OWN_PREFIX)
 
 
 def resolve_home(explicit: str | None = None, environ: Mapping[str, str] = os.environ) -> str:
@@ -443,6 +475,10 @@ def _variable(value: Any, where: str, optional: bool = False) -> str | None:
 def _required_variable(value: Any, where: str) -> str:
     if not isinstance(value, str) or not _ENV_NAME.match(value):
         raise ConfigError(f"{where} must name an environment variable of the host")
+    if own_variable(value):
+        # The store key ($ALBEDO_STORE_KEY), the database URL with its password: whatever a
+        # server is given as env, a header, a bearer token or an OAuth secret, it can read.
+        raise ConfigError(f"{where} names ${value}, {OWN_VARIABLE}")
     return value
 
 

@@ -168,26 +168,28 @@ def oauth_settings(context: dict[str, Any]) -> tuple[OAuthSettings, dict[str, st
     if not isinstance(client_id, str):
         return OAuthSettings(client_metadata_url=CLIENT_METADATA_URL), environ
     grant = "client_credentials" if name.startswith("auth/client-credentials") else "authorization_code"
+    # The scenario's secrets go in variables of our own choosing, outside albedo's own
+    # ALBEDO_* namespace, which no server configuration may name (config.own_variable).
     secret_var = key_var = None
     if isinstance(context.get("valid_jwt"), str):  # auth/wif-jwt-bearer: the workload's JWT (the valid one)
-        environ["ALBEDO_CONFORMANCE_ASSERTION"] = context["valid_jwt"]
+        environ["MCP_CONFORMANCE_ASSERTION"] = context["valid_jwt"]
         return OAuthSettings(grant="jwt-bearer", client_id=client_id,
-                             assertion_env_var="ALBEDO_CONFORMANCE_ASSERTION"), environ
+                             assertion_env_var="MCP_CONFORMANCE_ASSERTION"), environ
     if isinstance(context.get("idp_id_token"), str):  # auth/enterprise-managed-authorization (SEP-990)
-        environ["ALBEDO_CONFORMANCE_ID_TOKEN"] = context["idp_id_token"]
+        environ["MCP_CONFORMANCE_ID_TOKEN"] = context["idp_id_token"]
         if isinstance(context.get("client_secret"), str):
-            secret_var = "ALBEDO_CONFORMANCE_CLIENT_SECRET"
+            secret_var = "MCP_CONFORMANCE_CLIENT_SECRET"
             environ[secret_var] = context["client_secret"]
         endpoint = context.get("idp_token_endpoint")
         return OAuthSettings(grant="enterprise", client_id=client_id, client_secret_env_var=secret_var,
                              idp_issuer=str(context.get("idp_issuer") or ""), idp_client_id=str(context.get("idp_client_id") or ""),
                              idp_token_endpoint=endpoint if isinstance(endpoint, str) else None,
-                             id_token_env_var="ALBEDO_CONFORMANCE_ID_TOKEN"), environ
+                             id_token_env_var="MCP_CONFORMANCE_ID_TOKEN"), environ
     if isinstance(context.get("client_secret"), str):
-        secret_var = "ALBEDO_CONFORMANCE_CLIENT_SECRET"
+        secret_var = "MCP_CONFORMANCE_CLIENT_SECRET"
         environ[secret_var] = context["client_secret"]
     if isinstance(context.get("private_key_pem"), str):
-        key_var = "ALBEDO_CONFORMANCE_PRIVATE_KEY"
+        key_var = "MCP_CONFORMANCE_PRIVATE_KEY"
         environ[key_var] = context["private_key_pem"]
     algorithm = context.get("signing_algorithm")
     algorithm = algorithm if isinstance(algorithm, str) else "RS256"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .actors.client import ServerHandle
 from .catalogue import Catalogue
 from .config import McpConfig, ServerConfig
-from .errors import ConfigError, ServerError, StoreError
+from .errors import ConfigError, ServerError, StoreError, Unavailable
 from .catalogue.naming import Advertised, advertise, advertised_name, server_prefix
 from .catalogue.saved import fingerprint, load_current, save_if_changed
 
@@ -48,6 +48,9 @@ class Session:
         # discovered is saved under the server's fingerprint, and with ``prefer_saved``
         # a server whose saved catalogue has the current fingerprint is not dialled
         # to open the session (its first call dials it).
+        # With the store's own reader, every server's row is read in one query, and one
+        # that cannot be read is that server's failure alone (a failed database fails all).
+        self._many = store.get_credentials_of if credentials is None and store is not None else None
         if credentials is None and store is not None:
             credentials = store.get_credentials
         self._credentials = credentials
@@ -77,9 +80,21 @@ class Session:
             ConfigError: the configuration of a server is unusable (e.g. a named
                 variable is not set); all clients are stopped first.
         """
-        stored = {s.name: self._credentials(s.name) for s in self._servers} if self._credentials is not None else {}
-        fingerprints = {s.name: fingerprint(s, stored.get(s.name), os.environ) for s in self._servers}
+        if self._many is not None:
+            stored: dict[str, Any] = dict(self._many([s.name for s in self._servers]))
+        else:
+            stored = {s.name: self._credentials(s.name) for s in self._servers} if self._credentials is not None else {}
+        servers = []
         for server in self._servers:
+            unreadable = stored.get(server.name)
+            if isinstance(unreadable, StoreError):  # its credentials cannot be read: it alone is left out
+                self.failures[server.name] = Unavailable(server.name, f"its stored credentials cannot be read ({unreadable})")
+                self._warn(f"server {server.name!r}: {unreadable}; left out")
+                continue
+            servers.append(server)
+        digest_key = getattr(self._store, "digest_key", None)
+        fingerprints = {s.name: fingerprint(s, stored.get(s.name), os.environ, digest_key) for s in servers}
+        for server in servers:
             self.handles[server.name] = ServerHandle.start(server, self.config.home, credentials=stored.get(server.name))
             if self._prefer_saved:
                 saved = self._saved(server.name, fingerprints[server.name])

@@ -119,9 +119,14 @@ class ServerView:
     catalogue_saved: bool
     credentials: tuple[str, ...]  # what is stored, e.g. "bearer token", "header X-Key", "env KEY"
     auth: Mapping[str, Any] = field(default_factory=lambda: dict(NO_AUTH_VIEW))  # OAuth state, never a token
+    # Why the stored credentials cannot be read (the store's one line, saying what to do),
+    # or None: this server's problem alone, listed beside the others.
+    problem: str | None = None
 
     @property
     def state(self) -> str:
+        if self.problem is not None:
+            return "credentials unreadable"
         if not self.enabled:
             return "disabled"
         if self.auth.get("state") in ("needs_sign_in", "signed_out"):
@@ -138,6 +143,7 @@ class ServerView:
             "catalogueSaved": self.catalogue_saved,
             "credentials": list(self.credentials),
             "auth": dict(self.auth),
+            "problem": self.problem,
         }
 
 
@@ -152,11 +158,24 @@ class Settings:
     # -- reading ------------------------------------------------------------------------------
 
     def servers(self) -> list[ServerView]:
+        """Every configured server, never a secret. A server whose stored credentials
+        cannot be read is listed with the store's line as its ``problem``, beside the others.
+
+        Raises:
+            ConfigError: extensions.json is invalid. StoreError: the database failed.
+        """
         config = parse(self._read_document(), self.home, source=self.path)
+        stored = self._credentials_of([server.name for server in config.servers])
         views = []
         for server in config.servers:
             target = server.url if server.type == "http" else shlex.join([server.command or "", *server.args])
-            credentials = self.store.get_credentials(server.name)
+            credentials = stored[server.name]
+            described: tuple[str, ...] = ()
+            if isinstance(credentials, StoreError):
+                problem: str | None = str(credentials)
+                auth: Mapping[str, Any] = {**NO_AUTH_VIEW, "state": "unknown"}
+            else:
+                problem, described, auth = None, describe_credentials(credentials), auth_view(server, credentials)
             views.append(
                 ServerView(
                     name=server.name,
@@ -164,11 +183,24 @@ class Settings:
                     enabled=server.enabled,
                     target=target or "",
                     catalogue_saved=self._has_catalogue(server.name),
-                    credentials=describe_credentials(credentials),
-                    auth=auth_view(server, credentials),
+                    credentials=described,
+                    auth=auth,
+                    problem=problem,
                 )
             )
         return views
+
+    def _credentials_of(self, names: list[str]) -> Mapping[str, Credentials | StoreError]:
+        many = getattr(self.store, "get_credentials_of", None)
+        if many is not None:
+            return many(names)
+        found: dict[str, Credentials | StoreError] = {}
+        for name in names:  # a store that reads one server at a time
+            try:
+                found[name] = self.store.get_credentials(name)
+            except StoreError as exc:
+                found[name] = exc
+        return found
 
     def names(self) -> list[str]:
         return list(self._servers(self._read_document()))
@@ -361,7 +393,8 @@ class Settings:
         """Keep what connecting discovered, keyed as a session's preparer keys it (the
         credentials as stored now, the host's environment), so no session dials again."""
         try:
-            key = fingerprint(server, self.store.get_credentials(server.name), os.environ)
+            key = fingerprint(server, self.store.get_credentials(server.name), os.environ,
+                              getattr(self.store, "digest_key", None))
             save_if_changed(self.store, server.name, key, catalogue)
         except (StoreError, ValueError) as exc:
             # The server is saved and works; only the head start is lost.
@@ -404,6 +437,8 @@ class Settings:
         try:
             return self.store.load_catalogue(name) is not None
         except (AttributeError, TypeError):
+            return False
+        except StoreError:  # a damaged saved catalogue is not used (the next connect replaces it)
             return False
 
     def _existing(self, servers: dict, name: str) -> dict:
@@ -734,6 +769,11 @@ def _undo_oauth(now: Any, ours: Any, before: Any) -> Any:
 def _check_value(value: str, what: str, name: str) -> None:
     if any(ch in value for ch in "\r\n\0"):
         raise ConfigError(f"server {name!r}: {what} holds a line break or NUL, which cannot go into an HTTP header")
+    from .store.sealing import PREFIX  # the store's own rule (sealing.refuse_prefix), said before anything is written
+
+    if value.startswith(PREFIX):
+        raise ConfigError(f"server {name!r}: {what} starts with {PREFIX!r}, which marks a value encrypted at rest, "
+                          "so it cannot be stored; give the secret itself, not a value copied from the database")
 
 
 def auth_view(server: ServerConfig, credentials: Credentials | None) -> dict[str, Any]:

@@ -74,6 +74,7 @@ def test_add_stdio_with_an_env_secret_from_stdin_then_list_and_call(tmp_path):
             "catalogueSaved": True,
             "credentials": ["env API_KEY"],
             "auth": {"state": "none", "account": None, "expires_at": None, "scope": None, "step_up": None, "reason": None, "client": None},
+            "problem": None,
         }
     ]
     call = subprocess.run(

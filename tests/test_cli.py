@@ -175,10 +175,10 @@ USAGE_ERRORS = {
         ["'faulty'", "env.TOKEN"],
     ),
     "env-variable-unset": (
-        {"faulty": fault_entry(env={"TOKEN": {"env": "ALBEDO_TEST_UNSET_VARIABLE"}})},
+        {"faulty": fault_entry(env={"TOKEN": {"env": "MCP_TEST_UNSET_VARIABLE"}})},
         ["call", "faulty/echo", "--args", '{"text": "hi"}'],
-        {"ALBEDO_TEST_UNSET_VARIABLE": None},
-        ["'faulty'", "ALBEDO_TEST_UNSET_VARIABLE"],
+        {"MCP_TEST_UNSET_VARIABLE": None},
+        ["'faulty'", "MCP_TEST_UNSET_VARIABLE"],
     ),
     "unknown-key": ({"faulty": fault_entry(callTimeoutMS=300)}, ["tools"], {}, ["'faulty'", "callTimeoutMS"]),
 }

@@ -71,8 +71,6 @@ def signed_in(oauth_server, backend):
 
 
 COMMANDS = [
-    ("servers",),
-    ("tools",),
     ("call", f"{NAME}/echo", "--args", '{"text": "hi"}'),
     ("sign-out", NAME),
     ("sign-in", NAME, "--timeout", "30", "--no-browser", "--port", "0"),
@@ -99,6 +97,17 @@ def test_every_command_without_the_right_key_is_one_line_exit_7_and_the_row_is_u
             assert key_id(parse_key(other, "k")) in lines[0], argv
         assert "Traceback" not in run.stderr and run.stdout == "", argv
         assert raw(backend) == before, argv  # never overwritten, never signed out
+    # The listings list the server with that line, and exit 0 (issue 23 hole 10: the
+    # server's own error, not the home's).
+    listed = albedo(backend, "servers", env=env)
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+    [line] = listed.stdout.splitlines()
+    assert line.startswith(f"{NAME}\thttp\tcredentials unreadable\t") and NEEDS_KEY in line, line
+    tools = albedo(backend, "tools", env=env)
+    assert tools.returncode == 0 and tools.stdout == "", tools.stderr
+    [warning] = tools.stderr.splitlines()
+    assert f"server {NAME!r}: store: the saved credentials of {NAME!r}" in warning and NEEDS_KEY in warning, warning
+    assert raw(backend) == before
 
 
 def test_with_the_key_the_host_reads_the_sealed_tokens_and_calls(backend, signed_in):

@@ -22,6 +22,10 @@ def test_the_fingerprint_is_stable_and_keeps_no_secret():
         assert secret not in first
 
 
+DIGEST_KEY = bytes(range(32))
+
+
+@pytest.mark.parametrize("key", [None, DIGEST_KEY], ids=["no key", "key"])
 @pytest.mark.parametrize(
     "change",
     [
@@ -29,14 +33,29 @@ def test_the_fingerprint_is_stable_and_keeps_no_secret():
         lambda c, k, e: (ServerConfig(**{**BASE.__dict__, "disabled_tools": ("rm",)}), k, e),
         lambda c, k, e: (c, Credentials(bearer_token="other"), e),
         lambda c, k, e: (c, Credentials(env={"K": "changed"}), e),
-        lambda c, k, e: (c, k, {"DOCS_TOKEN": "rotated"}),
     ],
-    ids=["args", "tool filter", "bearer token", "env entry", "named variable"],
+    ids=["args", "tool filter", "bearer token", "env entry"],
 )
-def test_what_changes_the_server_changes_the_fingerprint(change):
+def test_what_changes_the_server_changes_the_fingerprint(change, key):
     creds, environ = Credentials(env={"K": "v"}), {"DOCS_TOKEN": "s"}
-    before = fingerprint(BASE, creds, environ)
-    assert fingerprint(*change(BASE, creds, environ)) != before
+    before = fingerprint(BASE, creds, environ, key)
+    assert fingerprint(*change(BASE, creds, environ), key) != before
+
+
+def test_a_named_variable_changes_the_fingerprint_only_under_a_key():
+    """Without a key the store holds no digest of a value it does not hold itself: the
+    value of an environment variable the configuration names is left out (issue 23 hole 11)."""
+    creds = Credentials(env={"K": "v"})
+    assert fingerprint(BASE, creds, {"DOCS_TOKEN": "s"}, DIGEST_KEY) != fingerprint(BASE, creds, {"DOCS_TOKEN": "rotated"}, DIGEST_KEY)
+    assert fingerprint(BASE, creds, {"DOCS_TOKEN": "s"}) == fingerprint(BASE, creds, {"DOCS_TOKEN": "rotated"}) \
+        == fingerprint(BASE, creds, {})
+
+
+def test_a_keyed_fingerprint_is_another_under_another_key_or_none():
+    creds, environ = Credentials(bearer_token="tok"), {"DOCS_TOKEN": "s"}
+    keyed = fingerprint(BASE, creds, environ, DIGEST_KEY)
+    assert len(keyed) == 64 and keyed == fingerprint(BASE, creds, dict(environ), DIGEST_KEY)
+    assert keyed != fingerprint(BASE, creds, environ, bytes(32)) and keyed != fingerprint(BASE, creds, environ)
 
 
 def test_switching_a_server_off_and_on_or_its_call_timeout_keeps_the_fingerprint():

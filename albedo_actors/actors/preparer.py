@@ -20,8 +20,9 @@ reply resolves when every server without a usable saved catalogue has been diall
 The reference's "Saved catalogues": a server with a saved catalogue for its current
 fingerprint is advertised at once and dialled in the background; one without is
 connected during preparation; one that cannot start, initialize or be discovered is
-left out with a warning naming it. Bad configuration (a missing credential variable)
-fails the whole preparation.
+left out with a warning naming it, and so, undialled, is one whose stored credentials
+cannot be read (damaged, or sealed under a key not given: the store's line says what to
+do). Bad configuration (a missing credential variable) fails the whole preparation.
 """
 
 from __future__ import annotations
@@ -501,6 +502,12 @@ class RuntimePreparer(pykka.ThreadingActor):
         servers = config.enabled
         try:
             credentials = self._credentials_of([s.name for s in servers])
+            # A server whose stored credentials cannot be read (damaged, sealed under a key
+            # not given) is left out with that one line; every other server goes on.
+            unreadable = {name: c for name, c in credentials.items() if isinstance(c, StoreError)}
+            if unreadable:
+                servers = tuple(s for s in servers if s.name not in unreadable)
+                credentials = {name: c for name, c in credentials.items() if name not in unreadable}
             for server in servers:  # bad configuration fails the whole preparation
                 if server.type == "http":
                     http_headers(server, self._environ, credentials=credentials[server.name])
@@ -510,12 +517,15 @@ class RuntimePreparer(pykka.ThreadingActor):
             fail(result, exc)
             return
         applied = self._registry.apply(servers, credentials).get(timeout=ASK_TIMEOUT)
-        keys = {s.name: fingerprint(s, credentials[s.name], self._environ) for s in servers}
+        digest_key = getattr(self._store, "digest_key", None)
+        keys = {s.name: fingerprint(s, credentials[s.name], self._environ, digest_key) for s in servers}
         self._keys.update(keys)
         # A server waiting for the user to sign in is left out without a dial (its
         # probes dial it: it joins once signed in, like a server that comes back).
-        signin = {s.name: why for s in servers if (why := sign_in_needed(s, credentials[s.name]))}
-        saved = self._saved_all({s.name: keys[s.name] for s in servers if s.name not in signin})
+        undialled: dict[str, str | StoreError] = {s.name: why for s in servers
+                                                  if (why := sign_in_needed(s, credentials[s.name]))}
+        undialled.update(unreadable)
+        saved = self._saved_all({s.name: keys[s.name] for s in servers if s.name not in undialled})
         unsaved = [name for name, catalogue in saved.items() if catalogue is None]
         for name, catalogue in saved.items():
             if catalogue is not None:  # its dials open in the saved era: no probe (issue 11)
@@ -524,11 +534,11 @@ class RuntimePreparer(pykka.ThreadingActor):
         # before any of the background dials below competes for the interpreter.
         ready = {n: c for n, c in saved.items() if c is not None}
         if unsaved:
-            self._start(self._foreground, applied, unsaved, keys, ready, result, signin)
+            self._start(self._foreground, applied, unsaved, keys, ready, result, undialled)
         else:
             # Nothing to dial: the composition is built here (no I/O, one bounded moment),
             # without a helper thread and the hand-offs it would cost.
-            self._foreground(applied, unsaved, keys, ready, result, signin)
+            self._foreground(applied, unsaved, keys, ready, result, undialled)
         background = [(name, applied.handles[name], keys[name]) for name, catalogue in saved.items() if catalogue is not None]
         if background and self._background_dials:
             self._background_pending += len(background)
@@ -608,7 +618,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         thread.start()
 
     def _foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue], result: Any,
-                    signin: dict[str, str] | None = None) -> None:
+                    undialled: dict[str, str | StoreError] | None = None) -> None:
         """Dial the servers without a usable saved catalogue, all at once; then resolve.
 
         ``result`` always resolves: whatever goes wrong here fails this preparation at
@@ -616,7 +626,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         """
         outcome: concurrent.futures.Future = concurrent.futures.Future()
         try:
-            self._prepare_foreground(applied, unsaved, keys, ready, outcome, signin)
+            self._prepare_foreground(applied, unsaved, keys, ready, outcome, undialled)
         except Exception as exc:  # noqa: BLE001 - a bug must fail one preparation, not hang its session
             logger.error("preparing servers %s failed: %s: %s", ", ".join(sorted(unsaved)) or "(none)", type(exc).__name__, exc)
             if not outcome.done():
@@ -636,9 +646,15 @@ class RuntimePreparer(pykka.ThreadingActor):
             _tell(self._registry.actor_ref, Release(tuple(applied.handles.values())))
 
     def _prepare_foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue],
-                            result: Any, signin: dict[str, str] | None) -> None:
+                            result: Any, undialled: dict[str, str | StoreError] | None) -> None:
+        # ``undialled``: the servers left out without a dial, with why: a sign-in needed,
+        # or their stored credentials unreadable (the StoreError, whose line says what to do).
         catalogues, left_out, warnings, too_large = dict(ready), {}, [], []
-        for name, why in (signin or {}).items():
+        for name, why in (undialled or {}).items():
+            if isinstance(why, StoreError):
+                left_out[name] = str(why)
+                warnings.append(f"server {name!r}: {why}; left out")
+                continue
             error = NeedsSignIn(name, why)
             left_out[name] = error.detail
             warnings.append(f"{error}; left out")
@@ -694,13 +710,24 @@ class RuntimePreparer(pykka.ThreadingActor):
         _tell(self.actor_ref, _BackgroundDone(name, key, catalogue, error))
 
     def _credentials_of(self, names: list[str]) -> dict[str, Any]:
-        """Each server's stored credentials (None without a store), read at once."""
+        """Each server's stored credentials (None without a store), read at once; a
+        server whose row cannot be read is its StoreError.
+
+        Raises:
+            StoreError: the database failed.
+        """
         if self._store is None:
             return dict.fromkeys(names)
         many = getattr(self._store, "get_credentials_of", None)
-        if many is None:  # a store that reads one server at a time
-            return {name: self._store.get_credentials(name) for name in names}
-        return many(names)
+        if many is not None:
+            return dict(many(names))
+        found: dict[str, Any] = {}
+        for name in names:  # a store that reads one server at a time
+            try:
+                found[name] = self._store.get_credentials(name)
+            except StoreError as exc:
+                found[name] = exc
+        return found
 
     def _saved_all(self, keys: dict[str, str]) -> dict[str, Catalogue | None]:
         """Each server's catalogue saved under its current key, or None; read at once."""

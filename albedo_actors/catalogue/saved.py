@@ -2,9 +2,26 @@
 
 A catalogue is saved under a fingerprint of the server's configuration and
 credentials; one saved under another fingerprint (the configuration or a secret
-changed) is not used. The fingerprint is a SHA-256 over a canonical JSON of every
-field that can change what the server offers, with secret values hashed first, so
-nothing secret can be read back from it.
+changed) is not used. The fingerprint is a digest of a canonical JSON of every field
+that can change what the server offers, with secret values digested first, so nothing
+secret can be read back from it. It is stored in the clear beside the secrets, so it
+must not let anyone test a guess of a secret either:
+
+- With a store key, every digest (of each secret and of the whole) is an HMAC-SHA256
+  under the store's digest key (``Store.digest_key``, derived from the store key, see
+  :mod:`albedo_actors.store.sealing`). Without the key a guessed secret gives nothing
+  to compare. The values of the environment variables the configuration names are
+  covered too, so changing one changes the fingerprint.
+- Without a key the digest is a plain SHA-256, and it covers only what the store
+  holds in the clear already: the stored credentials, never the value of an
+  environment variable the configuration names (the store does not hold those, and a
+  digest of a short one, a PIN, is found by trying them all). So without a key a
+  changed environment variable does not change the fingerprint: the saved catalogue
+  stays in use until the server's next discovery replaces it (a host dials every
+  server it advertises from a saved catalogue in the background at once).
+
+A fingerprint made under one key never matches one made under another or under none:
+setting, rotating or removing the key means one rediscovery of each server.
 
 Pure code: no threads, and the store only through :class:`CatalogueStore`.
 """
@@ -13,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from .model import Catalogue
 from .naming import sha256  # the one SHA-256 of the catalogue layer (no OpenSSL)
@@ -46,12 +63,40 @@ def _digest(value: str) -> str:
     return sha256(value.encode("utf-8")).hexdigest()
 
 
-def fingerprint(server: ServerConfig, credentials: Credentials | None = None, environ: Mapping[str, str] | None = None) -> str:
-    """The key a catalogue of ``server`` is saved under.
+_KEYED: dict[bytes, Callable[[str], str]] = {}
 
-    ``credentials`` is the server's stored credentials (or None); ``environ`` gives the values of the variables the configuration names,
-    so that changing a named secret also changes the fingerprint.
+
+def _keyed(key: bytes) -> Callable[[str], str]:
+    """HMAC-SHA256 under ``key`` (RFC 2104), hex; made once per key (a process has one)."""
+    made = _KEYED.get(key)
+    if made is not None:
+        return made
+    import hmac  # only with a store key, which has loaded hashlib already (sealing)
+
+    base = hmac.new(key, digestmod="sha256")
+
+    def digest(value: str) -> str:
+        mac = base.copy()  # the key's pads are hashed once, not once per value
+        mac.update(value.encode("utf-8"))
+        return mac.hexdigest()
+
+    if len(_KEYED) >= 8:
+        _KEYED.clear()  # a bound only: the store key changes only with a rotation
+    _KEYED[key] = digest
+    return digest
+
+
+def fingerprint(server: ServerConfig, credentials: Credentials | None = None, environ: Mapping[str, str] | None = None,
+                key: bytes | None = None) -> str:
+    """The key a catalogue of ``server`` is saved under (64 hex digits).
+
+    ``credentials`` is the server's stored credentials (or None). ``key`` is the
+    store's digest key (``Store.digest_key``; None without a store key): with it every
+    digest is an HMAC, and ``environ`` gives the values of the variables the
+    configuration names, so that changing a named secret also changes the fingerprint;
+    without it those values are left out (see the module docstring).
     """
+    digest = _digest if key is None else _keyed(key)
     # The fields by name, as dataclasses.asdict gives them but without its deep copy
     # (the canonical JSON below is the same: a host with hundreds of servers computes
     # one per server at every preparation). Switching a server off and on, or its call
@@ -60,20 +105,20 @@ def fingerprint(server: ServerConfig, credentials: Credentials | None = None, en
     if config.get("oauth") is not None:
         config["oauth"] = dataclasses.asdict(config["oauth"])
     named = {}
-    if environ is not None:
+    if environ is not None and key is not None:
         variables = list(server.env.values()) + list(server.headers.values())
         if server.bearer_token_env_var:
             variables.append(server.bearer_token_env_var)
-        named = {variable: _digest(environ[variable]) for variable in sorted(variables) if variable in environ}
+        named = {variable: digest(environ[variable]) for variable in sorted(variables) if variable in environ}
     secrets = {}
     if credentials is not None:
         secrets = {
-            "bearer": _digest(credentials.bearer_token) if credentials.bearer_token else None,
-            "header": [credentials.header[0], _digest(credentials.header[1])] if credentials.header else None,
-            "env": {key: _digest(value) for key, value in sorted(credentials.env.items())},
+            "bearer": digest(credentials.bearer_token) if credentials.bearer_token else None,
+            "header": [credentials.header[0], digest(credentials.header[1])] if credentials.header else None,
+            "env": {name: digest(value) for name, value in sorted(credentials.env.items())},
         }
     canonical = _CANONICAL.encode({"v": FINGERPRINT_VERSION, "config": config, "named": named, "secrets": secrets})
-    return _digest(canonical)
+    return digest(canonical)
 
 
 def to_json(catalogue: Catalogue) -> dict[str, Any]:

@@ -14,10 +14,20 @@ names the table, the row's key and the column (:func:`_aad`), so a value copied 
 another row, server or column does not open.
 
 A value that does not start with ``enc:v1:`` is plaintext (a store written before a key
-was set, or mid-``store encrypt``) and is read as it is; every write seals.
+was set, or mid-``store encrypt``) and is read as it is; every write seals. So the prefix
+is never the start of a plaintext secret: a bearer token or header value that starts with
+it is refused at every write, key or no key (:func:`refuse_prefix`); the other secret
+columns hold JSON objects, which cannot. A value that starts with it but is not one
+(:func:`sealed_key_id` None: damaged, or a plaintext secret an older albedo stored) is
+damaged, whatever key is given, and may be replaced.
 
-``cryptography`` (which ``pyjwt[crypto]`` brings) and ``hashlib`` are imported only once
-a key is set or a sealed value is opened: a host with no key loads neither.
+With a key, ``StoreKeys.digest_key`` is the key of every digest of a secret that the
+store holds or albedo shows (the saved catalogues' fingerprints): HKDF-Expand (RFC 5869
+section 2.3) of the store key, which is uniformly random already, so it is the PRK and
+Extract is skipped (section 3.3). The store key itself never keys anything but AES-GCM.
+
+``cryptography`` (which ``pyjwt[crypto]`` brings), ``hashlib`` and ``hmac`` are imported
+only once a key is set or a sealed value is opened: a host with no key loads none of them.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ from ..errors import StoreError
 
 __all__ = [
     "PREFIX", "KEY_VARS", "StoreKeys", "keys_from", "parse_key", "read_key_file", "new_key", "key_id",
-    "is_sealed", "sealed_key_id", "NEEDS_KEY",
+    "is_sealed", "sealed_key_id", "refuse_prefix", "NEEDS_KEY", "DIGEST_INFO",
 ]
 
 PREFIX = "enc:v1:"
@@ -42,6 +52,8 @@ KEY_VARS = ("ALBEDO_STORE_KEY", "ALBEDO_STORE_KEY_FILE")
 OLD_KEY_VARS = ("ALBEDO_STORE_OLD_KEY", "ALBEDO_STORE_OLD_KEY_FILE")
 NEW_KEY_VARS = ("ALBEDO_STORE_NEW_KEY", "ALBEDO_STORE_NEW_KEY_FILE")
 NEEDS_KEY = "set ALBEDO_STORE_KEY (or ALBEDO_STORE_KEY_FILE) to the key this store was encrypted with"
+# HKDF's info for the digest key (StoreKeys.digest_key): what the derived key is for.
+DIGEST_INFO = b"albedo_actors digests of secrets v1"
 # A key file longer than this is not a key file.
 _MAX_KEY_FILE = 4096
 
@@ -52,11 +64,23 @@ def is_sealed(text: str | None) -> bool:
     return text is not None and text.startswith(PREFIX)
 
 
+def refuse_prefix(text: str | None, what: str) -> None:
+    """Refuse a plaintext secret that starts with the sealed prefix: it would read back as
+    a sealed value (one that does not open) instead of itself.
+
+    Raises:
+        StoreError: the one line naming ``what``; the value is never quoted.
+    """
+    if text is not None and text.startswith(PREFIX):
+        raise StoreError(f"store: {what} starts with {PREFIX!r}, which marks a value encrypted at rest, so it "
+                         "cannot be stored; give the secret itself, not a value copied from the database")
+
+
 def sealed_key_id(text: str) -> str | None:
     """The key id a sealed value names, or None when it is not a well-formed sealed value."""
     rest = text[len(PREFIX):]
     kid, sep, _body = rest.partition(":")
-    return kid if sep and len(kid) == 8 else None
+    return kid if sep and len(kid) == 8 and all(c in "0123456789abcdef" for c in kid) else None
 
 
 def key_id(key: bytes) -> str:
@@ -183,7 +207,12 @@ class StoreKeys:
     _ciphers: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        import hmac
+
         self.kid = key_id(self.key)
+        # The key of the digests of secrets (fingerprints): HKDF-Expand(store key,
+        # DIGEST_INFO, 32), which is one HMAC-SHA256 (RFC 5869 section 2.3: T(1)).
+        self.digest_key = hmac.digest(self.key, DIGEST_INFO + b"\x01", "sha256")
         self._keys = {self.kid: self.key}
         for old in self.also_open:
             self._keys.setdefault(key_id(old), old)
@@ -226,7 +255,7 @@ class StoreKeys:
 
         kid = sealed_key_id(text)
         if kid is None:
-            raise damaged(what)
+            raise malformed(what)
         if kid not in self._keys:
             raise StoreError(f"store: the saved {what} are encrypted under key {kid}, not the key given "
                              f"({self.kid}): {NEEDS_KEY}")
@@ -246,15 +275,31 @@ class StoreKeys:
         return str(plain.decode("utf-8", "surrogatepass"))
 
 
+# What a user does about credentials nothing can read: ``edit`` and ``sign-in`` read them
+# first, so only ``remove`` (which deletes the row unread) clears them.
+REMOVE_AND_ADD = "remove the server and add it again (albedo-mcp remove NAME, then albedo-mcp add ...)"
+
+
+def _remedy(what: str) -> str:
+    return REMOVE_AND_ADD if what.startswith("credentials") else "save them again (albedo-mcp edit NAME, or sign-in NAME)"
+
+
 def damaged(what: str) -> StoreError:
     return StoreError(f"store: the saved {what} do not decrypt under the key given (damaged, or copied from "
-                      "another row); save them again (albedo-mcp edit NAME, or sign-in NAME)")
+                      f"another row); {_remedy(what)}")
+
+
+def malformed(what: str) -> StoreError:
+    """A value that starts with the prefix but is not a sealed value: no key opens it."""
+    return StoreError(f"store: the saved {what} start with {PREFIX!r} but are not an encrypted value (damaged, or a "
+                      f"secret an older albedo stored in clear); {_remedy(what)}")
 
 
 def no_key(what: str, text: str) -> StoreError:
     kid = sealed_key_id(text)
-    return StoreError(f"store: the saved {what} are encrypted{f' under key {kid}' if kid else ''} and no key is set: "
-                      f"{NEEDS_KEY}")
+    if kid is None:
+        return malformed(what)
+    return StoreError(f"store: the saved {what} are encrypted under key {kid} and no key is set: {NEEDS_KEY}")
 
 
 def open_value(keys: StoreKeys | None, where: Where, text: str | None, what: str) -> str | None:
@@ -270,7 +315,7 @@ def check_overwritable(keys: StoreKeys | None, values: Sequence[str | None], wha
     """Refuse to replace a row holding a value sealed under a key not given (it would be lost).
 
     A value sealed under a key given may be replaced even if it is damaged (that is the
-    remedy); plaintext may always be.
+    remedy), and so may one that only looks sealed (:func:`malformed`); plaintext may always be.
 
     Raises:
         StoreError: the one line naming what to set.
@@ -279,8 +324,10 @@ def check_overwritable(keys: StoreKeys | None, values: Sequence[str | None], wha
         if text is None or not text.startswith(PREFIX):
             continue
         kid = sealed_key_id(text)
+        if kid is None:
+            continue  # no key opens it: nothing is lost by replacing it
         if keys is None:
             raise no_key(what, text)
-        if kid is not None and not keys.opens(kid):
+        if not keys.opens(kid):
             raise StoreError(f"store: the saved {what} are encrypted under key {kid}, not the key given "
                              f"({keys.kid}): {NEEDS_KEY}")

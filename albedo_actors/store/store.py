@@ -160,22 +160,29 @@ class Store:
             row = CredentialRow.select().where(CredentialRow.server == server).first(self._db)
             return self._credentials(row)
 
-    def get_credentials_of(self, servers: Iterable[str]) -> dict[str, Credentials]:
+    def get_credentials_of(self, servers: Iterable[str]) -> dict[str, Credentials | StoreError]:
         """The credentials of each of ``servers`` (``Credentials()`` for one with none
-        stored), in one query instead of one per server.
+        stored), in one query instead of one per server. A server whose stored
+        credentials cannot be read (damaged, sealed under a key not given) is its
+        StoreError, as :meth:`get_credentials` of it would raise; the others are still
+        given, so one such row is that server's error and never the whole home's.
 
         Raises:
-            StoreError: the database failed, or one server's stored credentials are
-                damaged (as :meth:`get_credentials` of that server would).
+            StoreError: the database failed.
         """
         names = list(dict.fromkeys(servers))
         wanted = set(names)
-        found: dict[str, Credentials] = {}
-        with self._op(f"reading the credentials of {len(names)} servers"):
+        found: dict[str, Credentials | StoreError] = {}
+        # A failure names the servers when there are few (one line stays short).
+        which = ", ".join(map(repr, names)) if len(names) <= 3 else f"{len(names)} servers"
+        with self._op(f"reading the credentials of {which}"):
             for query in _selecting(CredentialRow.select(), CredentialRow.server, names):
                 for row in query.execute(self._db):
                     if row.server in wanted:
-                        found[row.server] = self._credentials(row)
+                        try:
+                            found[row.server] = self._credentials(row)
+                        except StoreError as exc:
+                            found[row.server] = exc
         return {name: found[name] if name in found else Credentials() for name in names}
 
     def put_credentials(self, server: str, creds: Credentials) -> None:
@@ -407,9 +414,18 @@ class Store:
 
     # --- sealing: store encrypt / rotate-key / decrypt / status ------------------
 
+    @property
+    def digest_key(self) -> bytes | None:
+        """The key of every digest of a secret kept beside the secrets (the saved
+        catalogues' fingerprints, :func:`albedo_actors.catalogue.saved.fingerprint`): one
+        derived from the store key (:mod:`.sealing`), never the store key; None without one."""
+        return self._keys.digest_key if self._keys is not None else None
+
     def sealing_status(self) -> dict[str, int]:
         """How many rows (credentials and OAuth clients) hold a secret in clear
-        (``"plaintext"``), and how many are sealed, by key id (``"key <id>"``). Needs no key.
+        (``"plaintext"``), how many are sealed, by key id (``"key <id>"``), and how many
+        hold a value that starts with the sealed prefix but is not one (``"damaged"``,
+        only when there is one). Needs no key.
 
         Raises:
             StoreError: the database failed.
@@ -420,6 +436,9 @@ class Store:
             rows += [values for values in OAuthClientRow.select(OAuthClientRow.client).tuples().execute(self._db)]
         for values in rows:
             present = [v for v in values if v is not None]
+            if any(sealing.is_sealed(v) and sealing.sealed_key_id(v) is None for v in present):
+                counts["damaged"] = counts.get("damaged", 0) + 1
+                continue
             if any(not sealing.is_sealed(v) for v in present):
                 counts["plaintext"] += 1
                 continue
@@ -429,7 +448,8 @@ class Store:
         return counts
 
     def reseal(self, to_plaintext: bool = False,
-               progress: Callable[[str, tuple[str, ...]], None] | None = None) -> dict[str, int]:
+               progress: Callable[[str, tuple[str, ...]], None] | None = None,
+               unreadable: Callable[[str], None] | None = None) -> dict[str, int]:
         """Write every secret value of the store sealed under the key (``store encrypt``;
         ``rotate-key`` when the store was opened with the new key and the old one as a
         previous key), or in clear (``to_plaintext``: ``store decrypt``).
@@ -440,16 +460,22 @@ class Store:
         wanted form are left as they are. ``progress(table, row key)`` is called inside
         each row's transaction, after its update, before its commit (tests stop there).
 
-        Returns ``{"rewritten": n, "kept": n}``.
+        A row that cannot be read (damaged, sealed under a key not given, or, for
+        ``to_plaintext``, holding a value that in clear would read as sealed) is left as
+        it is and the run goes on: ``unreadable(line)`` hears each one's StoreError line;
+        without it, the first one is raised once every other row is done.
+
+        Returns ``{"rewritten": n, "kept": n}`` (the unreadable rows count in neither).
 
         Raises:
-            StoreError: no key is set (to seal), a row is sealed under a key not given (it
-                is left as it is, the rows done stay done), or the database failed.
+            StoreError: no key is set (to seal), a row cannot be read and ``unreadable``
+                is None (the rows done stay done), or the database failed.
         """
         if not to_plaintext and self._keys is None:
             raise StoreError("store: no key is set: set ALBEDO_STORE_KEY (or ALBEDO_STORE_KEY_FILE) to the key to "
                              "encrypt with (make one with: albedo-mcp store new-key)")
         counts = {"rewritten": 0, "kept": 0}
+        problems: list[str] = []
         with self._op("listing the rows to rewrite"):
             servers = [name for (name,) in CredentialRow.select(CredentialRow.server).tuples().execute(self._db)]
             clients = list(OAuthClientRow.select(OAuthClientRow.issuer, OAuthClientRow.redirect_uri)
@@ -463,10 +489,17 @@ class Store:
                 if not found:
                     continue  # deleted meanwhile
                 changes = {}
-                for column, text in zip(_SEALED_CREDENTIALS, found[0]):
-                    new = self._resealed(("credentials", server, column), text, to_plaintext, f"credentials of {server!r}")
-                    if new != text:
-                        changes[getattr(CredentialRow, column)] = new
+                try:
+                    for column, text in zip(_SEALED_CREDENTIALS, found[0]):
+                        new = self._resealed(("credentials", server, column), text, to_plaintext,
+                                             f"credentials of {server!r}")
+                        if new != text:
+                            changes[getattr(CredentialRow, column)] = new
+                except StoreError as exc:  # nothing of this row was written: it stays as it is
+                    problems.append(str(exc))
+                    if unreadable is not None:
+                        unreadable(str(exc))
+                    continue
                 if changes:
                     CredentialRow.update(changes).where(CredentialRow.server == server).execute(self._db)
                 counts["rewritten" if changes else "kept"] += 1
@@ -482,8 +515,14 @@ class Store:
                 if not found:
                     continue
                 text = found[0][0]
-                new = self._resealed(("oauth_clients", issuer, redirect_uri, "client"), text, to_plaintext,
-                                     f"OAuth client for issuer {issuer!r}")
+                try:
+                    new = self._resealed(("oauth_clients", issuer, redirect_uri, "client"), text, to_plaintext,
+                                         f"OAuth client for issuer {issuer!r}")
+                except StoreError as exc:
+                    problems.append(str(exc))
+                    if unreadable is not None:
+                        unreadable(str(exc))
+                    continue
                 if new != text:
                     OAuthClientRow.update(client=new).where(match).execute(self._db)
                 counts["rewritten" if new != text else "kept"] += 1
@@ -491,6 +530,8 @@ class Store:
                     progress("oauth_clients", (issuer, redirect_uri))
         if counts["rewritten"]:
             self._compact()
+        if problems and unreadable is None:
+            raise StoreError(problems[0])
         return counts
 
     def _compact(self) -> None:
@@ -524,7 +565,11 @@ class Store:
         if text is None:
             return None
         if to_plaintext:
-            return sealing.open_value(self._keys, where, text, what)
+            plain = sealing.open_value(self._keys, where, text, what)
+            if sealing.is_sealed(text) and sealing.is_sealed(plain):  # an older albedo sealed it
+                raise StoreError(f"store: the saved {what} hold a value that starts with {sealing.PREFIX!r}, which "
+                                 f"in clear would read as encrypted, so they stay encrypted; {sealing.REMOVE_AND_ADD}")
+            return plain
         keys = self._keys
         assert keys is not None
         if not sealing.is_sealed(text):
@@ -590,6 +635,10 @@ class Store:
             "env": json.dumps(dict(creds.env), sort_keys=True),
             "oauth": None if creds.oauth is None else json.dumps(thaw(creds.oauth), sort_keys=True),
         }
+        # Every write, key or no key: a plaintext value that starts with the prefix would
+        # read back as a sealed one (the JSON columns start with "{" and never do).
+        sealing.refuse_prefix(creds.bearer_token, f"the bearer token of {server!r}")
+        sealing.refuse_prefix(creds.header[1] if creds.header else None, f"the {values['header_name']} header of {server!r}")
         if self._keys is not None:
             for column in _SEALED_CREDENTIALS:
                 if values[column] is not None:
@@ -839,7 +888,7 @@ def _credentials(row: CredentialRow | None, keys: StoreKeys | None) -> Credentia
     return Credentials(bearer_token=opened["bearer_token"], header=header, env=env, oauth=oauth)
 
 
-_REMEDY = {"credentials": "; save them again (albedo-mcp edit NAME, or sign-in NAME)"}
+_REMEDY = {"credentials": f"; {sealing.REMOVE_AND_ADD}"}
 
 
 def _json_object(text: str, what: str, name: str) -> dict[str, Any]:

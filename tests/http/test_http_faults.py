@@ -70,9 +70,9 @@ def canary():
 
 @pytest.mark.parametrize("status", [307, 302])
 def test_a_redirect_is_not_followed_and_the_token_never_reaches_the_other_origin(fault, clients, canary, monkeypatch, status):
-    monkeypatch.setenv("ALBEDO_TEST_TOKEN", "canary-token-8c1f")
+    monkeypatch.setenv("MCP_TEST_TOKEN", "canary-token-8c1f")
     server = fault(redirect_to=canary.url + "/mcp", redirect_status=status)
-    handle = clients.start(http_config(server, bearer_token_env_var="ALBEDO_TEST_TOKEN"))
+    handle = clients.start(http_config(server, bearer_token_env_var="MCP_TEST_TOKEN"))
 
     with pytest.raises(Unavailable, match="redirects are not followed") as info:
         handle.connect()
@@ -86,9 +86,9 @@ def test_a_redirect_is_not_followed_and_the_token_never_reaches_the_other_origin
 
 
 def test_a_redirect_of_a_legacy_session_answers_nothing_to_the_other_origin_not_even_delete(fault, clients, canary, monkeypatch):
-    monkeypatch.setenv("ALBEDO_TEST_TOKEN", "canary-token-55aa")
+    monkeypatch.setenv("MCP_TEST_TOKEN", "canary-token-55aa")
     server = fault(era="legacy")
-    handle = clients.start(http_config(server, bearer_token_env_var="ALBEDO_TEST_TOKEN"))
+    handle = clients.start(http_config(server, bearer_token_env_var="MCP_TEST_TOKEN"))
     assert handle.connect().era == "legacy"
 
     server.configure(redirect_to=canary.url + "/mcp", redirect_status=308)
@@ -505,10 +505,10 @@ def test_a_list_changed_on_the_legacy_get_stream_rediscovers_the_catalogue(fault
 
 @pytest.mark.parametrize("era", ["legacy", "modern"])
 def test_the_bearer_token_and_named_headers_arrive_on_every_request(fault, clients, monkeypatch, era):
-    monkeypatch.setenv("ALBEDO_TEST_TOKEN", "tok-123")
-    monkeypatch.setenv("ALBEDO_TEST_KEY", "key-456")
+    monkeypatch.setenv("MCP_TEST_TOKEN", "tok-123")
+    monkeypatch.setenv("MCP_TEST_KEY", "key-456")
     server = fault(era=era)
-    config = http_config(server, bearer_token_env_var="ALBEDO_TEST_TOKEN", headers={"X-Api-Key": "ALBEDO_TEST_KEY"})
+    config = http_config(server, bearer_token_env_var="MCP_TEST_TOKEN", headers={"X-Api-Key": "MCP_TEST_KEY"})
     handle = clients.start(config)
     handle.connect()
     handle.call_tool("echo", {"text": "with credentials"})
@@ -526,10 +526,10 @@ def test_the_bearer_token_and_named_headers_arrive_on_every_request(fault, clien
 
 
 def test_a_missing_bearer_variable_is_a_config_error_naming_it(fault, clients, monkeypatch):
-    monkeypatch.delenv("ALBEDO_TEST_MISSING_TOKEN", raising=False)
+    monkeypatch.delenv("MCP_TEST_MISSING_TOKEN", raising=False)
     server = fault()
-    handle = clients.start(http_config(server, bearer_token_env_var="ALBEDO_TEST_MISSING_TOKEN"))
-    with pytest.raises(ConfigError, match=r"\$ALBEDO_TEST_MISSING_TOKEN, which is not set"):
+    handle = clients.start(http_config(server, bearer_token_env_var="MCP_TEST_MISSING_TOKEN"))
+    with pytest.raises(ConfigError, match=r"\$MCP_TEST_MISSING_TOKEN, which is not set"):
         handle.connect()
     assert server.requests == []
 

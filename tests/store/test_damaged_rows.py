@@ -58,7 +58,7 @@ def test_credentials_nested_too_deep_are_a_damaged_row(stores, column, depth):
     store = stores()
     store.put_credentials("s", Credentials(bearer_token="t"))
     CredentialRow.update({getattr(CredentialRow, column): nested(depth)}).where(CredentialRow.server == "s").execute(store._db)
-    remedy = "; save them again (albedo-mcp edit NAME, or sign-in NAME)"
+    remedy = "; remove the server and add it again (albedo-mcp remove NAME, then albedo-mcp add ...)"
     with pytest.raises(StoreError) as caught:
         store.get_credentials("s")
     assert str(caught.value) == damaged("credentials", "s", remedy)

@@ -106,6 +106,13 @@ def test_plaintext_rows_are_still_read_with_a_key_and_the_next_write_seals_them(
     assert store.get_credentials("docs") == full()
 
 
+def _raise(value):
+    """``get_credentials_of`` gives a row it cannot read as its StoreError: raise it."""
+    if isinstance(value, StoreError):
+        raise value
+    return value
+
+
 def unreadable_cases(open_, keys):
     """A store sealed under ``keys``, and the raw rows before anything was tried."""
     sealed = open_(keys)
@@ -122,7 +129,7 @@ def test_a_missing_or_wrong_key_is_one_line_naming_what_to_set_and_nothing_is_ov
     store = open_(None if given == "missing" else other)
     attempts = {
         "get": lambda: store.get_credentials("docs"),
-        "get many": lambda: store.get_credentials_of(["docs"]),
+        "get many": lambda: _raise(store.get_credentials_of(["docs"])["docs"]),
         "with lease": lambda: store.credentials_and_lease("docs"),
         "update": lambda: store.update_credentials("docs", lambda c: Credentials()),
         "put": lambda: store.put_credentials("docs", Credentials(bearer_token="replacement")),
@@ -295,3 +302,108 @@ def test_the_row_a_lease_creates_is_sealed_too(open_):
         put.take_lease("me", 1.0)
     assert store.sealing_status() == {"plaintext": 0, f"key {keys.kid}": 1}
     assert store.get_credentials("new") == Credentials()
+
+
+# --- issue 23 hole 10: sealing is unambiguous ----------------------------------------------------
+
+LOOKS_SEALED = "enc:v1:plaintext-token-0123"  # a plaintext secret that starts with the sealed prefix
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["no key", "key"])
+@pytest.mark.parametrize("creds", [Credentials(bearer_token=LOOKS_SEALED), Credentials(header=("X-Api-Key", LOOKS_SEALED))],
+                         ids=["bearer", "header"])
+def test_a_plaintext_secret_that_starts_with_the_sealed_prefix_is_refused_in_one_line(open_, keyed, creds):
+    store = open_(a_key() if keyed else None)
+    store.put_credentials("docs", full())
+    before = raw(store)
+    writes = {
+        "put": lambda: store.put_credentials("docs", creds),
+        "put new": lambda: store.put_credentials("new", creds),
+        "update": lambda: store.update_credentials("docs", lambda _old: creds),
+    }
+    for name, write in writes.items():
+        with pytest.raises(StoreError) as caught:
+            write()
+        message = str(caught.value)
+        assert "\n" not in message and LOOKS_SEALED not in message, name
+        assert "starts with 'enc:v1:'" in message and ("'docs'" in message or "'new'" in message), (name, message)
+    assert raw(store) == before  # nothing was written
+    assert store.get_credentials("docs") == full()
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["no key", "key"])
+def test_values_inside_the_json_columns_may_start_with_the_prefix_and_read_back_exactly(open_, keyed):
+    """env and the OAuth record are JSON objects: their text starts with "{", never with the prefix."""
+    store = open_(a_key() if keyed else None)
+    creds = Credentials(env={"API": LOOKS_SEALED}, oauth={"url": "https://mcp.example/mcp", "access_token": LOOKS_SEALED})
+    store.put_credentials("docs", creds)
+    assert store.get_credentials("docs") == creds
+    assert store.get_credentials_of(["docs"]) == {"docs": creds}
+
+
+def plant(store, server: str, **columns) -> None:
+    """Write raw column values into a credentials row, as a damaged database or an older albedo would."""
+    CredentialRow.update({getattr(CredentialRow, k): v for k, v in columns.items()}).where(CredentialRow.server == server) \
+        .execute(store._db)
+
+
+def broken_rows(store, damaged_bearer: str) -> None:
+    """In a plaintext store: servers a, b readable; "legacy" holding a plaintext bearer an
+    older albedo stored (it starts with the prefix); "damaged" holding ``damaged_bearer``."""
+    for n, name in enumerate(("a", "b", "legacy", "damaged")):
+        store.put_credentials(name, full(n))
+    plant(store, "legacy", bearer_token=LOOKS_SEALED)
+    plant(store, "damaged", bearer_token=damaged_bearer)
+
+
+def test_an_unreadable_row_is_that_servers_error_alone_and_says_to_remove_it(open_):
+    keys = a_key()
+    sealed = keys.seal(("credentials", "damaged", "bearer_token"), "tok")
+    broken_rows(open_(None), sealed[:-3] + ("AAA" if sealed[-3:] != "AAA" else "BBB"))  # one character changed
+    store = open_(keys)
+    found = store.get_credentials_of(["a", "legacy", "damaged", "b", "none"])
+    assert found["a"] == full(0) and found["b"] == full(1) and found["none"] == Credentials()
+    for name, says in (("legacy", "start with 'enc:v1:' but are not an encrypted value"), ("damaged", "do not decrypt")):
+        error = found[name]
+        assert isinstance(error, StoreError), name
+        assert f"credentials of {name!r}" in str(error) and says in str(error) and "albedo-mcp remove NAME" in str(error)
+        assert LOOKS_SEALED not in str(error)
+    # Without a key the legacy row is still damage, not "set the key".
+    legacy = open_(None).get_credentials_of(["legacy"])["legacy"]
+    assert isinstance(legacy, StoreError) and "not an encrypted value" in str(legacy) and NEEDS_KEY not in str(legacy)
+    # Replacing it loses nothing anyone could read: allowed, with or without the key, and it repairs it.
+    open_(None).put_credentials("legacy", Credentials(bearer_token="fresh"))
+    assert store.get_credentials("legacy") == Credentials(bearer_token="fresh")
+
+
+def test_encrypt_rewrites_every_row_it_can_read_and_reports_each_one_it_cannot(open_):
+    keys, other = a_key(), a_key()
+    plain = open_(None)
+    broken_rows(plain, other.seal(("credentials", "damaged", "bearer_token"), "tok"))  # under a key not given
+    assert plain.sealing_status() == {"plaintext": 3, "damaged": 1}  # the legacy row is not a sealed value
+    before = {row[0]: row for row in raw(plain)}
+    store = open_(keys)
+    heard: list[str] = []
+    assert store.reseal(unreadable=heard.append) == {"rewritten": 2, "kept": 0}
+    heard.sort()  # the rows' order is the database's
+    assert len(heard) == 2 and "'damaged' are encrypted under key " + other.kid in heard[0] and "'legacy'" in heard[1], heard
+    after = {row[0]: row for row in raw(store)}
+    assert after["legacy"] == before["legacy"] and after["damaged"] == before["damaged"]  # left as they were
+    assert store.get_credentials_of(["a", "b"]) == {"a": full(0), "b": full(1)}
+    assert store.sealing_status() == {"plaintext": 1, f"key {keys.kid}": 2, "damaged": 1}
+    # Without the callback: every other row is done, then the first line is raised.
+    with pytest.raises(StoreError, match="'legacy'|'damaged'"):
+        store.reseal()
+
+
+def test_decrypt_keeps_encrypted_a_value_that_in_clear_would_read_as_encrypted(open_):
+    keys = a_key()
+    store = open_(keys)
+    store.put_credentials("a", full(1))
+    store.put_credentials("old", Credentials(bearer_token="x"))
+    plant(store, "old", bearer_token=keys.seal(("credentials", "old", "bearer_token"), LOOKS_SEALED))  # an older albedo sealed it
+    heard: list[str] = []
+    assert store.reseal(to_plaintext=True, unreadable=heard.append) == {"rewritten": 1, "kept": 0}
+    assert len(heard) == 1 and "'old'" in heard[0] and "stay encrypted" in heard[0] and LOOKS_SEALED not in heard[0]
+    assert store.get_credentials("old") == Credentials(bearer_token=LOOKS_SEALED)  # still sealed, still reads
+    assert open_(None).get_credentials("a") == full(1)
