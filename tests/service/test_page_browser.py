@@ -23,6 +23,7 @@ import pytest
 import requests
 
 from albedo_actors.settings import ServerSpec, Settings
+from albedo_actors.store.models import CredentialRow
 from helpers import FAULT_SERVER, OAuthServer
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
@@ -39,6 +40,7 @@ BUILD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abs
 HOSTILE_REASON = '<img id="injected" src="x" onerror="document.title=\'pwned\'">401 from the server'
 SIGN_INS = "#mcp-sign-ins"
 GUARDED = "guarded"
+UNREADABLE = "damaged"  # its stored credentials cannot be read (issue 23, hole 10)
 
 
 # -- fixtures ---------------------------------------------------------------------------
@@ -71,6 +73,9 @@ def service(home, store, oauth):
     assert view.auth["state"] == "needs_sign_in", view.auth  # saving a 401 server keeps it, needing a sign-in
     store.update_credentials(GUARDED, lambda c: dataclasses.replace(c, oauth={**dict(c.oauth or {}), "reason": HOSTILE_REASON}))
     settings.add(ServerSpec(name="local", transport="stdio", command=sys.executable, args=(FAULT_SERVER,), enabled=False))
+    settings.add(ServerSpec(name=UNREADABLE, transport="stdio", command=sys.executable, args=(FAULT_SERVER,), enabled=False))
+    store.put_credentials(UNREADABLE, dataclasses.replace(store.get_credentials(UNREADABLE), bearer_token="tok"))
+    CredentialRow.update(bearer_token="enc:v1:not-sealed").where(CredentialRow.server == UNREADABLE).execute(store._db)
     with Service(str(home), store, port=0) as running:
         yield running
 
@@ -181,6 +186,11 @@ def test_sign_in_and_out_of_a_server_from_the_page(service, browser, oauth, stor
     local = row(driver, "#servers", "local")
     assert local is not None and "stdio" in local.text and state_of(driver, "#servers", "local") == "disabled"
     assert "http" in row(driver, "#servers", GUARDED).text
+
+    # A server whose stored credentials cannot be read is listed, with the store's line.
+    damaged = row(driver, "#servers", UNREADABLE)
+    assert damaged is not None and state_of(driver, "#servers", UNREADABLE) == "credentials unreadable"
+    assert "remove the server and add it again" in damaged.find_element(By.CSS_SELECTOR, ".problem").text
 
     # The server's reason is shown as text: its markup never became an element.
     assert HOSTILE_REASON in row(driver, SIGN_INS, GUARDED).text

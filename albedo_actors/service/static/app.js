@@ -178,6 +178,7 @@
     const a = auth(server);
     const mine = signIns.get(server.name);
     if (mine && mine.state === "pending") return "signing in…";
+    if (typeof server.problem === "string" && server.problem) return text(server.state); // "credentials unreadable"
     if (server.enabled === false) return "disabled";
     if (a.state === "signed_in") return a.step_up ? "signed in; more access asked" : "signed in";
     if (a.state === "needs_sign_in") return "needs sign-in";
@@ -279,6 +280,10 @@
       parts.push(element("span", "error", `The sign-in ${mine.state === "failed" ? "failed" : "was cancelled"}: ${oneLine(mine.reason)}`));
     } else if (needsSignIn(server) && auth(server).reason) {
       parts.push(element("span", "reason", oneLine(auth(server).reason)));
+    }
+    if (!inSignIns && typeof server.problem === "string" && server.problem) {
+      // Its stored credentials cannot be read: the store's line says what to do.
+      parts.push(element("span", "error problem", oneLine(server.problem)));
     }
     if (auth(server).step_up && inSignIns) {
       parts.push(element("span", "reason", ` More access asked: ${oneLine(auth(server).step_up)}.`));
