@@ -5,10 +5,11 @@ Through the real client (ServerHandle, a Runtime, the ``albedo-mcp call`` CLI) a
 tests/servers/fault_process_server.py ``--escape``: a helper that calls setsid(), one
 that calls setpgid(0, 0), and one that double-forks and calls setsid() (an orphan the
 launcher adopts as child subreaper), each also ignoring SIGTERM; under a server that
-exits on EOF and one that ignores EOF and SIGTERM. A process counts as ended when no
-process has its pid and start time, not even a zombie: one merely re-parented (to
-pytest, itself a subreaper, tests/_leaks.py, or to init) would still be there. Waits
-are bounded polls of /proc, never sleeps.
+exits on EOF and one that ignores EOF and SIGTERM; and with the launcher SIGKILLed, for
+what the host can still end. A process counts as ended when no process has its pid and
+start time, not even a zombie: one merely re-parented (to pytest, itself a subreaper,
+tests/_leaks.py, or to init) would still be there. Waits are bounded polls of /proc,
+never sleeps.
 """
 
 from __future__ import annotations
@@ -153,6 +154,27 @@ def test_the_launcher_reaps_the_orphans_it_adopts_while_the_server_runs(clients)
     assert pids_of(handle)["pid"] == pids["pid"], "the server was disturbed"
     handle.stop()
     assert ended(second, helpers[second])
+
+
+# -- the launcher gone: what the host can still end ----------------------------------------------
+
+
+@pytest.mark.parametrize("server_flags", [(), ("--ignore-eof-and-term",)], ids=["polite", "stubborn"])
+def test_a_sigkilled_launcher_leaves_the_host_to_end_the_helpers_it_can_still_find(clients, server_flags):
+    # The helper that called setsid() is the server's child, and the one that called
+    # setpgid() is in its session: the host finds both once the launcher is gone (the
+    # server gets its EOF only after that). A double-forked orphan adopted by the
+    # launcher is re-parented past it when it dies: the host cannot find it (README).
+    hows = ("setsid", "setpgid")
+    handle = clients.start(process_config("orphaned", *server_flags, *escape_flags(*hows)))
+    pids = pids_of(handle)
+    helpers = escaped_of(pids, hows)
+    os.kill(pids["ppid"], signal.SIGKILL)
+    handle.stop()
+    # Dead, but maybe a zombie: re-parented to pytest, which reaps (in life, init does).
+    left = {pid: stat(pid) for pid, start in helpers.items() if not within(BOUND, lambda pid=pid, start=start: dead(pid, start))}
+    assert not left, f"helpers outlived their server once its launcher was killed: {left}"
+    assert stat(pids["pid"]) is None or stat(pids["pid"])["state"] == "Z"
 
 
 # -- the whole client ------------------------------------------------------------------------------
