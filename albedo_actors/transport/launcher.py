@@ -7,9 +7,11 @@ writes one :mod:`marshal`-ed dict to and closes: ``{"argv": [...], "cwd": "...",
 "env": {...}, "secrets": [...], "stdin_fd": N, "term_grace": 2.0, "kill_grace": 2.0}``.
 
 It is one process per server, so what it costs counts once per server: it is one
-thread, imports nothing but ``os``, ``select`` and the C ``_signal`` (``json`` alone,
-through ``re`` and ``enum``, doubled its start; ``marshal`` is built in and the host
-runs it on its own interpreter), starts the server with ``posix_spawn``, and waits
+thread, imports nothing but ``os``, ``select`` and the C ``_signal`` and ``_ctypes``
+(``json`` alone, through ``re`` and ``enum``, doubled its start; ``marshal`` is built
+in and the host runs it on its own interpreter; ``_ctypes`` makes it a subreaper for
+0.3 ms of its start, where the ``ctypes`` package would cost 2 ms: see
+benchmarks/bench_launcher.py), starts the server with ``posix_spawn``, and waits
 for nothing by polling: the server's end (SIGCHLD), the control pipe, signals and
 the server's stderr all wake one ``select``.
 
@@ -40,6 +42,20 @@ host; the server gets ``term_grace`` seconds to exit, then its group gets SIGTER
 SIGTERM or SIGHUP to the launcher runs the same sequence (the host is told first, so
 that it closes the server's stdin). If the launcher itself is killed, the host sees
 its status channel close without an exit status and ends the server's group itself.
+
+Every descendant ends, not only the group (issue 23): a helper that calls
+``setsid()`` or ``setpgid()``, or double-forks, leaves the server's group. So the
+launcher is a child subreaper (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``, see
+PR_SET_CHILD_SUBREAPER in prctl(2)): a descendant whose parent ends is re-parented
+to it, not to init, so its parent chain in /proc still leads here. The SIGTERM and
+the SIGKILL of the sequence go to every descendant as well as to the group. Once the
+server has ended, the group's leftovers get SIGKILL at once (as before), and every
+other descendant gets SIGTERM, ``kill_grace`` seconds (counted from an earlier SIGTERM
+of the sequence if it had one), then SIGKILL, in rounds until the launcher has no
+child left, at most KILL_ROUNDS of them. Adopted children are reaped as they end,
+for the server's whole life, so no zombie stays. The fast path pays nothing: once
+the server is reaped, ``waitpid`` saying "no child" means no descendant is left
+(every orphan of ours would be our child), and /proc is read only when there is one.
 """
 
 from __future__ import annotations
@@ -63,6 +79,9 @@ else:
 TAIL_BYTES = 2048
 TAIL_WAIT = 0.5  # for the rest of the server's stderr once it ended (a helper may hold it open)
 MIN_SECRET = 4  # shorter values are not redacted: they would blank ordinary text
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+KILL_ROUNDS = 10  # SIGKILL rounds for descendants that fork while they are ended
+ROUND_WAIT = 0.1  # between those rounds, for the SIGKILLed to end
 CLOSING_SIGNALS: dict[int, str] = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
 # JSON string escapes (RFC 8259 section 7) for the status lines, written without ``json``.
 _ESCAPES = {i: f"\\u{i:04x}" for i in range(0x20)} | {ord('"'): '\\"', ord("\\"): "\\\\", 0x7F: "\\u007f"}
@@ -163,6 +182,124 @@ def _signal_group(pgid: int, sig: int) -> bool:
         return True  # a member we cannot signal (zombie or setuid); still there
 
 
+def _become_subreaper() -> bool:
+    """Make this process the child subreaper of its descendants (Linux); False where it
+    cannot be.
+
+    Through the C ``_ctypes`` and this process's own symbols (``dlopen(NULL)``), not the
+    ``ctypes`` package, whose import (``struct``, its endian and type classes) costs this
+    start 2 ms against 0.3 ms (benchmarks/bench_launcher.py).
+    """
+    try:
+        import _ctypes
+
+        class ULong(_ctypes._SimpleCData):  # type: ignore[type-arg]  # unsigned long: prctl(2)'s arguments
+            _type_ = "L"
+
+        class Function(_ctypes.CFuncPtr):  # returns a C int, the default
+            _flags_ = _ctypes.FUNCFLAG_CDECL
+
+        class Process:  # what CFuncPtr looks a symbol up in: anything with a handle
+            _handle = _ctypes.dlopen(None)  # type: ignore[arg-type]  # dlopen(3): NULL, the program's own
+
+        prctl = Function(("prctl", Process))  # type: ignore[arg-type]  # typeshed wants a CDLL
+        return bool(prctl(PR_SET_CHILD_SUBREAPER, ULong(1), ULong(0), ULong(0), ULong(0)) == 0)
+    except (ImportError, AttributeError, OSError):  # no _ctypes, or no prctl: not Linux
+        return False
+
+
+def _reap(server: int = 0) -> tuple[int | None, bool]:
+    """Reap every child that has ended: the server, and orphans adopted as subreaper
+    (nobody else will: each would stay a zombie).
+
+    Returns the server's wait status if it was reaped now (None if not), and whether
+    any child is left.
+    """
+    status = None
+    while True:
+        try:
+            pid, code = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status, False
+        if pid == 0:
+            return status, True
+        if pid == server:
+            status = code
+
+
+def _descendants(group: int) -> list[int]:
+    """Every process whose parent chain in /proc leads here, but for the members of
+    process group ``group`` (the server's: they are signalled as one). Empty without /proc.
+
+    One pass over /proc: a process that starts or ends during it may be missed, so
+    callers repeat until no child is left.
+    """
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    children: dict[int, list[tuple[int, bool]]] = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            # proc(5): "pid (comm) state ppid pgrp ..."; comm may hold ") ": split at the last.
+            fields = os.read(fd, 4096).rsplit(b")", 1)[1].split()
+            ppid, pgrp = int(fields[1]), int(fields[2])
+        except (OSError, IndexError, ValueError):
+            continue
+        finally:
+            os.close(fd)
+        children.setdefault(ppid, []).append((int(name), pgrp != group))
+    found: list[int] = []
+    stack = [os.getpid()]
+    while stack:
+        for pid, outside in children.get(stack.pop(), ()):
+            if outside:
+                found.append(pid)
+            stack.append(pid)  # a member's own children may have left the group
+    return found
+
+
+def _signal_descendants(group: int, sig: int) -> None:
+    """Signal every descendant outside the server's ``group``."""
+    for pid in _descendants(group):
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass  # gone since, or one we may not signal (setuid)
+
+
+def _end_descendants(group: int, wake_r: int, kill_at: float | None, kill_grace: float) -> None:
+    """End every descendant left once the server has ended (module docstring), bounded.
+
+    ``kill_at``: when SIGKILL is due for those the sequence has already sent SIGTERM
+    (None: it has not).
+    """
+    rounds = 0
+    while _reap()[1]:  # no child left: no descendant either (every orphan is our child)
+        now = time.monotonic()
+        if kill_at is None:
+            _signal_descendants(group, signal.SIGTERM)
+            kill_at = now + kill_grace
+        elif now >= kill_at:
+            if rounds == KILL_ROUNDS:
+                return  # they were SIGKILLed and still are not gone (a dying giant, or D state)
+            _signal_group(group, signal.SIGKILL)  # a member that outlived the first
+            _signal_descendants(group, signal.SIGKILL)
+            rounds, kill_at = rounds + 1, now + ROUND_WAIT
+        # SIGCHLD (one ended) wakes us, or the next round is due.
+        if select.select([wake_r], [], [], max(0.0, kill_at - time.monotonic()))[0]:
+            try:
+                os.read(wake_r, 4096)
+            except BlockingIOError:
+                pass
+
+
 def _noop(signum: int, frame: object) -> None:
     """A handled signal: the wake-up fd tells the loop (and exec resets it in the server)."""
 
@@ -211,6 +348,9 @@ def main(argv: list[str]) -> int:
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)  # a warning would go to the status channel
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(sig, _noop)
+    # Before the server starts: a helper it orphans at once is ours too. Where it cannot
+    # be (not Linux), descendants that left the group are not found once orphaned.
+    _become_subreaper()
     stdin_fd = spec["stdin_fd"]
     err_r, err_w = os.pipe()
     try:
@@ -235,6 +375,7 @@ def main(argv: list[str]) -> int:
     told = False
     stage = 0  # 0 running; 1 closing (EOF given); 2 SIGTERM sent; 3 SIGKILL sent
     deadline: float | None = None
+    kill_at: float | None = None  # SIGTERM sent to every descendant: SIGKILL due then
     status = None
     while status is None:
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -255,9 +396,7 @@ def main(argv: list[str]) -> int:
                     told = True
                     _status({"closing": CLOSING_SIGNALS[number]})  # the host closes the server's stdin
                     closing = True
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done == 0:
-            status = None
+        status = _reap(pid)[0]  # adopted orphans too, as they end
         if status is not None:
             break
         if closing and stage == 0:
@@ -266,14 +405,21 @@ def main(argv: list[str]) -> int:
         elif deadline is not None and time.monotonic() >= deadline:
             if stage == 1:
                 _signal_group(pid, signal.SIGTERM)
+                _signal_descendants(pid, signal.SIGTERM)  # those that left the group too
                 stage, deadline = 2, time.monotonic() + kill_grace
+                kill_at = deadline
             else:
                 _signal_group(pid, signal.SIGKILL)
+                _signal_descendants(pid, signal.SIGKILL)
                 stage, deadline = 3, None  # SIGKILL cannot be refused: SIGCHLD comes
 
-    # Helpers the server left in its group (its leader is gone) end with it; then the
-    # rest of its stderr is theirs no longer to hold open.
+    # Helpers the server left in its group (its leader is gone) end with it; those that
+    # left the group are told to end. Then the rest of its stderr is theirs no longer
+    # to hold open.
     _signal_group(pid, signal.SIGKILL)
+    if kill_at is None and _reap()[1]:  # no child left: no descendant either
+        _signal_descendants(pid, signal.SIGTERM)
+        kill_at = time.monotonic() + kill_grace
     until = time.monotonic() + TAIL_WAIT
     while err_r in watched:
         remaining = until - time.monotonic()
@@ -284,6 +430,7 @@ def main(argv: list[str]) -> int:
             break
         tail.add(chunk)
     _status({"exit": os.waitstatus_to_exitcode(status), "stderr": tail.text()})
+    _end_descendants(pid, wake_r, kill_at, kill_grace)
     return 0
 
 

@@ -24,7 +24,15 @@ Every process started ends:
   redials do not pile up processes;
 - the host knows the server's process group (the server leads it): when the
   launcher is gone without having reported the server's end (killed by any signal,
-  or crashed), the thread runs the same sequence on the group itself.
+  or crashed), the thread runs the same sequence on the group itself;
+- the launcher is a child subreaper and ends every descendant, also those that left
+  the group (see launcher.py). When the launcher is gone, the host can no longer find
+  the orphans it had adopted (they are re-parented past it, to init or to the
+  nearest subreaper); it still ends, with the group, every process in the server's
+  session (the server leads one: a helper that only called ``setpgid()`` is in it)
+  and every descendant of the server it finds in /proc when it learns the launcher
+  is gone (while the server lives, a helper that called ``setsid()`` is still its
+  child). A helper that called ``setsid()`` and whose parent has ended is not found.
 
 Knows nothing of actors or JSON-RPC: the owner parses lines.
 """
@@ -121,6 +129,7 @@ class StdioTransport:
         # its next step and when it is due.
         self._orphan_step = 0  # 0 none; 1 SIGTERM due; 2 SIGKILL due; 3 done
         self._orphan_due = 0.0
+        self._strays: dict[int, int] = {}  # the orphaned server's session and descendants: pid -> start time
         self.server_pid: int | None = None  # also the server's process group id
 
     # -- public API --------------------------------------------------------------
@@ -522,6 +531,9 @@ class StdioTransport:
             how = f"was killed by signal {-launcher_status}"
         else:
             how = f"exited with status {launcher_status}"
+        if self.server_pid is not None:
+            # Before the EOF: a server that exits on it orphans its children at once.
+            self._strays = _strays(self.server_pid)
         self.close(f"its launcher {how}; the server was ended")
         if self.server_pid is None:
             return
@@ -535,11 +547,24 @@ class StdioTransport:
         pid = self.server_pid
         if pid is not None and self._orphan_step == 1 and not leader_gone:
             _signal_group(pid, signal.SIGTERM)
+            self._signal_strays(pid, signal.SIGTERM)
             self._orphan_step, self._orphan_due = 2, time.monotonic() + KILL_GRACE
             return
         if pid is not None:
             _signal_group(pid, signal.SIGKILL)
+            self._signal_strays(pid, signal.SIGKILL)
         self._orphan_step = 3
+
+    def _signal_strays(self, pid: int, sig: int) -> None:
+        """Signal the orphaned server's session and descendants outside its group: those
+        found when the launcher was gone and those found now, each only if it is still
+        the process found (the same start time)."""
+        for stray, start in _strays(pid, set(self._strays)).items():
+            if self._strays.setdefault(stray, start) == start:
+                try:
+                    os.kill(stray, sig)
+                except OSError:
+                    pass  # gone since, or one we may not signal
 
     def _started(self) -> _Started:
         """The launcher and its pipes' descriptors, once :meth:`start` ran it."""
@@ -645,6 +670,50 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except OSError:
         pass  # none of it is left (or a member we may not signal)
+
+
+def _strays(leader: int, known: set[int] | frozenset[int] = frozenset()) -> dict[int, int]:
+    """Outside ``leader``'s process group: the processes of its session, the live
+    descendants of ``leader``, and those of ``known`` still there; pid -> start time
+    (clock ticks after boot: with the pid, it names one process). Linux /proc only.
+
+    ``leader`` leads a session of its own (the launcher starts it with ``setsid``),
+    and a session's id is not reused while a member lives, so its members are its
+    descendants; one that called ``setsid()`` itself is found only through a living
+    parent.
+    """
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {}
+    found: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
+    starts: dict[int, tuple[int, bool]] = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            # proc(5), after the command: state, ppid, pgrp, session, ... starttime (field 22).
+            pid, ppid, pgrp, session, start = int(name), int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
+        except (OSError, IndexError, ValueError):
+            continue
+        if fields[0] in (b"Z", b"X"):
+            continue  # ended: nothing to signal
+        outside = pgrp != leader
+        starts[pid] = (start, outside)
+        children.setdefault(ppid, []).append(pid)
+        if outside and (session == leader or pid in known):
+            found[pid] = start
+    stack = [leader]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            start, outside = starts[child]
+            if outside:
+                found[child] = start
+            stack.append(child)
+    return found
 
 
 def _wait_group_gone(pgid: int, timeout: float) -> bool:
