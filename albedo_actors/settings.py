@@ -358,14 +358,16 @@ class Settings:
         """
         config = parse(document, self.home, source=self.path)  # raises before anything is written
         server = config.server(name)
+        stored = self.store.get_credentials(name)  # StoreError (an unreadable row) before anything is written
         if change is not None:
-            change(self.store.get_credentials(name))  # raises before anything is written
+            change(stored)  # ConfigError before anything is written
         previous_text = self._read_text()
         self._write(document)
         written = previous = None
         try:
             if change is not None:
                 previous, written = change_credentials(self.store, name, change)
+                stored = written
         except BaseException:
             self._restore_file(previous_text)
             raise
@@ -373,7 +375,7 @@ class Settings:
             logger.info("server %r saved (switched off, not tried)", name)
             return
         try:
-            catalogue = self._try(server, self.store.get_credentials(name))
+            catalogue = self._try(server, stored)
         except NeedsSignIn as exc:
             # The reference: saving a server that answers 401 keeps it, needing a sign-in.
             logger.info("server %r saved; it needs a sign-in (%s)", name, exc.why)
