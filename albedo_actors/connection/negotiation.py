@@ -319,11 +319,20 @@ def _negotiate(channel: RpcChannel, server: str, deadline: float, probe: bool, f
     probe_judged = False  # server/discover was answered and did not prove a modern server
     init_refused: str | None = None  # why initialize was refused, once it was
 
+    def start(method: str, params: dict[str, Any]) -> Pending:
+        try:
+            return channel.start(method, params, waker)
+        except Unavailable:
+            # The process ended before its first request could be written (it exits at
+            # start, and its end won the race with our write): lost as the probe is, so
+            # the caller waits for the launcher's report and says why it cannot start.
+            raise _ProbeLost() from None
+
     def start_probe() -> Pending:
-        return channel.start("server/discover", mcp.modern_params(None, capabilities=channel.capabilities), waker)
+        return start("server/discover", mcp.modern_params(None, capabilities=channel.capabilities))
 
     def start_init() -> Pending:
-        return channel.start("initialize", mcp.initialize_params(channel.capabilities), waker)
+        return start("initialize", mcp.initialize_params(channel.capabilities))
 
     if probe and first == "discover":
         probe_p = start_probe()

@@ -69,6 +69,25 @@ def test_a_server_naming_no_version_we_speak_is_refused(clients):
         handle.connect()
 
 
+def test_a_server_gone_before_its_first_request_is_written_is_lost_as_on_the_probe():
+    """A server that exits at start can end before the host writes its first request
+    (the link is closed by then): that is the probe lost, never "the connection closed
+    before server/discover was sent", so the opening waits for the launcher's report and
+    says why it cannot start (the test below, when its process wins the race)."""
+    from albedo_actors.connection import negotiation
+    from albedo_actors.connection.channel import LinkClosed, RpcChannel
+
+    class Closed:
+        def send_request(self, pending, message, deadline):
+            raise LinkClosed()
+
+    for probe, first in ((True, "discover"), (False, "initialize"), (True, "initialize")):
+        channel = RpcChannel("f", lambda method, params: None, lambda reason: None)
+        channel.attach(Closed())
+        with pytest.raises(negotiation._ProbeLost):
+            negotiation._negotiate(channel, "f", time.monotonic() + 10, probe, first)
+
+
 def test_a_server_that_fails_to_start_shows_its_stderr(clients):
     handle = clients.start(fault_config("f", "--stderr-and-exit", "3"))
     with pytest.raises(Unavailable) as info:
