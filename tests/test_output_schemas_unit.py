@@ -389,3 +389,19 @@ def test_jsonschema_matches_patterns_with_re_only_where_our_route_reaches():
 
     assert all(isinstance(module.re, schemas._PatternRoute) for module in (_keywords, _legacy_keywords, _utils))
     assert _utils.re.search("^a+$", "aaa") is not None  # outside a check: Python's re, unchanged
+
+
+def test_the_errors_a_check_keeps_hold_no_more_text_than_a_line_shows():
+    # jsonschema writes out the whole instance in most messages, and anyOf keeps every
+    # branch's errors until it ends: without a cut, each of these holds the 2 MB object's text.
+    from jsonschema.exceptions import ValidationError
+
+    validator = schemas._checking_class("Draft202012Validator")({"anyOf": [{"type": "string"}, {"type": "integer"}] * 25})
+    schemas._STATE.budget = schemas._Budget(None, time.monotonic() + 60, server=True)
+    try:
+        (error,) = validator.iter_errors(BIG)
+    finally:
+        schemas._STATE.budget = None
+    assert isinstance(error, ValidationError) and len(error.context) == 50
+    assert all(len(e.message) <= 2 * schemas.MAX_ERROR_CHARS and len(e.args[0]) == len(e.message) for e in [error, *error.context])
+    assert error.context[0].message.startswith("{'k0': 'xxxx")

@@ -578,10 +578,23 @@ def _counted(keyword: Any) -> Any:
         if budget is not None:
             budget.tick()
         errors = keyword(validator, value, instance, schema)
-        if errors is not None:
-            yield from errors
+        if errors is None:
+            return
+        for error in errors:
+            message = error.message
+            if isinstance(message, str) and len(message) > _MESSAGE_CHARS:
+                # jsonschema writes out the whole instance in most messages, and anyOf,
+                # oneOf, not, contains and if keep every branch's errors until they end:
+                # 3,000 failing branches over a 2 MB object held 400 MiB after 2 s. A
+                # line shows MAX_ERROR_CHARS; the rest is dropped here, as it is made.
+                error.message = message = message[:_MESSAGE_CHARS]
+                error.args = (message, *error.args[1:])
+            yield error
 
     return counted
+
+
+_MESSAGE_CHARS: Final = 2 * MAX_ERROR_CHARS  # more than a line shows, however its escapes grow
 
 
 # -- keywords, bounded ----------------------------------------------------------------------------
