@@ -337,10 +337,12 @@ def test_a_schema_with_too_many_distinct_patterns_is_not_used():
                                        "distinct patterns; its results are not checked")
 
 
-def test_member_names_count_as_schema_text():
-    named = {"patternProperties": {"x" * schemas.MAX_SCHEMA_CHARS: True}}
-    assert load_problem(named) == (f"its outputSchema holds more than {schemas.MAX_SCHEMA_CHARS} characters of text; "
-                                   "its results are not checked")
+def test_a_long_pattern_name_is_not_compiled_and_the_rest_is_checked():
+    # A patternProperties name is not among the schema's counted text: its length is bounded here.
+    tool = catalogue("long-name", t={"patternProperties": {"x" * 100_000: {"type": "integer"}}, "required": ["y"]})
+    checked = check_result(tool, "t", result({"x" * 100_000: "not an integer"}))
+    assert checked.errors == ("$: 'y' is a required property",)
+    assert "cannot be matched in linear time (longer than 8192 characters)" in checked.warning
 
 
 @pytest.mark.timeout(30)  # jsonschema's check_schema takes 71 s on this schema

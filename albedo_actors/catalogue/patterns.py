@@ -16,9 +16,10 @@ The rule:
   ``\\b`` are ASCII in both. What ECMA-262 does not define is passed on, and RE2 reads
   it as Perl does (``\\A``, ``\\z``) or refuses it.
 - A pattern RE2 cannot run (a backreference, a lookaround, a repeat over 1,000, a
-  program over :data:`MAX_MEM`) is :func:`compiled` as None with the reason,
-  :func:`problem`; where it is used it counts as matching (a check never reports what
-  it could not test), and the schema's other keywords are still checked.
+  program over :data:`MAX_MEM`, more than :data:`MAX_PATTERN_CHARS` characters) is
+  :func:`compiled` as None with the reason, :func:`problem`; where it is used it counts
+  as matching (a check never reports what it could not test), and the schema's other
+  keywords are still checked.
 - A match costs at most about its text's UTF-8 bytes times the pattern's program size
   (RE2's NFA, when its DFA runs out of memory): :meth:`Regex.work`. The caller bounds
   that against the time it has (:data:`WORK_PER_SECOND`). RE2 releases the GIL while
@@ -34,11 +35,14 @@ import threading
 from typing import Any, Final
 
 MAX_MEM: Final = 2 << 20  # bytes of RE2 program and DFA memory per pattern (RE2's own bound)
+# Characters of one pattern: translate() reads them in Python, about 0.3 us each, and a
+# patternProperties name is not among a schema's counted text (schemas.MAX_SCHEMA_CHARS).
+MAX_PATTERN_CHARS: Final = 8192
 CACHE_LIMIT: Final = 256
-# A conservative rate for RE2's slowest path: its NFA costs about 4 ns per text byte per
-# program instruction here (benchmarks/bench_schemas.py prints it); 10 ns leaves room
-# for a slower machine.
-WORK_PER_SECOND: Final = 100_000_000
+# A conservative rate for RE2's slowest path: its NFA costs 3-6 ns per text byte per
+# program instruction on a shared 2-CPU machine (benchmarks/bench_schemas.py prints it);
+# 20 ns leaves room for a slower or busier one.
+WORK_PER_SECOND: Final = 50_000_000
 
 __all__ = ["Regex", "Unsupported", "compiled", "problem", "translate", "MAX_MEM", "WORK_PER_SECOND"]
 
@@ -289,6 +293,8 @@ _OPTIONS: list[Any] = []
 
 
 def _entry(source: str) -> tuple[Regex | None, str | None]:
+    if len(source) > MAX_PATTERN_CHARS:  # never kept: the cache holds no long text
+        return None, f"longer than {MAX_PATTERN_CHARS} characters"
     found = _CACHE.get(source)
     if found is None:
         found = _compile(source)

@@ -27,8 +27,7 @@ validate, MUST NOT dereference network ``$ref``\\ s, SHOULD bound the cost):
   with one warning at load; the rest of its schema is checked.
 - The cost is bounded: a schema deeper than :data:`MAX_SCHEMA_DEPTH` levels, with more
   than :data:`MAX_SCHEMA_NODES` values, :data:`MAX_SCHEMA_CHARS` characters of text
-  (strings and member names) or :data:`MAX_SCHEMA_PATTERNS` distinct patterns is not
-  used (one warning at load); a ``structuredContent`` with more than
+  or :data:`MAX_SCHEMA_PATTERNS` distinct patterns is not used (one warning at load); a ``structuredContent`` with more than
   :data:`MAX_CONTENT_VALUES` values or deeper than :data:`MAX_CONTENT_DEPTH` levels is
   not checked (one problem says so). A check stops (one problem says so, after the
   problems found so far) after :data:`MAX_STEPS` keyword evaluations (``$ref`` fan-out),
@@ -79,7 +78,7 @@ MAX_ERRORS = 5
 MAX_ERROR_CHARS = 200
 MAX_SCHEMA_DEPTH = 32
 MAX_SCHEMA_NODES = 10_000
-MAX_SCHEMA_CHARS = 256 * 1024  # of its strings and member names together
+MAX_SCHEMA_CHARS = 256 * 1024  # of its strings together
 MAX_SCHEMA_PATTERNS = 64  # distinct patterns: each compiles in at most about 25 ms (patterns.MAX_MEM)
 MAX_CONTENT_VALUES = 20_000
 MAX_CONTENT_DEPTH = 64
@@ -898,8 +897,6 @@ def _bound(value: Any, max_depth: int, max_nodes: int, max_chars: int | None = N
             return f"is more than {max_depth} levels deep"
         children: Any = item.values() if type(item) is dict else item
         nodes += len(children)
-        if max_chars is not None and type(item) is dict:
-            chars += sum(map(len, item))  # member names are text too (patternProperties keys are patterns)
         if nodes > max_nodes:
             return f"has more than {max_nodes} values"
         for child in children:
