@@ -518,7 +518,10 @@ def _checking_class(name: str, server: bool = True) -> Any:
                     if keyword in keywords:
                         keywords[keyword] = replaced
             cls = jsonschema.validators.extend(base, validators={k: _counted(v) for k, v in keywords.items()})
+            import attrs
+
             cls._albedo_server = server
+            cls._albedo_fields = tuple((f.name, f.alias) for f in attrs.fields(cls) if f.init)
             cls.evolve = _evolve  # our own class, extended: no jsonschema class is changed
             _CLASSES[(name, server)] = cls
     return cls
@@ -533,17 +536,17 @@ def _evolve(self: Any, **changes: Any) -> Any:
     the same draft, as our class; a class we do not know (one the host registered)
     leaves ours as it is.
     """
-    import attrs
-    import jsonschema.validators
-
     schema = changes.setdefault("schema", self.schema)
     cls = type(self)
-    chosen = jsonschema.validators.validator_for(schema, default=None)
-    if chosen is not None and chosen.__name__ in _DIALECT_NAMES:
-        cls = _checking_class(chosen.__name__, cls._albedo_server)
-    for field in attrs.fields(cls):
-        if field.init and field.alias not in changes:
-            changes[field.alias] = getattr(self, field.name)
+    if isinstance(schema, dict) and "$schema" in schema:  # jsonschema's validator_for looks no further
+        import jsonschema.validators
+
+        chosen = jsonschema.validators.validator_for(schema, default=None)
+        if chosen is not None and chosen.__name__ in _DIALECT_NAMES:
+            cls = _checking_class(chosen.__name__, cls._albedo_server)
+    for name, alias in cls._albedo_fields:
+        if alias not in changes:
+            changes[alias] = getattr(self, name)
     return cls(**changes)
 
 
