@@ -160,9 +160,10 @@ class Mcp:
                 if not isinstance(args.get("name"), str):
                     raise ConfigError(f"{name!r} needs a 'name' argument (a string); mcp.describe({name!r}) shows its schema")
                 return Record(handle.get_prompt(args["name"], args.get("arguments")))
-            result = self._call_tool(item, handle, args, on_progress)
-            # issue 16: checked against its outputSchema, never blocked (catalogue/schemas.py)
-            checked = check_result(composition.catalogues.get(item.server), item.operation, result)
+            result, deadline = self._call_tool(item, handle, args, on_progress)
+            # issue 16: checked against its outputSchema, never blocked (catalogue/schemas.py),
+            # and (issue 23) never past the call's deadline
+            checked = check_result(composition.catalogues.get(item.server), item.operation, result, deadline)
             if checked.warning is not None:
                 self._warn(checked.warning)
             return Record(result, checked.errors)
@@ -195,7 +196,7 @@ class Mcp:
     # -- internals ---------------------------------------------------------------------------
 
     def _call_tool(self, item: Any, handle: Any, args: dict[str, Any],
-                   on_progress: Callable[[ProgressReport], None] | None) -> dict[str, Any]:
+                   on_progress: Callable[[ProgressReport], None] | None) -> tuple[dict[str, Any], float]:
         call = next(_calls)
         composer = self._composer.actor_ref
         told = False
@@ -211,8 +212,8 @@ class Mcp:
                 on_progress(progress)
 
         try:
-            result: dict[str, Any] = handle.call_tool(item.operation, args, on_progress=report)
-            return result
+            answered: tuple[dict[str, Any], float] = handle.call_tool_and_deadline(item.operation, args, on_progress=report)
+            return answered
         finally:
             if told:
                 try:

@@ -388,9 +388,10 @@ def _call_in(args: argparse.Namespace, chosen_config: McpConfig, store: Store | 
             _warn(warning)
         # The one resolver (Composition.resolve): the operation and its client, both of this session.
         chosen, handle = session.resolve(args.name, hidden=args.hidden, listing=f"'{PROG} tools'", hidden_option="--hidden")
-        result = _perform(handle, chosen, arguments, _progress_line(chosen, args.json))
+        result, deadline = _perform(handle, chosen, arguments, _progress_line(chosen, args.json))
         if chosen.kind == "tool":  # issue 16: one warning line; --json prints the server's JSON alone
-            checked = check_result(session.catalogues.get(chosen.server), chosen.operation, result)
+            # issue 23: the check ends by the call's deadline
+            checked = check_result(session.catalogues.get(chosen.server), chosen.operation, result, deadline)
             if checked.warning is not None:
                 _warn(checked.warning)
             if checked.errors:
@@ -434,11 +435,12 @@ def _progress_line(entry: Advertised, as_json: bool) -> _ProgressLine | None:
 
 
 def _perform(handle: ServerHandle, entry: Advertised, arguments: dict[str, Any] | None,
-             progress: _ProgressLine | None = None) -> dict[str, Any]:
-    """Call the tool, or read the resource / get the prompt the arguments name."""
+             progress: _ProgressLine | None = None) -> tuple[dict[str, Any], float | None]:
+    """Call the tool, or read the resource / get the prompt the arguments name; the
+    result and, for a tool, the call's deadline (``time.monotonic()``)."""
     if entry.kind == "tool":
         try:
-            return handle.call_tool(entry.operation, arguments, on_progress=progress)
+            return handle.call_tool_and_deadline(entry.operation, arguments, on_progress=progress)
         finally:
             if progress is not None:
                 progress.clear()  # the reporter has ended: nothing writes after this
@@ -447,7 +449,7 @@ def _perform(handle: ServerHandle, entry: Advertised, arguments: dict[str, Any] 
         uri = arguments.get("uri")
         if not isinstance(uri, str) or set(arguments) - {"uri"}:
             raise _Usage('read_resource takes --args \'{"uri": "..."}\'')
-        return handle.read_resource(uri)
+        return handle.read_resource(uri), None
     prompt, prompt_arguments = arguments.get("name"), arguments.get("arguments")
     if (
         not isinstance(prompt, str)
@@ -455,7 +457,7 @@ def _perform(handle: ServerHandle, entry: Advertised, arguments: dict[str, Any] 
         or not (prompt_arguments is None or (isinstance(prompt_arguments, dict) and all(isinstance(v, str) for v in prompt_arguments.values())))
     ):
         raise _Usage('get_prompt takes --args \'{"name": "...", "arguments": {"key": "text"}}\'')
-    return handle.get_prompt(prompt, prompt_arguments)
+    return handle.get_prompt(prompt, prompt_arguments), None
 
 
 # -- serve: a host with the settings service --------------------------------------------------

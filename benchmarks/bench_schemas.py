@@ -21,20 +21,41 @@ ready    ``advertise`` of 200 servers x 10 tools that each declare an outputSche
          against the same catalogues without one (the saved-catalogue ready path:
          only the cheap load checks run, no schema is compiled)
 
+Then (issue 23):
+
+patterns  ordinary patterns (server-everything-like ``^[a-z]+$``, email-ish, date-ish,
+          a UUID) matched by RE2 as a check does (``schemas._matches``: encoded, its cost
+          bounded) against Python's ``re.search`` (what jsonschema ran) on the same
+          strings, per match and per checked result (``check_result`` with ``_matches``
+          swapped for ``re.search``)
+unique    ``uniqueItems`` over 10,000 distinct one-member objects: jsonschema's own
+          keyword (before) against ours, the same array; and 9,999 through
+          ``check_result`` (the most MAX_CONTENT_VALUES lets in)
+re2       RE2's slowest path, its NFA (``[ab]*a[ab]{100}c`` over 1 MiB of random a/b):
+          ns per text byte per program instruction, against the 20 ns that
+          ``patterns.WORK_PER_SECOND`` assumes; the worst compile near MAX_MEM
+          (``\\p{L}{1000}``, refused, and ``^[\\p{L}\\p{N}_-]{1,64}$``, 86,000
+          instructions); and what ``import re2`` costs a fresh interpreter
+
 Printed: medians (µs) and the ratios. Targets: ``none`` about 1.0x (a tool without a
 schema pays one dictionary lookup); ready with/without at most 1.2x. ``small`` and
 ``medium`` show jsonschema's own cost (about one descent per JSON value checked), which
 the check does not add to beyond its bounds.
 
-Run: ``.venv/bin/python benchmarks/bench_schemas.py [--quick]``.
+Run: ``.venv/bin/python benchmarks/bench_schemas.py [--quick]`` (the "before" of
+``unique`` takes about two minutes; ``--quick`` measures it on 2,000 objects).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
+import random
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -44,7 +65,7 @@ from _common import REPO, processes_running, progress, ratio, report_leftovers, 
 
 import albedo_actors.binding as binding
 from albedo_actors.catalogue import Catalogue
-from albedo_actors.catalogue import naming
+from albedo_actors.catalogue import naming, patterns, schemas
 from albedo_actors.catalogue.schemas import NOTHING, check_result
 from albedo_actors.config import McpConfig, ServerConfig
 from albedo_actors.runtime import Runtime
@@ -64,7 +85,7 @@ def calls(opts: argparse.Namespace) -> dict[str, float]:
             mcp = runtime.mcp()
             cases = {"none": lambda: mcp.call("demo/echo", text="x"), "small": lambda: mcp.call("demo/add", a=1, b=2),
                      "medium": lambda: mcp.call("s/v2020", value=MEDIUM)}
-            checked, unchecked = check_result, (lambda *args: NOTHING)
+            checked, unchecked = check_result, (lambda *args, **kwargs: NOTHING)
             for name, call in cases.items():
                 errors = call().schemaErrors
                 if errors != ():
@@ -137,6 +158,107 @@ def ready_cost(opts: argparse.Namespace) -> tuple[float, float]:
     return statistics.median(runs[True]) / 1e6, statistics.median(runs[False]) / 1e6
 
 
+ORDINARY = {  # pattern -> a string it matches, as servers send them
+    "^[a-z]+$": "structured",
+    "^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$": "someone@example.com",
+    "^\\d{4}-\\d{2}-\\d{2}$": "2026-05-01",
+    "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$": "123e4567-e89b-12d3-a456-426614174000",
+}
+
+
+def pattern_cost(opts: argparse.Namespace) -> dict[str, tuple[float, float, float, float]]:
+    """Per pattern: median ns of one match (RE2 as checked, re.search) and µs of one
+    checked result (``{"s": text}`` against ``{"properties": {"s": {"pattern": p}}}``)."""
+    out: dict[str, tuple[float, float, float, float]] = {}
+    matches = schemas._matches
+    python_re = (lambda pattern, text: re.search(pattern, text) is not None)  # jsonschema's own, with re's cache
+    budget = schemas._Budget(None, time.monotonic() + 3600, server=True)
+    for index, (pattern, text) in enumerate(ORDINARY.items()):
+        tools = ({"name": "t", "inputSchema": {"type": "object"}, "outputSchema": {"properties": {"s": {"pattern": pattern}}}},)
+        catalogue = Catalogue(server=f"p{index}", era="modern", protocol_version="2026-07-28", tools=tools)
+        value = {"content": [], "structuredContent": {"s": text}}
+        if check_result(catalogue, "t", value).errors or not matches(pattern, text) or not python_re(pattern, text):
+            raise RuntimeError(f"{pattern!r} does not match {text!r}")
+        match_ns: dict[str, list[float]] = {"re2": [], "re": []}
+        check_us: dict[str, list[float]] = {"re2": [], "re": []}
+        for r in range(opts.rounds):
+            order = [("re2", matches), ("re", python_re)]
+            for kind, match in order if r % 2 == 0 else reversed(order):
+                schemas._STATE.budget = budget  # as inside a check: the cost bound is read
+                try:
+                    t0 = time.perf_counter_ns()
+                    for _ in range(opts.matches):
+                        match(pattern, text)
+                    match_ns[kind].append((time.perf_counter_ns() - t0) / opts.matches)
+                finally:
+                    schemas._STATE.budget = None
+                schemas._matches = match
+                try:
+                    t0 = time.perf_counter_ns()
+                    for _ in range(opts.calls):
+                        check_result(catalogue, "t", value)
+                    check_us[kind].append((time.perf_counter_ns() - t0) / opts.calls / 1000)
+                finally:
+                    schemas._matches = matches
+        out[pattern] = (statistics.median(match_ns["re2"]), statistics.median(match_ns["re"]),
+                        statistics.median(check_us["re2"]), statistics.median(check_us["re"]))
+    return out
+
+
+def unique_cost(opts: argparse.Namespace) -> tuple[int, float, float, float]:
+    """Objects, seconds of jsonschema's uniqueItems and of ours over them, and seconds of
+    check_result over 9,999 of them."""
+    import jsonschema
+
+    n = 2000 if opts.quick else 10_000
+    items = [{"i": k} for k in range(n)]
+    schema = {"type": "array", "uniqueItems": True}
+    theirs = jsonschema.Draft202012Validator(schema)
+    ours = schemas._checking_class("Draft202012Validator")(schema)
+    t0 = time.perf_counter()
+    if next(theirs.iter_errors(items), None) is not None:
+        raise RuntimeError("jsonschema found equal items")
+    before = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if next(ours.iter_errors(items), None) is not None:
+        raise RuntimeError("ours found equal items")
+    after = time.perf_counter() - t0
+    tools = ({"name": "t", "inputSchema": {"type": "object"}, "outputSchema": schema},)
+    catalogue = Catalogue(server="unique", era="modern", protocol_version="2026-07-28", tools=tools)
+    content = {"content": [], "structuredContent": [{"i": k} for k in range(schemas.MAX_CONTENT_VALUES // 2 - 1)]}
+    t0 = time.perf_counter()
+    if check_result(catalogue, "t", content).errors:
+        raise RuntimeError("check_result found equal items")
+    return n, before, after, time.perf_counter() - t0
+
+
+def re2_cost() -> tuple[float, float, float, float]:
+    """RE2's NFA ns per byte per instruction, the worst compile (ms), and ``import re2``
+    in a fresh interpreter: ms and KiB of resident memory."""
+    regex = patterns.compiled("[ab]*a[ab]{100}c")
+    assert regex is not None
+    data = random.Random(23).randbytes(1 << 20).translate(bytes(97 + i % 2 for i in range(256)))
+    runs = []
+    for _ in range(3):
+        t0 = time.perf_counter_ns()
+        regex.search(data)
+        runs.append(time.perf_counter_ns() - t0)
+    rate = min(runs) / regex.work(data)
+    compiles: dict[str, list[float]] = {}
+    for i in range(3):  # a new source each time: compiled, not read from the cache
+        for heavy in ("\\p{L}{1000}", "^[\\p{L}\\p{N}_-]{1,64}$"):  # refused at MAX_MEM, and compiled just under it
+            t0 = time.perf_counter()
+            patterns.compiled(heavy + "x" * i)
+            compiles.setdefault(heavy, []).append(time.perf_counter() - t0)
+    worst = max(min(runs) for runs in compiles.values())
+    child = ("import json, os, time\n"
+             "def rss(): return int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE')\n"
+             "before = rss(); t0 = time.perf_counter(); import re2\n"
+             "print(json.dumps([time.perf_counter() - t0, rss() - before]))")
+    took, grew = json.loads(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, check=True).stdout)
+    return rate, worst * 1000, took * 1000, grew / 1024
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=None, help="sequential calls per case, kind and round (default 300)")
@@ -148,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(opts, key) is None:
             setattr(opts, key, quick if opts.quick else full)
     opts.compiles, opts.ready = (20, 4) if opts.quick else (100, 20)
+    opts.matches = 2000 if opts.quick else 20_000
     servers = lambda: processes_running(DEMO) | processes_running(SCHEMA_SERVER)  # noqa: E731
     before, threads_before = servers(), set(threading.enumerate())
     started = time.perf_counter()
@@ -157,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     first, later = compile_cost(opts)
     progress("ready path")
     with_schemas, without = ready_cost(opts)
+    progress("patterns")
+    matched = pattern_cost(opts)
+    progress("uniqueItems (jsonschema's own: minutes)")
+    unique = unique_cost(opts)
+    rate, compile_ms, import_ms, import_kib = re2_cost()
     print()
     print(f"output schemas: calls={opts.calls} rounds={opts.rounds} warmup={opts.warmup}"
           f"{' (quick)' if opts.quick else ''}; {os.cpu_count()} cpus; jsonschema {_version()}")
@@ -169,6 +297,17 @@ def main(argv: list[str] | None = None) -> int:
           f"with/without {ratio(with_schemas, without)}")
     print("RATIOS " + " ".join(f"{case}={ratio(medians[f'{case} checked'], medians[f'{case} unchecked'])}" for case in ("none", "small", "medium"))
           + f" ready={ratio(with_schemas, without)} compile/cached={ratio(first, later)}")
+    print()
+    for pattern, (m2, m1, c2, c1) in matched.items():
+        print(f"pattern {pattern[:34]:<34}  match: re2 {m2:7.0f} ns  re {m1:6.0f} ns  {ratio(m2, m1):>6}   "
+              f"checked result: re2 {c2:6.1f} us  re {c1:6.1f} us  {ratio(c2, c1):>6}")
+    n, theirs, ours, checked = unique
+    print(f" unique: {n:,} objects: jsonschema {theirs:8.2f} s   ours {ours * 1000:7.1f} ms   before/after "
+          f"{ratio(theirs, ours)}   check_result of 9,999: {checked * 1000:.1f} ms")
+    print(f"    re2: NFA {rate:.2f} ns per byte-instruction (WORK_PER_SECOND assumes {1e9 / patterns.WORK_PER_SECOND:g})   worst compile "
+          f"{compile_ms:.1f} ms   import re2 {import_ms:.1f} ms, {import_kib:,.0f} KiB resident")
+    print("RATIOS " + " ".join(f"re2/re[{p[:12]}]={ratio(m2, m1)}" for p, (m2, m1, _, _) in matched.items())
+          + f" unique_before/after={ratio(theirs, ours)}")
     print(f"(targets: none ~1.0x, ready <= 1.2x; small and medium: jsonschema's cost; run took {time.perf_counter() - started:.1f} s)")
     return report_leftovers(before, servers, threads_before)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -177,16 +178,26 @@ def test_a_self_reference_and_a_costly_fan_out_stop_with_a_note(session):
         f"checking stopped after {MAX_STEPS} steps (the outputSchema is too costly to check)",)
 
 
-def test_a_pattern_that_backtracks_without_bound_is_not_used(session):
-    # ^(a+)+$ against 40 a's and a "!" takes Python's re about 2^40 steps: never run.
+def test_a_nested_repetition_is_checked_and_warns_no_more(session):
+    # ^(a+)+$ is checked now (by RE2); its attack, 40 a's and a "!", runs in a child
+    # process below (test_patterns_that_backtrack_...), as Python's re would hold the GIL.
+    assert session.mcp.call("s/redos", value={"s": "a" * 40}).schemaErrors == ()
+    assert session.mcp.call("s/redos", value={"s": "ab"}).schemaErrors == ("$.s: 'ab' does not match '^(a+)+$'",)
+    assert not [w for w in session.runtime.composition().operation_warnings if "'redos'" in w]
+
+
+def test_a_pattern_re2_cannot_run_warns_once_at_load_and_the_rest_of_the_schema_is_checked(session):
     session.mcp.tools()  # the binding has passed on this composition's load warnings
-    before = [w for w in session.warnings if "server 's': tool 'redos'" in w]
-    result = session.mcp.call("s/redos", value={"s": "a" * 40 + "!"})
-    assert result.schemaErrors == () and result.structuredContent == {"s": "a" * 40 + "!"}
-    said = [w for w in session.runtime.composition().operation_warnings if "server 's': tool 'redos'" in w]
-    assert said == ["server 's': tool 'redos': its outputSchema has the pattern '^(a+)+$', a repetition inside a "
-                    "repetition that could take unbounded time to match; its results are not checked"]
-    assert before and [w for w in session.warnings if "server 's': tool 'redos'" in w] == before  # the call adds none
+    said = [w for w in session.runtime.composition().operation_warnings if "server 's': tool 'no_linear'" in w]
+    assert said == ["server 's': tool 'no_linear': its outputSchema's pattern '(a)\\\\1' cannot be matched in linear "
+                    "time (a backreference), nor can 1 more of its patterns; those are not checked, the rest of the "
+                    "schema is"]
+    before = [w for w in session.warnings if "tool 'no_linear'" in w]
+    # Neither pattern matches these strings, and neither is a problem: only the integer is.
+    result = session.mcp.call("s/no_linear", value={"s": "xy", "t": "b", "n": "q"})
+    assert result.schemaErrors == ("$.n: 'q' is not of type 'integer'",)
+    assert session.mcp.call("s/no_linear", value={"s": "aa", "t": "a", "n": 1}).schemaErrors == ()
+    assert before and [w for w in session.warnings if "tool 'no_linear'" in w] == before  # the calls add none
 
 
 def test_problems_are_few_bounded_one_line_and_escaped(session):
@@ -290,3 +301,160 @@ def test_server_everythings_structured_tool_matches_its_own_schema(tmp_path):
     assert weather.schemaErrors == ()
     assert not [w for w in warnings if "outputSchema" in w], warnings
     assert isinstance(schema, dict) and schema.get("type") == "object"
+
+
+# -- issue 23: patterns that backtrack, keywords that cost more than linear, the deadline ---------------
+#
+# A pattern run by Python's re holds the GIL in C: pytest-timeout could not fire, and the
+# whole runner would hang. So each attack runs in a child process, ended by a hard kill
+# timeout: a check that freezes its process fails the test instead.
+
+CHILD_TIMEOUT = 60  # a bound on the child, never an expected duration (it takes about 2 s)
+PACKAGE_ROOT = os.path.dirname(HERE)
+LONG = "a" * 40 + "!"
+
+CHILD_CALLS = r"""
+import json, sys
+from albedo_actors.config import McpConfig, ServerConfig
+from albedo_actors.runtime import Runtime
+
+home, server, cases = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+out = {}
+config = McpConfig(home=home, servers=(ServerConfig(name="s", type="stdio", command=sys.executable, args=(server,)),))
+with Runtime(home, None, config=config, enabled=True) as runtime:
+    mcp = runtime.mcp()
+    for tool, value in cases:
+        result = mcp.call("s/" + tool, value=value)
+        out[tool] = {"content": result.structuredContent, "errors": list(result.schemaErrors)}
+print(json.dumps(out))
+"""
+
+CHILD_LONG_MATCH = r"""
+import json, random, threading
+from albedo_actors.catalogue import Catalogue
+from albedo_actors.catalogue.schemas import check_result
+
+tool = {"name": "t", "inputSchema": {"type": "object"}, "outputSchema": {"type": "string", "pattern": "[ab]*a[ab]{40}c"}}
+catalogue = Catalogue(server="s", era="modern", protocol_version="2026-07-28", tools=(tool,))
+check_result(catalogue, "t", {"structuredContent": "c"})  # compiled, and re2 loaded, before counting
+# 2 MiB of random a and b: RE2's DFA runs out of states and its NFA takes most of a second
+# (linear, with the GIL released); Python's re would take hours, holding it.
+text = random.Random(23).randbytes(1 << 21).translate(bytes(97 + i % 2 for i in range(256))).decode()
+ticks, done = [0], threading.Event()
+
+def tick():
+    while not done.is_set():
+        ticks[0] += 1
+
+ticker = threading.Thread(target=tick)
+ticker.start()
+try:
+    before = ticks[0]
+    checked = check_result(catalogue, "t", {"structuredContent": text})
+    during = ticks[0] - before
+finally:
+    done.set()
+    ticker.join()
+print(json.dumps({"errors": list(checked.errors), "during": during}))
+"""
+
+
+def run_child(code: str, *argv: str) -> dict:
+    """Run ``code`` in a fresh interpreter and return its last line's JSON; a child that
+    has not finished within CHILD_TIMEOUT is killed (its process group) and fails the test."""
+    child = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=PACKAGE_ROOT, start_new_session=True)
+    try:
+        out, err = child.communicate(timeout=CHILD_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        pytest.fail(f"the child was still running after {CHILD_TIMEOUT} s: a check froze its process", pytrace=False)
+    assert child.returncode == 0, err
+    return json.loads(out.splitlines()[-1])
+
+
+def test_patterns_that_backtrack_in_pythons_re_are_checked_at_once_and_other_threads_run(tmp_path):
+    cases = [
+        ("redos", {"s": LONG}), ("bt_alt", {"s": LONG}), ("bt_opt", {"s": "a" * 35}), ("bt_plus", {"s": LONG}), ("bt_stars", {"s": "a" * 40}),
+        ("bt_keys", {LONG: 1}), ("bt_uneval", {LONG: 1}), ("bt_names", {LONG: 1}), ("bt_dialect", {"s": LONG}),
+    ]
+    out = run_child(CHILD_CALLS, str(tmp_path), SCHEMA_SERVER, json.dumps(cases))
+    assert {tool: out[tool]["content"] for tool, _ in cases} == dict(cases)  # every result, as sent
+    # An unanchored pattern matches anywhere: (a|a)*$ matches the empty string at the end.
+    assert out["bt_alt"]["errors"] == [] and out["bt_opt"]["errors"] == []
+    assert out["bt_plus"]["errors"] == [f"$.s: {LONG!r} does not match '^(a|a?)+$'"]
+    assert out["redos"]["errors"] == [f"$.s: {LONG!r} does not match '^(a+)+$'"]
+    assert out["bt_stars"]["errors"] == [f"$.s: {'a' * 40!r} does not match 'a*a*a*b'"]
+    # The name does not match its patternProperties pattern, so it is additional (a string).
+    assert out["bt_keys"]["errors"] == [f"$['{LONG}']: 1 is not of type 'string'"]
+    assert out["bt_uneval"]["errors"] == [f"$: Unevaluated properties are not allowed ({LONG!r} was unexpected)"]
+    assert out["bt_names"]["errors"] == [f"$: {LONG!r} does not match '^(a|a?)+$'"]
+    assert out["bt_dialect"]["errors"] == out["bt_plus"]["errors"]
+
+
+def test_a_long_linear_match_leaves_the_gil_to_other_threads():
+    # The checks above take microseconds; this one takes most of a second, and another
+    # thread counts on throughout it (Python's re would hold the GIL: no count, then the kill).
+    out = run_child(CHILD_LONG_MATCH)
+    (line,) = out["errors"]
+    assert line.startswith("$: '") and line.endswith("… (2097152 characters) does not match '[ab]*a[ab]{40}c'")
+    assert out["during"] > 1000, out  # the other thread kept counting while RE2 matched
+
+
+def test_the_command_line_checks_a_backtracking_pattern_at_once(tmp_path):
+    servers = {"s": {"command": sys.executable, "args": [SCHEMA_SERVER]}}
+    (tmp_path / "extensions.json").write_text(json.dumps({"mcp": {"servers": servers}}), encoding="utf-8")
+    run = albedo(tmp_path, "call", "s/bt_plus", "--json", "--args", json.dumps({"value": {"s": LONG}}))
+    assert run.returncode == 0, run.stderr
+    (line,) = run.stderr.splitlines()
+    assert line == (f"albedo-mcp: warning: server 's': tool 'bt_plus': its result does not match its outputSchema: "
+                    f"$.s: {LONG!r} does not match '^(a|a?)+$'")
+    assert json.loads(run.stdout)["structuredContent"] == {"s": LONG}
+
+
+@pytest.fixture(scope="module")
+def deadlines(tmp_path_factory):
+    """Schema servers whose calls have a 4 s and a 2 s callTimeoutMs."""
+    home = str(tmp_path_factory.mktemp("deadlines-home"))
+    config = McpConfig(home=home, servers=(schema_server("four", call_timeout_ms=4000), schema_server("two", call_timeout_ms=2000)))
+    with Runtime(home, None, config=config, enabled=True) as runtime:
+        assert not runtime.composition().left_out
+        yield runtime.mcp()
+
+
+@pytest.mark.timeout(60)  # jsonschema's own uniqueItems takes about 100 s here
+def test_unique_items_over_ten_thousand_objects_is_checked_within_a_4_s_call_timeout(deadlines):
+    # 9,999 objects of one member each: 19,999 values, as many as MAX_CONTENT_VALUES lets in.
+    distinct = [{"i": k} for k in range(MAX_CONTENT_VALUES // 2 - 1)]
+    passed = deadlines.call("four/unique", value=distinct)
+    assert passed.schemaErrors == () and passed.structuredContent == distinct
+    # The last is the first again, as 0.0: equal in JSON Schema.
+    repeated = distinct[:-1] + [{"i": 0.0}]
+    reported = deadlines.call("four/unique", value=repeated)
+    assert reported.schemaErrors == (f"$: the array has non-unique elements: items 0 and {len(repeated) - 1} are equal ({{'i': 0.0}})",)
+    assert reported.structuredContent == repeated
+
+
+def test_a_check_that_would_outlast_the_calls_deadline_stops_there_and_keeps_the_result(deadlines):
+    # Each of the 3,000 failing branches writes out this 19,000-value object: over 5 s of
+    # work, within MAX_STEPS, for a call whose callTimeoutMs is 2 s.
+    value = {f"k{i}": "x" * 20 for i in range(19_000)}
+    # Meanwhile another thread calls another server: the check blocks none of its calls.
+    answered, done = [], threading.Event()
+
+    def other_server() -> None:
+        while not done.is_set():
+            answered.append(deadlines.call("four/echo", text="x").content[0]["text"])
+
+    caller = threading.Thread(target=other_server)
+    caller.start()
+    try:
+        result = deadlines.call("two/costly", value=value)
+    finally:
+        done.set()
+        caller.join(30)
+    assert answered and set(answered) == {"x"}
+    assert result.structuredContent == value and result.isError is False
+    assert result.schemaErrors[-1].startswith("checking stopped at the call's deadline, ")
+    assert result.schemaErrors[-1].endswith(" ms into the check (the outputSchema is too costly to check in the time the call had left)")

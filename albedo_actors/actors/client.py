@@ -639,6 +639,18 @@ class ServerHandle:
             UnknownOutcome: the connection was lost after the request was sent.
             RemoteError, ProtocolViolation: the server refused or answered badly.
         """
+        return self.call_tool_and_deadline(tool, arguments, timeout, on_progress)[0]
+
+    def call_tool_and_deadline(self, tool: str, arguments: dict[str, Any] | None = None, timeout: float | None = None,
+                               on_progress: Callable[[ProgressReport], None] | None = None) -> tuple[dict[str, Any], float]:
+        """:meth:`call_tool`, and the call's deadline (``time.monotonic()``) as it stood
+        when the answer came: ``callTimeoutMs`` from the start or from the last progress,
+        never past the cap. What is done with the result on the call's behalf (checking
+        it against the tool's outputSchema, catalogue/schemas.py) ends by then (issue 23).
+
+        Raises:
+            The same as :meth:`call_tool`.
+        """
         params: dict[str, Any] = {"name": tool}
         if arguments is not None:
             params["arguments"] = arguments
@@ -649,7 +661,7 @@ class ServerHandle:
         if reporter is not None:
             reporter.progress = progress
         try:
-            return connection.request("tools/call", params, limit, progress=progress)
+            return connection.request("tools/call", params, limit, progress=progress), progress.deadline
         finally:
             if reporter is not None:
                 reporter.close()

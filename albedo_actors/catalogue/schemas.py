@@ -19,14 +19,24 @@ validate, MUST NOT dereference network ``$ref``\\ s, SHOULD bound the cost):
 - ``$ref`` is followed only inside the schema itself and to the JSON Schema
   metaschemas shipped with ``jsonschema``; any other reference (``http://...``, a file)
   is never retrieved: that reference fails, and the check says so.
+- Patterns (``pattern``, ``patternProperties``, and the ``additionalProperties`` and
+  ``unevaluatedProperties`` that depend on them) are ECMA-262 and matched by RE2 in
+  linear time (catalogue/patterns.py), never by Python's ``re``, which backtracks in C
+  holding the GIL (issue 23: ``(a|a)*$`` against 40 characters would stop the host for
+  days). A pattern RE2 cannot run (a backreference, a lookaround) counts as matching,
+  with one warning at load; the rest of its schema is checked.
 - The cost is bounded: a schema deeper than :data:`MAX_SCHEMA_DEPTH` levels, with more
-  than :data:`MAX_SCHEMA_NODES` values or :data:`MAX_SCHEMA_CHARS` characters of text is not used
-  (one warning at load); a ``structuredContent`` with more than
+  than :data:`MAX_SCHEMA_NODES` values, :data:`MAX_SCHEMA_CHARS` characters of text
+  or :data:`MAX_SCHEMA_PATTERNS` distinct patterns is not used (one warning at load); a ``structuredContent`` with more than
   :data:`MAX_CONTENT_VALUES` values or deeper than :data:`MAX_CONTENT_DEPTH` levels is
-  not checked (one problem says so); a check stops after :data:`MAX_STEPS` keyword
-  evaluations (``$ref`` fan-out) and on a reference cycle. A schema with a ``pattern``
-  that repeats a repeated part (``(a+)+``: Python's ``re`` backtracks, exponentially on
-  a short string) is not used (one warning, as for a schema that does not compile).
+  not checked (one problem says so). A check stops (one problem says so, after the
+  problems found so far) after :data:`MAX_STEPS` keyword evaluations (``$ref`` fan-out),
+  on a reference cycle, and at the call's deadline or :data:`MAX_CHECK_SECONDS`,
+  whichever is sooner; it starts no match whose worst case could outlast that. Each
+  keyword's own work is linear in the value it is given: ``uniqueItems`` and ``enum``
+  compare JSON-equality keys in a set (jsonschema's own compare pairs: 9,000 objects
+  took 113 s), ``unevaluated*`` look up what was evaluated in a set. A check runs on the
+  caller's thread; nothing in it holds the GIL for long (RE2 releases it as it matches).
 
 When the work is done:
 
@@ -40,8 +50,12 @@ When the work is done:
   are kept for that catalogue (:func:`remember`).
 - A catalogue read from the store has its tools' validators compiled at each tool's
   first checked call (a catalogue is immutable: the saved layer hands out the same
-  object for the same saved text); a schema that fails there warns at that call,
-  unless the same warning was already given in this process.
+  object for the same saved text), within that call's deadline (one that comes first
+  stops it, and the next call compiles again); a schema that fails there warns at that
+  call, unless the same warning was already given in this process.
+- The metaschema check is jsonschema's, with the bounded keywords above and no
+  ``format`` asserted: ``"format": "regex"`` would compile each server pattern with
+  Python's ``re``.
 
 Either way the tool stays callable and its results are not checked, and a warning is
 given once.
@@ -50,10 +64,13 @@ given once.
 from __future__ import annotations
 
 import json
+import math
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Final, Iterable, Mapping
 
+from . import patterns
 from .model import Catalogue
 from ..wire.text import printable
 
@@ -62,9 +79,11 @@ MAX_ERROR_CHARS = 200
 MAX_SCHEMA_DEPTH = 32
 MAX_SCHEMA_NODES = 10_000
 MAX_SCHEMA_CHARS = 256 * 1024  # of its strings together
+MAX_SCHEMA_PATTERNS = 64  # distinct patterns: each compiles in at most about 25 ms (patterns.MAX_MEM)
 MAX_CONTENT_VALUES = 20_000
 MAX_CONTENT_DEPTH = 64
 MAX_STEPS = 50_000
+MAX_CHECK_SECONDS = 5.0  # a check's wall-clock bound when the call's deadline is later (or unknown)
 
 # ``$schema`` without its scheme and empty fragment -> the jsonschema validator class.
 DIALECTS: Final = {
@@ -136,15 +155,26 @@ def _problem(schema: Any) -> tuple[str | None, bool]:
     return None, True
 
 
-def check_result(catalogue: Catalogue | None, tool: str, result: Mapping[str, Any]) -> Checked:
+def check_result(catalogue: Catalogue | None, tool: str, result: Mapping[str, Any],
+                 deadline: float | None = None) -> Checked:
     """Check ``result`` (a CallToolResult of ``tool``) against the tool's outputSchema.
 
+    ``deadline``: the call's deadline (``time.monotonic()``; ServerHandle's
+    ``call_tool_and_deadline``). The check ends by then, or :data:`MAX_CHECK_SECONDS`
+    from now if that is sooner, and says so in a problem line when it stopped there.
+
     Never raises and never changes ``result``. A tool without an outputSchema (or a
-    catalogue that is None) costs one dictionary lookup after its first call.
+    catalogue that is None) costs a clock read and one dictionary lookup after its
+    first call.
     """
     if catalogue is None:
         return NOTHING
-    compiled = _compiled(catalogue, tool)
+    cap = time.monotonic() + MAX_CHECK_SECONDS
+    until, capped = (cap, True) if deadline is None or deadline >= cap else (deadline, False)
+    try:
+        compiled = _compiled(catalogue, tool, until)
+    except _OutOfTime:  # a saved catalogue's first call: compiled again at the next one
+        return Checked((_stopped(cap - MAX_CHECK_SECONDS, capped),))
     if compiled is None:
         return NOTHING
     warning = compiled.take_warning()
@@ -152,7 +182,7 @@ def check_result(catalogue: Catalogue | None, tool: str, result: Mapping[str, An
         return Checked((), warning)
     if "structuredContent" not in result:
         return Checked(("structuredContent is missing: the tool declares an outputSchema",), warning)
-    return Checked(_validate(compiled.validator, result["structuredContent"]), warning)
+    return Checked(_validate(compiled.validator, result["structuredContent"], until, capped), warning)
 
 
 def prepare(server: str, tools: Iterable[Any]) -> dict[str, Any]:
@@ -168,7 +198,7 @@ def prepare(server: str, tools: Iterable[Any]) -> dict[str, Any]:
     for tool in tools:
         name = tool.get("name") if isinstance(tool, dict) else None
         if isinstance(name, str) and name not in compiled:
-            compiled[name] = _compile(server, name, tool["outputSchema"]) if "outputSchema" in tool else _NO_SCHEMA
+            compiled[name] = _compile(server, name, tool["outputSchema"], math.inf) if "outputSchema" in tool else _NO_SCHEMA
     return compiled
 
 
@@ -249,7 +279,7 @@ def _keep(catalogue: Catalogue, tools: dict[str, _Compiled]) -> dict[str, _Compi
     return tools
 
 
-def _compiled(catalogue: Catalogue, tool: str) -> _Compiled | None:
+def _compiled(catalogue: Catalogue, tool: str, until: float) -> _Compiled | None:
     tools = _kept(catalogue)
     if tools is None:
         with _CACHE_LOCK:
@@ -260,12 +290,12 @@ def _compiled(catalogue: Catalogue, tool: str) -> _Compiled | None:
     if found is None:
         definition = catalogue.tool(tool)
         schema = definition.get("outputSchema") if isinstance(definition, dict) else None
-        found = _NO_SCHEMA if schema is None else _compile(catalogue.server, tool, schema)
+        found = _NO_SCHEMA if schema is None else _compile(catalogue.server, tool, schema, until)
         tools[tool] = found  # two threads may both compile at a first call: harmless
     return None if found is _NO_SCHEMA else found
 
 
-def _compile(server: str, tool: str, schema: Any) -> _Compiled:
+def _compile(server: str, tool: str, schema: Any, until: float) -> _Compiled:
     if not _problem(schema)[1]:
         return _Compiled(None, None)  # not used: warned at load (catalogue/naming.py's advertise)
     try:
@@ -274,7 +304,7 @@ def _compile(server: str, tool: str, schema: Any) -> _Compiled:
         text = None
     known = _BY_TEXT.get(text) if text is not None else None
     if known is None:
-        known = _compile_schema(schema)
+        known = _compile_schema(schema, until)
         if text is not None:
             if len(_BY_TEXT) >= _BY_TEXT_LIMIT:
                 _BY_TEXT.clear()
@@ -290,110 +320,506 @@ _BY_TEXT: dict[str, tuple[Any, str | None]] = {}
 _BY_TEXT_LIMIT = 4096
 
 
-def _compile_schema(schema: dict[str, Any]) -> tuple[Any, str | None]:
+def _compile_schema(schema: dict[str, Any], until: float) -> tuple[Any, str | None]:
+    """The validator for ``schema`` (None: not used) and the warning it comes with.
+
+    Raises:
+        _OutOfTime: ``until`` came first (nothing is kept: a later call compiles again).
+    """
     name = dialect(schema) or DEFAULT_DIALECT
-    from jsonschema.exceptions import SchemaError  # loaded at the first schema compiled
-
-    cls = _checking_class(name)
+    budget = _Budget(None, until, server=False)
+    _STATE.budget = budget
     try:
-        cls.check_schema(schema)
-    except SchemaError as exc:
-        where = exc.json_path if exc.json_path != "$" else "its root"
-        return None, f"its outputSchema does not compile ({where}: {exc.message}); its results are not checked"
-    except (RecursionError, ValueError, TypeError) as exc:
-        return None, f"its outputSchema does not compile ({type(exc).__name__}); its results are not checked"
-    risky = _risky_pattern(schema)
-    if risky is not None:
-        # Python's re backtracks: a nested repetition can take exponential time on a short
-        # string the same server sends, and no check may hold a caller's thread unbounded.
-        return None, (f"its outputSchema has the pattern {risky[:60]!r}, a repetition inside a repetition that "
-                      "could take unbounded time to match; its results are not checked")
-    return cls(schema, registry=_registry()), None
+        try:
+            # The metaschema check, as jsonschema's check_schema but with its keywords
+            # bounded (a draft-04 "enum" of 4,000 objects is "uniqueItems" there: 71 s in
+            # jsonschema's own) and no format asserted: "format": "regex" would compile
+            # every server pattern with Python's re, and "uri" would run whatever
+            # optional format library the host has installed over server text.
+            error = next(_metaschema(name).iter_errors(schema), None)
+        except (RecursionError, ValueError, TypeError) as exc:
+            return None, f"its outputSchema does not compile ({type(exc).__name__}); its results are not checked"
+        if error is not None:
+            where = error.json_path if error.json_path != "$" else "its root"
+            return None, f"its outputSchema does not compile ({where}: {error.message}); its results are not checked"
+        found = _patterns(schema)
+        if len(found) > MAX_SCHEMA_PATTERNS:
+            return None, f"its outputSchema has more than {MAX_SCHEMA_PATTERNS} distinct patterns; its results are not checked"
+        refused = []
+        for pattern in found:
+            budget.tick()
+            why = patterns.problem(pattern)
+            if why is not None:
+                refused.append((pattern, why))
+    finally:
+        _STATE.budget = None
+    warning = None
+    if refused:
+        pattern, why = refused[0]
+        those = (f", nor can {len(refused) - 1} more of its patterns; those are not checked, the rest of the schema is"
+                 if len(refused) > 1 else ", so it is not checked; the rest of the schema is")
+        warning = f"its outputSchema's pattern {pattern[:60]!r} cannot be matched in linear time ({why}){those}"
+    return _checking_class(name)(schema, registry=_registry()), warning
 
 
-def _risky_pattern(schema: dict[str, Any]) -> str | None:
-    """The first ``pattern`` (or ``patternProperties`` key) of ``schema`` with a repeated
-    part inside a repeated part (star height 2, as ``(a+)+``), or None."""
-    stack: list[Any] = [schema]
+# Keywords whose values are maps of names to subschemas, and keywords whose values are
+# data: where a pattern can and cannot be.
+_NAME_MAPS = frozenset(("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"))
+_DATA = frozenset(("enum", "const", "default", "examples"))
+
+
+def _patterns(schema: dict[str, Any]) -> list[str]:
+    """The distinct patterns of ``schema`` (``pattern`` values and ``patternProperties``
+    keys), wherever a subschema can be, including under keywords nobody defines (a
+    ``$ref`` may point there); never inside ``enum``, ``const``, ``default``, ``examples``."""
+    found: dict[str, None] = {}
+    stack: list[tuple[Any, bool]] = [(schema, True)]
     while stack:
-        item = stack.pop()
+        item, keywords = stack.pop()
         if isinstance(item, dict):
-            patterns = [item["pattern"]] if isinstance(item.get("pattern"), str) else []
+            if not keywords:  # names -> subschemas
+                stack.extend((value, True) for value in reversed(item.values()))
+                continue
+            if isinstance(item.get("pattern"), str):
+                found[item["pattern"]] = None
             if isinstance(item.get("patternProperties"), dict):
-                patterns.extend(item["patternProperties"])
-            for pattern in patterns:
-                if _nested_repeat(pattern):
-                    return pattern
-            stack.extend(item.values())
+                found.update(dict.fromkeys(item["patternProperties"]))
+            # pushed last first, so that the first pattern found is the first one written
+            stack.extend((value, key not in _NAME_MAPS) for key, value in reversed(item.items()) if key not in _DATA)
         elif isinstance(item, list):
-            stack.extend(item)
-    return None
+            stack.extend((value, keywords) for value in reversed(item))
+    return list(found)
 
 
-def _nested_repeat(pattern: str) -> bool:
-    try:
-        parsed = _parse_regex(pattern)
-    except Exception:  # noqa: BLE001 - not a Python pattern: jsonschema reports it, if it can
-        return False
-    stack: list[tuple[Any, bool]] = [(parsed, False)]
-    while stack:
-        items, inside = stack.pop()
-        for op, arg in items:
-            name = getattr(op, "name", str(op))
-            if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
-                low, high, body = arg
-                repeats = high != 1
-                if repeats and inside and name != "POSSESSIVE_REPEAT":
-                    return True
-                stack.append((body, inside or repeats))
-            elif name == "SUBPATTERN":
-                stack.append((arg[-1], inside))
-            elif name == "BRANCH":
-                stack.extend((branch, inside) for branch in arg[1])
-            elif name in ("ASSERT", "ASSERT_NOT", "ATOMIC_GROUP"):
-                stack.append((arg[-1] if name != "ATOMIC_GROUP" else arg, inside))
-    return False
-
-
-def _parse_regex(pattern: str) -> Any:
-    try:
-        from re import _parser  # type: ignore[attr-defined]  # CPython 3.11 and later
-    except ImportError:  # pragma: no cover - CPython 3.10
-        import sre_parse as _parser
-    return _parser.parse(pattern)
-
-
-_CLASSES: dict[str, Any] = {}
-_STEPS = threading.local()
+# -- the check's budget: keyword evaluations and the wall clock ------------------------------
 
 
 class _OverBudget(Exception):
     pass
 
 
-def _checking_class(name: str) -> Any:
-    """The jsonschema validator class ``name``, extended to count keyword evaluations."""
-    cls = _CLASSES.get(name)
+class _OutOfTime(Exception):
+    pass
+
+
+class _TooCostly(Exception):
+    def __init__(self, chars: int, pattern: str) -> None:
+        super().__init__(chars, pattern)
+        self.chars = chars
+        self.pattern = pattern
+
+
+class _Budget:
+    """What one check (or one compile) on this thread may still spend.
+
+    ``steps``: keyword evaluations left (None: not counted). ``until``: the
+    ``time.monotonic()`` it must end by. ``server``: it matches server patterns (a result
+    check), so jsonschema's own ``re.search`` calls go to RE2 (:class:`_PatternRoute`).
+    """
+
+    __slots__ = ("steps", "until", "server")
+
+    def __init__(self, steps: int | None, until: float, *, server: bool) -> None:
+        self.steps = steps
+        self.until = until
+        self.server = server
+
+    def tick(self) -> None:
+        """One keyword evaluation (or a bounded piece of work).
+
+        Raises:
+            _OverBudget: no steps left.
+            _OutOfTime: the clock passed ``until``.
+        """
+        if self.steps is not None:
+            self.steps -= 1
+            if self.steps < 0:
+                raise _OverBudget
+        if time.monotonic() >= self.until:
+            raise _OutOfTime
+
+    def afford(self, work: int, regex: patterns.Regex, chars: int) -> None:
+        """Refuse a match whose worst case (``work``) could outlast the time left.
+
+        Raises:
+            _OutOfTime: the clock passed ``until``.
+            _TooCostly: the match could run past it.
+        """
+        left = self.until - time.monotonic()
+        if left <= 0:
+            raise _OutOfTime
+        if work > left * patterns.WORK_PER_SECOND:
+            raise _TooCostly(chars, regex.source)
+
+
+_STATE = threading.local()  # .budget: the _Budget of the check running on this thread, or None
+
+
+def _budget() -> _Budget | None:
+    return getattr(_STATE, "budget", None)
+
+
+def _matches(pattern: str, text: str) -> bool:
+    """JSON Schema's ``pattern`` test (unanchored, ECMA-262) by RE2, within the budget;
+    True for a pattern RE2 cannot run (warned at load: never a problem by itself)."""
+    regex = patterns.compiled(pattern)
+    if regex is None:
+        return True
+    data = patterns.encode(text)
+    budget = _budget()
+    if budget is not None:
+        budget.afford(regex.work(data), regex, len(text))
+    return regex.search(data)
+
+
+class _PatternRoute:
+    """Stands for ``re`` in jsonschema's keyword modules: inside a result check on this
+    thread, ``search`` is :func:`_matches` (RE2); anywhere else it is ``re.search``.
+
+    jsonschema has no hook for its regex engine. The keywords that match patterns are
+    replaced below, but its ``unevaluatedProperties`` walkers call ``re.search`` on
+    ``patternProperties`` themselves (_utils.py, _legacy_keywords.py); this is what they
+    reach. tests/test_output_schemas_unit.py fails if jsonschema matches with ``re``
+    anywhere else.
+    """
+
+    def __init__(self, real: Any) -> None:
+        self._re = real
+
+    def search(self, pattern: Any, string: Any, flags: int = 0) -> Any:
+        budget = _budget()
+        if budget is None or not budget.server or flags or not isinstance(pattern, str) or not isinstance(string, str):
+            return self._re.search(pattern, string, flags)
+        return True if _matches(pattern, string) else None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._re, name)
+
+
+_CLASSES: dict[tuple[str, bool], Any] = {}
+_METASCHEMAS: dict[str, Any] = {}
+_CLASS_LOCK = threading.Lock()
+
+
+def _checking_class(name: str, server: bool = True) -> Any:
+    """The jsonschema validator class ``name``, extended: every keyword counts against the
+    budget, the keywords below are bounded, and (``server``) patterns go to RE2."""
+    cls = _CLASSES.get((name, server))
     if cls is None:
         import jsonschema.validators
 
-        base = getattr(jsonschema.validators, name)
-        cls = jsonschema.validators.extend(base, validators={k: _counted(v) for k, v in base.VALIDATORS.items()})
-        _CLASSES[name] = cls
+        with _CLASS_LOCK:
+            _route_patterns()
+            base = getattr(jsonschema.validators, name)
+            keywords = dict(base.VALIDATORS)
+            for keyword, bounded in _bounded(keywords).items():
+                keywords[keyword] = bounded
+            if server:
+                for keyword, replaced in _PATTERN_KEYWORDS.items():
+                    if keyword in keywords:
+                        keywords[keyword] = replaced
+            cls = jsonschema.validators.extend(base, validators={k: _counted(v) for k, v in keywords.items()})
+            import attrs
+
+            cls._albedo_server = server
+            cls._albedo_fields = tuple((f.name, f.alias) for f in attrs.fields(cls) if f.init)
+            cls.evolve = _evolve  # our own class, extended: no jsonschema class is changed
+            _CLASSES[(name, server)] = cls
     return cls
+
+
+def _evolve(self: Any, **changes: Any) -> Any:
+    """jsonschema's ``evolve`` (every descent makes one), but staying among our classes.
+
+    jsonschema picks the class of a subschema by its ``$schema``: a subschema (or a
+    ``$ref``'d metaschema) that names 2020-12 would be checked by jsonschema's own
+    Draft202012Validator, with Python's re, unbounded keywords and no budget. We pick
+    the same draft, as our class; a class we do not know (one the host registered)
+    leaves ours as it is.
+    """
+    schema = changes.setdefault("schema", self.schema)
+    cls = type(self)
+    if isinstance(schema, dict) and "$schema" in schema:  # jsonschema's validator_for looks no further
+        import jsonschema.validators
+
+        chosen = jsonschema.validators.validator_for(schema, default=None)
+        if chosen is not None and chosen.__name__ in _DIALECT_NAMES:
+            cls = _checking_class(chosen.__name__, cls._albedo_server)
+    for name, alias in cls._albedo_fields:
+        if alias not in changes:
+            changes[alias] = getattr(self, name)
+    return cls(**changes)
+
+
+_DIALECT_NAMES: Final = frozenset(DIALECTS.values())
+
+
+def _metaschema(name: str) -> Any:
+    """A validator of schemas of dialect ``name`` against its metaschema (formats not
+    asserted; the metaschema's own patterns, ours to trust, stay with jsonschema)."""
+    meta = _METASCHEMAS.get(name)
+    if meta is None:
+        cls = _checking_class(name, server=False)
+        meta = _METASCHEMAS[name] = cls(cls.META_SCHEMA, format_checker=None)
+    return meta
+
+
+def _route_patterns() -> None:
+    """Point jsonschema's keyword modules' ``re`` at :class:`_PatternRoute` (once)."""
+    import re
+
+    from jsonschema import _keywords, _legacy_keywords, _utils
+
+    for module in (_keywords, _legacy_keywords, _utils):
+        if getattr(module, "re", None) is re:
+            module.re = _PatternRoute(re)
 
 
 def _counted(keyword: Any) -> Any:
     def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        left = getattr(_STEPS, "left", 0) - 1  # set by _validate on this thread; elsewhere: no budget
-        _STEPS.left = left
-        if left < 0:
-            raise _OverBudget
+        budget = _budget()
+        if budget is not None:
+            budget.tick()
         errors = keyword(validator, value, instance, schema)
-        if errors is not None:
-            yield from errors
+        if errors is None:
+            return
+        for error in errors:
+            message = error.message
+            if isinstance(message, str) and len(message) > _MESSAGE_CHARS:
+                # jsonschema writes out the whole instance in most messages, and anyOf,
+                # oneOf, not, contains and if keep every branch's errors until they end:
+                # 3,000 failing branches over a 2 MB object held 400 MiB after 2 s. A
+                # line shows MAX_ERROR_CHARS; the rest is dropped here, as it is made.
+                error.message = message = message[:_MESSAGE_CHARS]
+                error.args = (message, *error.args[1:])
+            yield error
 
     return counted
+
+
+_MESSAGE_CHARS: Final = 2 * MAX_ERROR_CHARS  # more than a line shows, however its escapes grow
+
+
+# -- keywords, bounded ----------------------------------------------------------------------------
+#
+# jsonschema's own cost more than linear in what they are given: uniqueItems compares
+# every pair of unhashable items (9,000 objects: 113 s), enum compares the value with
+# every member (each item of a long array against a long enum), unevaluatedItems and
+# unevaluatedProperties look each item up in a list of what was evaluated. These give the
+# same answers in time linear in the instance.
+
+
+def _error(message: str) -> Any:
+    from jsonschema.exceptions import ValidationError
+
+    return ValidationError(message)
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Any:
+    # JSON Schema equality (2020-12 core 4.2.2): 1 and 1.0 are equal, true and 1 are not,
+    # and the order of an object's members does not matter. _json_key gives equal
+    # values equal keys, so one pass with a set decides.
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: dict[Any, int] = {}
+    budget = _budget()
+    for index, item in enumerate(instance):
+        if budget is not None and index & 1023 == 1023:
+            budget.tick()
+        first = seen.setdefault(_json_key(item), index)
+        if first != index:  # named by index: the array itself may be too long for the line
+            yield _error(f"the array has non-unique elements: items {first} and {index} are equal ({_brief(item, 80)})")
+            return
+
+
+_TRUE, _FALSE = ("bool", True), ("bool", False)
+
+
+def _json_key(value: Any) -> Any:
+    """A hashable key, equal for two JSON values exactly when JSON Schema calls them equal.
+
+    Numbers are themselves (Python compares ints and floats by value, exactly); a
+    boolean is tagged, as bool is an int in Python; a list is a tagged tuple, an object a
+    tagged frozenset of (name, key) pairs.
+
+    Raises:
+        TypeError: ``value`` is not made of JSON types.
+    """
+    if isinstance(value, bool):
+        return _TRUE if value else _FALSE
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    if isinstance(value, list):
+        return ("array", tuple(_json_key(item) for item in value))
+    if isinstance(value, dict):
+        return ("object", frozenset((key, _json_key(item)) for key, item in value.items()))
+    raise TypeError(type(value).__name__)
+
+
+def _enum(base: Any) -> Any:
+    def enum(validator: Any, members: Any, instance: Any, schema: Any) -> Any:
+        known = _members(members)
+        if known is None:  # not a list of JSON values: jsonschema's own answer
+            yield from base(validator, members, instance, schema) or ()
+            return
+        keys, shapes = known
+        if isinstance(instance, (dict, list)) and (isinstance(instance, dict), len(instance)) not in shapes:
+            found = False  # no member is a container of this kind and size
+        else:
+            found = _json_key(instance) in keys
+        if not found:
+            yield _error(f"{_brief(instance)} is not one of {_brief(members)}")
+
+    return enum
+
+
+# id(enum list) -> (the list, its members' keys, the (is object, length) of its containers).
+# The list is held, so its id is not reused while the entry stands. Bounded; cleared when full.
+_ENUMS: dict[int, tuple[Any, frozenset[Any], frozenset[tuple[bool, int]]]] = {}
+_ENUMS_LIMIT = 4096
+
+
+def _members(members: Any) -> tuple[frozenset[Any], frozenset[tuple[bool, int]]] | None:
+    if not isinstance(members, list):
+        return None
+    entry = _ENUMS.get(id(members))
+    if entry is None or entry[0] is not members:
+        try:
+            keys = frozenset(_json_key(member) for member in members)
+        except (TypeError, RecursionError):
+            return None
+        shapes = frozenset((isinstance(m, dict), len(m)) for m in members if isinstance(m, (dict, list)))
+        if len(_ENUMS) >= _ENUMS_LIMIT:
+            _ENUMS.clear()
+        entry = _ENUMS[id(members)] = (members, keys, shapes)
+    return entry[1], entry[2]
+
+
+def _unevaluated_items(walker: Any) -> Any:
+    def unevaluated_items(validator: Any, unevaluated: Any, instance: Any, schema: Any) -> Any:
+        if not validator.is_type(instance, "array"):
+            return
+        evaluated = set(walker(validator, instance, schema))  # jsonschema's walk; a set, not a list
+        extras = [item for index, item in enumerate(instance) if index not in evaluated]
+        if extras:
+            yield _error(f"Unevaluated items are not allowed ({_listed(extras)} unexpected)")
+
+    return unevaluated_items
+
+
+def _unevaluated_properties(walker: Any) -> Any:
+    def unevaluated_properties(validator: Any, unevaluated: Any, instance: Any, schema: Any) -> Any:
+        if not validator.is_type(instance, "object"):
+            return
+        evaluated = set(walker(validator, instance, schema))
+        extras = [key for key in instance if key not in evaluated
+                  and next(validator.descend(instance[key], unevaluated, path=key, schema_path=key), None) is not None]
+        if not extras:
+            return
+        if unevaluated is False:
+            yield _error(f"Unevaluated properties are not allowed ({_listed(sorted(extras))} unexpected)")
+        else:
+            yield _error(f"Unevaluated properties are not valid under the given schema ({_listed(extras)} unevaluated and invalid)")
+
+    return unevaluated_properties
+
+
+def _bounded(keywords: Mapping[str, Any]) -> dict[str, Any]:
+    """The bounded replacements of ``keywords`` (a draft's VALIDATORS). An unevaluated*
+    keyword is replaced only when it is one whose walker we know (jsonschema 4.18-4.x)."""
+    from jsonschema import _keywords, _legacy_keywords, _utils
+
+    walkers = {
+        getattr(_keywords, "unevaluatedItems", None): (_unevaluated_items, getattr(_utils, "find_evaluated_item_indexes_by_schema", None)),
+        getattr(_legacy_keywords, "unevaluatedItems_draft2019", None):
+            (_unevaluated_items, getattr(_legacy_keywords, "find_evaluated_item_indexes_by_schema", None)),
+        getattr(_keywords, "unevaluatedProperties", None):
+            (_unevaluated_properties, getattr(_utils, "find_evaluated_property_keys_by_schema", None)),
+        getattr(_legacy_keywords, "unevaluatedProperties_draft2019", None):
+            (_unevaluated_properties, getattr(_legacy_keywords, "find_evaluated_property_keys_by_schema", None)),
+    }
+    out: dict[str, Any] = {}
+    if "uniqueItems" in keywords:
+        out["uniqueItems"] = _unique_items
+    if "enum" in keywords:
+        out["enum"] = _enum(keywords["enum"])
+    for keyword in ("unevaluatedItems", "unevaluatedProperties"):
+        make, walker = walkers.get(keywords.get(keyword), (None, None))
+        if make is not None and walker is not None:
+            out[keyword] = make(walker)
+    return out
+
+
+# -- keywords that match server patterns: RE2 ------------------------------------------------------
+
+
+def _pattern(validator: Any, pattern: Any, instance: Any, schema: Any) -> Any:
+    if validator.is_type(instance, "string") and isinstance(pattern, str) and not _matches(pattern, instance):
+        # a long string is cut so that the line still shows the pattern
+        shown = _brief(instance) if len(instance) <= 80 else f"{instance[:80]!r}… ({len(instance)} characters)"
+        yield _error(f"{shown} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, properties: Any, instance: Any, schema: Any) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in properties.items():
+        if patterns.compiled(pattern) is None:
+            continue  # RE2 cannot run it (warned at load): its subschema applies to no name we know
+        for key, value in instance.items():
+            if _matches(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, additional: Any, instance: Any, schema: Any) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    named = schema.get("properties", {})
+    regexes = schema.get("patternProperties", {})
+    # A name a pattern RE2 cannot run might match is not called additional (_matches: True).
+    extras = [key for key in instance if key not in named and not any(_matches(p, key) for p in regexes)]
+    if validator.is_type(additional, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], additional, path=key)
+    elif not additional and extras:
+        if regexes:
+            verb = "does" if len(extras) == 1 else "do"
+            yield _error(f"{_listed(sorted(extras), verbs=False)} {verb} not match any of the regexes: "
+                         f"{', '.join(repr(p) for p in sorted(regexes))}")
+        else:
+            yield _error(f"Additional properties are not allowed ({_listed(sorted(extras))} unexpected)")
+
+
+_PATTERN_KEYWORDS: Final = {
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+}
+
+
+def _listed(items: list[Any], verbs: bool = True) -> str:
+    """``'a', 'b' were`` (jsonschema's wording), at most ten of them."""
+    shown = ", ".join(_brief(item) for item in items[:10]) + (", …" if len(items) > 10 else "")
+    return f"{shown} {'was' if len(items) == 1 else 'were'}" if verbs else shown
+
+
+_BRIEF: list[Any] = []
+
+
+def _brief(value: Any, limit: int = MAX_ERROR_CHARS) -> str:
+    """``repr(value)`` as far as a problem line shows it (about ``limit`` characters), at
+    a cost bounded by that, not by the value's size."""
+    if isinstance(value, str):
+        return repr(value[:limit])
+    if not _BRIEF:
+        import reprlib
+
+        short = reprlib.Repr()
+        short.maxlevel, short.maxdict, short.maxlist = 4, 20, 20
+        short.maxstring = short.maxother = MAX_ERROR_CHARS
+        _BRIEF.append(short)
+    text = str(_BRIEF[0].repr(value))
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 _REGISTRY: list[Any] = []
@@ -414,14 +840,15 @@ def _registry() -> Any:
     return _REGISTRY[0]
 
 
-def _validate(validator: Any, content: Any) -> tuple[str, ...]:
+def _validate(validator: Any, content: Any, until: float, capped: bool) -> tuple[str, ...]:
     import referencing.exceptions
 
     bound = _bound(content, MAX_CONTENT_DEPTH, MAX_CONTENT_VALUES)
     if bound is not None:
         return (f"structuredContent {bound}; it is not checked",)
     lines: list[str] = []
-    _STEPS.left = MAX_STEPS
+    started = time.monotonic()
+    _STATE.budget = _Budget(MAX_STEPS, until, server=True)
     try:
         for error in validator.iter_errors(content):
             if len(lines) == MAX_ERRORS - 1:
@@ -430,6 +857,11 @@ def _validate(validator: Any, content: Any) -> tuple[str, ...]:
             lines.append(_one_line(f"{error.json_path}: {error.message}"))
     except _OverBudget:
         lines.append(f"checking stopped after {MAX_STEPS} steps (the outputSchema is too costly to check)")
+    except _OutOfTime:
+        lines.append(_stopped(started, capped))
+    except _TooCostly as exc:
+        lines.append(_one_line(f"checking stopped: a string of {exc.chars} characters is too long to match against "
+                               f"the pattern {exc.pattern[:40]!r} in the time the call has left"))
     except referencing.exceptions.Unresolvable as exc:
         ref = getattr(exc, "ref", None)
         ref = ref if isinstance(ref, str) else "?"
@@ -439,7 +871,17 @@ def _validate(validator: Any, content: Any) -> tuple[str, ...]:
         lines.append("checking stopped: the outputSchema refers to itself without end")
     except Exception as exc:  # noqa: BLE001 - a check never breaks a result
         lines.append(_one_line(f"checking failed ({type(exc).__name__})"))
+    finally:
+        _STATE.budget = None
     return tuple(lines[:MAX_ERRORS])
+
+
+def _stopped(started: float, capped: bool) -> str:
+    if capped:
+        return f"checking stopped after {MAX_CHECK_SECONDS:g} s (the outputSchema is too costly to check)"
+    spent = max(0, round((time.monotonic() - started) * 1000))
+    return (f"checking stopped at the call's deadline, {spent} ms into the check (the outputSchema is too costly "
+            "to check in the time the call had left)")
 
 
 def _one_line(text: str) -> str:

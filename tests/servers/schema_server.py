@@ -32,6 +32,26 @@ fan_out     ``allOf`` of two ``$ref``\\ s, 30 levels of them (2^30 evaluations)
 errors      an ``isError: true`` result whose ``structuredContent`` does not match
 redos       a ``pattern`` ``^(a+)+$`` (exponential backtracking in Python's ``re``)
 
+Patterns that backtrack without bound in Python's ``re`` (issue 23), each on property
+``s``; matched by RE2 they take no measurable time:
+
+bt_alt      ``(a|a)*$``            bt_opt    ``(?:a?){35}a{35}``
+bt_plus     ``^(a|a?)+$``          bt_stars  ``a*a*a*b``
+bt_keys     ``^(a|a?)+$`` as a ``patternProperties`` name (integers), other names strings
+bt_uneval   the same name pattern in an ``allOf``, then ``unevaluatedProperties: false``
+            (jsonschema's own walker matches it)
+bt_names    ``propertyNames`` with ``pattern`` ``^(a|a?)+$``
+bt_dialect  ``s`` with ``^(a|a?)+$`` in a subschema that names ``$schema`` 2020-12
+            (jsonschema would check it with its own class)
+no_linear   ``s`` with ``(a)\\1`` (a backreference) and ``t`` with ``(?=a)`` (a
+            lookahead), which RE2 cannot run, and an integer ``n``
+
+Costly ones:
+
+unique      an array with ``uniqueItems`` (jsonschema compares every pair of objects)
+costly      ``anyOf`` of 3,000 ``{"type": "string"}``: each failing branch writes out
+            the whole instance, so a large object takes seconds (within MAX_STEPS)
+
 Usage: schema_server.py [--ref-url URL] [--era dual|legacy|modern]
 """
 
@@ -72,6 +92,9 @@ V04 = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "object",
 UNKNOWN = {"$schema": "https://example.com/own-dialect", "type": "object", "required": ["x"]}
 
 
+BACKTRACKING = {"bt_alt": "(a|a)*$", "bt_opt": "(?:a?){35}a{35}", "bt_plus": "^(a|a?)+$", "bt_stars": "a*a*a*b"}
+
+
 def deep(levels: int) -> dict:
     schema: dict = {"type": "integer"}
     for _ in range(levels):
@@ -110,6 +133,19 @@ def schemas(ref_url: str) -> dict:
         "fan_out": fan_out(30),
         "errors": {"type": "object", "required": ["never"]},
         "redos": {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}},
+        **{name: {"type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}}
+           for name, pattern in BACKTRACKING.items()},
+        "bt_keys": {"type": "object", "patternProperties": {"^(a|a?)+$": {"type": "integer"}},
+                    "additionalProperties": {"type": "string"}},
+        "bt_uneval": {"allOf": [{"patternProperties": {"^(a|a?)+$": True}}], "unevaluatedProperties": False},
+        "bt_names": {"type": "object", "propertyNames": {"pattern": "^(a|a?)+$"}},
+        "bt_dialect": {"type": "object", "properties": {
+            "s": {"$schema": "https://json-schema.org/draft/2020-12/schema", "pattern": "^(a|a?)+$"}}},
+        "no_linear": {"type": "object", "properties": {"s": {"type": "string", "pattern": "(a)\\1"},
+                                                       "t": {"type": "string", "pattern": "(?=a)"},
+                                                       "n": {"type": "integer"}}},
+        "unique": {"type": "array", "uniqueItems": True},
+        "costly": {"anyOf": [{"type": "string"}] * 3000},
     }
 
 
