@@ -61,8 +61,10 @@ import collections
 import ctypes
 import gc
 import logging
+import math
 import os
 import random
+import re
 import select
 import signal
 import socket
@@ -158,6 +160,7 @@ class Probe:
     children: int  # every process below this one, zombies included
     zombies: int
     rss: float  # MiB
+    anon: float  # MiB of it anonymous (RssAnon): what the kernel cannot drop and read again
     blocks: int  # sys.getallocatedblocks()
     malloc_used: float  # MiB malloc handed out (mallinfo2 uordblks + hblkhd), -1 without glibc
     malloc_free: float  # MiB free inside malloc's heaps (fordblks)
@@ -166,20 +169,21 @@ class Probe:
     def take(cls) -> Probe:
         below = descendants()
         with open("/proc/self/status") as f:
-            rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+            status = {line.split(":", 1)[0]: line.split()[1] for line in f if line.startswith(("VmRSS:", "RssAnon:"))}
+        rss, anon = int(status["VmRSS"]) / 1024, int(status["RssAnon"]) / 1024
         used = free = -1.0
         if _LIBC is not None:
             info = _LIBC.mallinfo2()
             used, free = (info.uordblks + info.hblkhd) / MIB, info.fordblks / MIB
         return cls(time.monotonic(), len(os.listdir("/proc/self/task")), threading.active_count(),
                    len(os.listdir("/proc/self/fd")) - 1,  # less the listing's own descriptor
-                   len(below), sum(1 for s in below.values() if s == "Z"), rss, sys.getallocatedblocks(), used, free)
+                   len(below), sum(1 for s in below.values() if s == "Z"), rss, anon, sys.getallocatedblocks(), used, free)
 
     def line(self) -> str:
         zombies = f" ({self.zombies} zombie)" if self.zombies else ""
         heap = f" malloc {self.malloc_used:.1f} used {self.malloc_free:.1f} free" if self.malloc_used >= 0 else ""
         return (f"threads {self.threads} fds {self.fds} children {self.children}{zombies} "
-                f"rss {self.rss:.1f} MiB blocks {self.blocks}{heap}")
+                f"rss {self.rss:.1f} MiB (anon {self.anon:.1f}) blocks {self.blocks}{heap}")
 
 
 ARENA_HEAP = 64 * MIB  # glibc's HEAP_MAX_SIZE on 64-bit: a thread arena's heap is aligned to it
@@ -266,6 +270,34 @@ class LogTally(logging.Handler):
 # -- disturbances and the tally ---------------------------------------------------------
 
 
+_NUMBERS = re.compile(r"\d+(\.\d+)?")
+
+
+class Histogram:
+    """Latencies in log-spaced bins (8 a doubling, from 1 us): quantiles within 9 %, in the
+    same few hundred integers however many calls, so the benchmark's own memory does not
+    grow with the calls it counts."""
+
+    BINS = 8 * 28  # 1 us .. 2^28 us (4.5 minutes)
+
+    def __init__(self) -> None:
+        self.bins = [0] * self.BINS
+        self.count = 0
+
+    def add(self, seconds: float) -> None:
+        self.bins[min(self.BINS - 1, max(0, int(8 * math.log2(max(seconds, 1e-6) * 1e6))))] += 1
+        self.count += 1
+
+    def quantile(self, q: float) -> float:
+        """The upper edge of the bin holding the ``q`` quantile, in seconds."""
+        rank, seen = q * self.count, 0
+        for i, n in enumerate(self.bins):
+            seen += n
+            if seen >= rank and n:
+                return 2 ** ((i + 1) / 8) / 1e6
+        return 0.0
+
+
 @dataclass
 class Disturbance:
     """A kill, crash or outage of one server: from ``start`` until the first good call on
@@ -287,7 +319,8 @@ class Tally:
         self.began = time.monotonic()  # the run's start, for the times in the lists
         self.good = 0
         self.good_by_server: collections.Counter[str] = collections.Counter()
-        self.latencies: list[float] = []  # of the good calls since the last line, s
+        self.latencies = Histogram()  # of the good calls since the last line
+        self.all_latencies = Histogram()  # of every good call
         self.errors: collections.Counter[str] = collections.Counter()  # class -> count
         self.errors_by_server: collections.Counter[str] = collections.Counter()
         self.unexpected: list[str] = []
@@ -295,6 +328,8 @@ class Tally:
         self.disturbances = {name: collections.deque[Disturbance](maxlen=64) for name in SERVERS}
         self.chaos: collections.Counter[str] = collections.Counter()
         self.recoveries: dict[str, list[float]] = collections.defaultdict(list)  # kind -> s from end to recovered
+        self.slowest: dict[str, tuple[float, str, float]] = {}  # kind -> (s, server, when) of the slowest recovery
+        self.error_kinds: collections.Counter[str] = collections.Counter()  # class and message, numbers left out
 
     def begin(self, server: str, kind: str) -> Disturbance:
         d = Disturbance(kind, time.monotonic())
@@ -312,16 +347,22 @@ class Tally:
         with self.lock:
             self.good += 1
             self.good_by_server[server] += 1
-            self.latencies.append(t1 - t0)
+            self.latencies.add(t1 - t0)
+            self.all_latencies.add(t1 - t0)
             for d in self.disturbances[server]:
                 if d.recovered is None and d.end is not None and d.end <= t0:
                     d.recovered = t1
                     self.recoveries[d.kind].append(t1 - d.end)
+                    if t1 - d.end > self.slowest.get(d.kind, (0.0, "", 0.0))[0]:
+                        self.slowest[d.kind] = (t1 - d.end, server, d.start - self.began)
 
     def error(self, server: str, exc: BaseException, t0: float, t1: float, what: str = "echo") -> None:
         name = type(exc).__name__
+        kind = f"{name}: " + _NUMBERS.sub("N", str(exc).replace(f"server {server!r}: ", "", 1))[:100]
         with self.lock:
             self.errors[name] += 1
+            if kind in self.error_kinds or len(self.error_kinds) < 100:
+                self.error_kinds[kind] += 1
             self.errors_by_server[server] += 1
             overlaps = any(d.start <= t1 and (d.recovered is None or t0 <= d.recovered) for d in self.disturbances[server])
             if name in EXPECTED and overlaps:
@@ -342,9 +383,9 @@ class Tally:
     def expected_errors(self) -> int:
         return sum(self.errors.values()) - self.unexpected_count
 
-    def take_latencies(self) -> list[float]:
+    def take_latencies(self) -> Histogram:
         with self.lock:
-            taken, self.latencies = self.latencies, []
+            taken, self.latencies = self.latencies, Histogram()
         return taken
 
     def unrecovered(self) -> list[str]:
@@ -610,7 +651,7 @@ class LoadRun:
         self.stuck: list[str] = []
         # the figures, filled in as the run goes
         self.probes: list[Probe] = []
-        self.samples: list[tuple[float, float]] = []  # (s since the start, RSS MiB)
+        self.samples: list[tuple[float, float, float]] = []  # (s since the start, RSS MiB, anonymous RSS MiB)
         self.loads: list[float] = []
         self.counts: list[collections.Counter[str]] = []  # object types at the start, the half, the end
         self.snaps: list[tracemalloc.Snapshot] = []
@@ -667,7 +708,8 @@ class LoadRun:
             self.threads.append(threading.Thread(target=self.chaos.run, name="load-chaos"))
         for thread in self.threads:
             thread.start()
-        self.probes, self.samples, self.loads = [self.start.probe], [(0.0, self.start.probe.rss)], [os.getloadavg()[0]]
+        p = self.start.probe
+        self.probes, self.samples, self.loads = [p], [(0.0, p.rss, p.anon)], [os.getloadavg()[0]]
         end = began + opts.seconds
         next_line = began + opts.every
         next_turn = began + opts.turn_every if opts.turn_every > 0 else float("inf")
@@ -703,13 +745,13 @@ class LoadRun:
         probe = Probe.take()
         self.probes.append(probe)
         self.loads.append(os.getloadavg()[0])
-        self.samples.append((now - began, probe.rss))
-        latencies = sorted(tally.take_latencies())
+        self.samples.append((now - began, probe.rss, probe.anon))
+        latencies = tally.take_latencies()
         with tally.lock:
             good, errors, unexpected, done = tally.good, sum(tally.errors.values()), tally.unexpected_count, dict(tally.chaos)
         rate = (good - last_good) / (now - last_at)
-        lat = (f"p50 {1000 * latencies[len(latencies) // 2]:.1f} ms p99 {1000 * latencies[int(len(latencies) * 0.99)]:.0f} ms"
-               if latencies else "no good call")
+        lat = (f"p50 {1000 * latencies.quantile(0.5):.1f} ms p99 {1000 * latencies.quantile(0.99):.0f} ms"
+               if latencies.count else "no good call")
         traced = f" traced {tracemalloc.get_traced_memory()[0] / MIB:.1f} MiB" if self.opts.tracemalloc else ""
         say(f"[{now - began:5.0f}s] good {good} ({rate:.0f}/s, {lat}) errors {errors} ({unexpected} unexpected)"
             f" | kills {done.get('kill server', 0) + done.get('kill launcher', 0)} crashes {done.get('crash', 0)}"
@@ -762,14 +804,17 @@ class LoadRun:
             good, errors, unexpected = tally.good, dict(tally.errors), list(tally.unexpected)
             unexpected_count, done = tally.unexpected_count, dict(tally.chaos)
             recoveries = {k: sorted(v) for k, v in tally.recoveries.items()}
+            slowest, error_kinds = dict(tally.slowest), tally.error_kinds.most_common(8)
             by_server = dict(tally.good_by_server)
+            overall = tally.all_latencies
         unrecovered = tally.unrecovered()
         not_back = [server for server in SERVERS if server not in self.settled]
         during = self.probes[1:] or self.probes
         say("")
         say(f"summary ({elapsed:.0f} s, {opts.callers} callers; 1-minute load average {min(self.loads):.1f}..{max(self.loads):.1f} "
             f"on {os.cpu_count()} cpus during the run)")
-        say(f"  good calls     {good} ({good / elapsed:.1f}/s); per server: "
+        say(f"  good calls     {good} ({good / elapsed:.1f}/s, latency p50 {1000 * overall.quantile(0.5):.1f} ms, "
+            f"p99 {1000 * overall.quantile(0.99):.0f} ms); per server: "
             + " ".join(f"{server} {by_server.get(server, 0)}" for server in SERVERS))
         say(f"  errors         {sum(errors.values())}: " + (", ".join(f"{k} {v}" for k, v in sorted(errors.items())) or "none")
             + f"; {sum(errors.values()) - unexpected_count} expected, {unexpected_count} unexpected")
@@ -778,9 +823,12 @@ class LoadRun:
         say(f"  chaos          {kills} kill -9s ({done.get('kill server', 0)} of a server, {done.get('kill launcher', 0)} of its launcher"
             f"{f', {skipped} skipped: none running' if skipped else ''}), {done.get('crash', 0)} crashes, "
             f"{done.get('outage', 0)} HTTP outages of {opts.outage_seconds:g} s; {self.turns} turns")
+        for kind, n in error_kinds:
+            say(f"    {n:7d}  {kind}")
         for kind, values in sorted(recoveries.items()):
+            worst = slowest[kind]
             say(f"  back after {kind:<6} median {1000 * statistics.median(values):.0f} ms, max {1000 * values[-1]:.0f} ms "
-                f"(from its end to the end of the first good call that started after it; {len(values)})")
+                f"({worst[1]}, at {worst[2]:.0f}s; from its end to the end of the first good call that started after it; {len(values)})")
         say(f"  after chaos    every server answered within {max(self.settled.values(), default=0):.1f} s" if not not_back
             else f"  after chaos    NOT BACK within {self.settle_bound:g} s: {', '.join(not_back)}")
         ours = len(self.threads)
@@ -795,15 +843,17 @@ class LoadRun:
             f"during, {e.children} at the end")
         quarters = [min(self.samples, key=lambda x: abs(x[0] - f * elapsed)) for f in (0.25, 0.5, 0.75)]
         second_half = [x for x in self.samples if x[0] >= elapsed / 2]
-        say(f"  rss MiB        {s.rss:.1f} at start, " + ", ".join(f"{x[1]:.1f} at {x[0]:.0f}s" for x in quarters)
-            + f", {e.rss:.1f} at the end; max {max(e.rss, *(x[1] for x in self.samples)):.1f}; "
-            f"slope {slope_mib_per_min(self.samples):+.2f} MiB/min overall, {slope_mib_per_min(second_half):+.2f} over the second half")
+        for label, k, first, last in (("rss MiB       ", 1, s.rss, e.rss), ("  of it anon  ", 2, s.anon, e.anon)):
+            say(f"  {label} {first:.1f} at start, " + ", ".join(f"{x[k]:.1f} at {x[0]:.0f}s" for x in quarters)
+                + f", {last:.1f} at the end; max {max(last, *(x[k] for x in self.samples)):.1f}; "
+                f"slope {slope_mib_per_min([(x[0], x[k]) for x in self.samples]):+.2f} MiB/min overall, "
+                f"{slope_mib_per_min([(x[0], x[k]) for x in second_half]):+.2f} over the second half")
         if s.malloc_used >= 0:
             say(f"  malloc MiB     in use {s.malloc_used:.1f} -> {e.malloc_used:.1f}, held free {s.malloc_free:.1f} -> {e.malloc_free:.1f}; "
                 f"python blocks {s.blocks} -> {e.blocks} ({e.blocks - s.blocks:+d})")
             t = trimmed.probe
             say(f"  malloc_trim(0) rss {self.before_trim.rss:.1f} -> {t.rss:.1f} MiB ({self.before_trim.rss - t.rss:.1f} returned); "
-                f"rss over its start after the trim {t.rss - s.rss:+.1f} MiB")
+                f"over its start after the trim: rss {t.rss - s.rss:+.1f} MiB, anon {t.anon - s.anon:+.1f} MiB")
         say(f"  rss by mapping start -> end: {map_line(start.mapping, end.mapping)}")
         say(f"                 after the trim: {map_line(start.mapping, trimmed.mapping)}")
         half = self.counts[1] if len(self.counts) > 2 else self.counts[0]
@@ -841,6 +891,7 @@ class LoadRun:
                    "threads": f"{s.threads}/{max(p.threads for p in during)}/{e.threads}",
                    "fds": f"{s.fds}/{max(p.fds for p in during)}/{e.fds}",
                    "rss_mib": f"{s.rss:.1f}/{e.rss:.1f}/{trimmed.probe.rss:.1f}",
+                   "anon_mib": f"{s.anon:.1f}/{e.anon:.1f}/{trimmed.probe.anon:.1f}",
                    "malloc_in_use_mib": f"{s.malloc_used:.1f}/{e.malloc_used:.1f}",
                    "load": f"{min(self.loads):.1f}..{max(self.loads):.1f}"}
         return status, figures
@@ -928,7 +979,7 @@ def main() -> int:
         library.removeHandler(logs)
         library.propagate = True
     status = max(status, report_closed(base, base_threads))
-    if figures:  # threads, fds: start/max/end of the run; rss: start/end/after malloc_trim
+    if figures:  # threads, fds: start/max/end of the run; rss, anon: start/end/after malloc_trim
         say("FIGURES " + " ".join(f"{k}={v}" for k, v in figures.items()))
     return status
 

@@ -157,17 +157,17 @@ def test_a_server_that_dies_again_and_again_leaves_its_client_holding_no_lost_co
     # Issue 23's load run: each lost connection (its channel, link, transport, closed
     # pipes, ended threads) stayed in its client until the client stopped, so a host's
     # memory grew with every kill -9 and crash of a server it kept using.
-    handle = clients.start(fault_config("f", call_timeout_ms=30_000))
+    handle = clients.start(fault_config("reaped", call_timeout_ms=30_000))
     handle.connect()
     for _ in range(6):
         with pytest.raises(UnknownOutcome):
             handle.call_tool("die")
         assert text_of(handle.call_tool("echo", {"text": "back"})) == "back"
     for thread in threading.enumerate():
-        if thread.name == "mcp-reap-f":
+        if thread.name == "mcp-reap-reaped":
             thread.join(10)  # each finishes its connection within the launcher's grace
     gc.collect()
-    kept = [o for o in gc.get_objects() if isinstance(o, Connection) and o.server == "f"]
+    kept = [o for o in gc.get_objects() if isinstance(o, Connection) and o.server == "reaped"]
     assert len(kept) == 1 and kept[0].alive  # the live one only
 
 
