@@ -135,6 +135,21 @@ def descendants(table: dict[int, tuple[int, str]] | None = None) -> dict[int, st
     return found
 
 
+def stalls() -> dict[str, float]:
+    """Seconds the whole machine has stalled since boot (Linux PSI, ``full``: every task
+    waiting at once) on memory and on I/O; {} without PSI. A stall of seconds starves
+    every process, servers included: it shows why a call timed out with no disturbance."""
+    found = {}
+    for resource in ("memory", "io"):
+        try:
+            with open(f"/proc/pressure/{resource}") as f:
+                full = next(line for line in f if line.startswith("full"))
+        except (OSError, StopIteration):
+            continue
+        found[resource] = int(full.rsplit("total=", 1)[1]) / 1e6
+    return found
+
+
 class _Mallinfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
                 ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
@@ -653,6 +668,8 @@ class LoadRun:
         self.probes: list[Probe] = []
         self.samples: list[tuple[float, float, float]] = []  # (s since the start, RSS MiB, anonymous RSS MiB)
         self.loads: list[float] = []
+        self.stalled = stalls()  # at the last line
+        self.stall_total: collections.Counter[str] = collections.Counter()
         self.counts: list[collections.Counter[str]] = []  # object types at the start, the half, the end
         self.snaps: list[tracemalloc.Snapshot] = []
         self.turns = 0
@@ -753,9 +770,14 @@ class LoadRun:
         lat = (f"p50 {1000 * latencies.quantile(0.5):.1f} ms p99 {1000 * latencies.quantile(0.99):.0f} ms"
                if latencies.count else "no good call")
         traced = f" traced {tracemalloc.get_traced_memory()[0] / MIB:.1f} MiB" if self.opts.tracemalloc else ""
+        stalled = stalls()
+        grown = {k: v - self.stalled.get(k, v) for k, v in stalled.items()}
+        self.stalled = stalled
+        self.stall_total.update(grown)
+        stall = "".join(f" | machine stalled {v:.1f} s on {k}" for k, v in grown.items() if v >= 0.1)
         say(f"[{now - began:5.0f}s] good {good} ({rate:.0f}/s, {lat}) errors {errors} ({unexpected} unexpected)"
             f" | kills {done.get('kill server', 0) + done.get('kill launcher', 0)} crashes {done.get('crash', 0)}"
-            f" outages {done.get('outage', 0)} | {probe.line()}{traced}")
+            f" outages {done.get('outage', 0)} | {probe.line()}{traced}{stall}")
         if len(self.counts) == 1 and now - began >= self.opts.seconds / 2:
             self.counts.append(type_counts())
             if self.opts.tracemalloc:
@@ -868,6 +890,8 @@ class LoadRun:
                 for line in traced_growth(self.snaps[1], self.snaps[2]):
                     say(line)
         logs = self.logs.counts
+        say("  machine stall  " + (", ".join(f"{v:.1f} s on {k}" for k, v in self.stall_total.items()) or "not measured (no PSI)")
+            + " in all (Linux PSI 'full': every task of the machine waiting at once)")
         say(f"  log records    {sum(logs.values())}: " + ("; ".join(f"{k} ({n})" for k, n in logs.most_common(6)) or "none"))
         stats = self.oauth_stats
         refreshes = stats["token_requests"]["refresh_token"]
