@@ -674,6 +674,7 @@ class LoadRun:
         self.snaps: list[tracemalloc.Snapshot] = []
         self.turns = 0
         self.elapsed = 0.0
+        self.cpu = 0.0  # CPU seconds of this process (every thread) during the run
         self.settled: dict[str, float] = {}
         self.settle_bound = 3 * (CALL_TIMEOUT_MS + STARTUP_TIMEOUT_MS) / 1000
 
@@ -717,6 +718,7 @@ class LoadRun:
             self.snaps.append(tracemalloc.take_snapshot())
         say(f"start (runtime up, every server answered): {self.start.probe.line()}")
         began = tally.began = time.monotonic()
+        cpu0 = time.process_time()
         for i in range(opts.callers):
             self.threads.append(threading.Thread(target=caller, args=(i, self.mcp, tally, self.stop, opts.seed),
                                                  name=f"load-caller-{i}"))
@@ -748,6 +750,7 @@ class LoadRun:
                 last_good, last_at = self._line(now, began, last_good, last_at)
         self.stop.set()
         self.elapsed = time.monotonic() - began
+        self.cpu = time.process_time() - cpu0
         bound = (CALL_TIMEOUT_MS + STARTUP_TIMEOUT_MS) / 1000 + opts.outage_seconds + 30
         for thread in self.threads:
             thread.join(bound)
@@ -838,6 +841,8 @@ class LoadRun:
         say(f"  good calls     {good} ({good / elapsed:.1f}/s, latency p50 {1000 * overall.quantile(0.5):.1f} ms, "
             f"p99 {1000 * overall.quantile(0.99):.0f} ms); per server: "
             + " ".join(f"{server} {by_server.get(server, 0)}" for server in SERVERS))
+        say(f"  host CPU       {self.cpu:.0f} s in {elapsed:.0f} s ({self.cpu / elapsed:.2f} cpus), "
+            f"{good / max(self.cpu, 1e-9):.0f} good calls per CPU-second (steadier than calls/s when others share the cpus)")
         say(f"  errors         {sum(errors.values())}: " + (", ".join(f"{k} {v}" for k, v in sorted(errors.items())) or "none")
             + f"; {sum(errors.values()) - unexpected_count} expected, {unexpected_count} unexpected")
         kills = done.get("kill server", 0) + done.get("kill launcher", 0)
@@ -910,6 +915,7 @@ class LoadRun:
             say(f"  TOO FEW REFRESHES: {refreshes} in {elapsed:.0f} s of {TOKEN_LIFETIME} s tokens")
         status = int(bool(unexpected_count or not_back or unrecovered or bad_oauth or self.stuck or few_refreshes))
         figures = {"seconds": round(elapsed), "good": good, "good_per_s": round(good / elapsed, 1),
+                   "cpu_s": round(self.cpu, 1), "good_per_cpu_s": round(good / max(self.cpu, 1e-9)),
                    "errors": sum(errors.values()), "unexpected": unexpected_count, "kills": kills,
                    "crashes": done.get("crash", 0), "outages": done.get("outage", 0), "refreshes": refreshes,
                    "threads": f"{s.threads}/{max(p.threads for p in during)}/{e.threads}",
