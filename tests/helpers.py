@@ -105,12 +105,13 @@ class _ServerProcess:
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.url = ""
+        self.stderr = None  # where the server's stderr goes (None: this process's)
 
     def command(self) -> list[str]:
         raise NotImplementedError
 
     def start(self) -> str:
-        self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.stderr)
         deadline = time.monotonic() + self.START_TIMEOUT
         line = b""
         try:

@@ -4,8 +4,9 @@ A handle starts its ServerClient when first used (see :class:`ServerHandle`): th
 hundreds of servers a host may configure cost no thread until a session calls them.
 
 **Owns** the current :class:`~albedo_actors.connection.Connection` (at most one), the
-catalogue last discovered, the dialer thread that opens a connection, and the
-discovery thread that re-reads the catalogue after a ``list_changed``.
+catalogue last discovered, the dialer thread that opens a connection, the
+discovery thread that re-reads the catalogue after a ``list_changed``, and the reaper
+threads that finish connections that ended (then forget them).
 
 **Asks** nobody. **Tells** its owner (an actor ref, optional) :class:`CatalogueChanged`
 only when the catalogue really differs, and :class:`ServerLost` when a connection drops.
@@ -190,7 +191,8 @@ class ServerClient(pykka.ThreadingActor):
         self._rediscover = False
         self._listen: Pending | None = None
         self._stopping = False
-        self._old: list[Connection] = []
+        self._old: list[Connection] = []  # closed by a stop: on_stop waits for them
+        self._reapers: list[threading.Thread] = []  # each finishing a connection that ended
         self._saved_era: str | None = None  # told by the preparer from a saved catalogue
 
     # -- public API (proxy calls) ------------------------------------------------------------
@@ -232,9 +234,15 @@ class ServerClient(pykka.ThreadingActor):
         return None
 
     def _on_connect(self, reply: concurrent.futures.Future) -> None:
-        if self._connection is not None and self._connection.alive:
-            resolve(reply, self._connection)
-            return
+        if self._connection is not None:
+            if self._connection.alive:
+                resolve(reply, self._connection)
+                return
+            # It ended and its _Closed is still on the way (the caller heard first); the
+            # dial below makes that message stale, so the connection is retired here.
+            connection, self._connection = self._connection, None
+            self._listen = None
+            self._retire(connection)
         if self._stopping:
             fail(reply, Unavailable(self.config.name, "the client is closing"))
             return
@@ -287,7 +295,7 @@ class ServerClient(pykka.ThreadingActor):
             return
         connection, self._connection = self._connection, None
         self._listen = None
-        self._old.append(connection)
+        self._retire(connection)
         logger.warning("server %r: connection lost: %s; the next call dials it again", self.config.name, message.reason)
         self._tell_owner(ServerLost(self.config.name, message.reason))
 
@@ -307,9 +315,10 @@ class ServerClient(pykka.ThreadingActor):
     def on_stop(self) -> None:
         fail_queued(self, lambda message: Unavailable(self.config.name, "the client stopped"))
         self._close()
-        for thread in (self._dialer, self._discoverer):
+        for thread in (self._dialer, self._discoverer, *self._reapers):
             if thread is not None:
                 thread.join(STOP_TIMEOUT)
+        self._reapers = []
         if self._dial is not None:
             fail(self._dial, Unavailable(self.config.name, "the client stopped"))
             self._dial = None
@@ -420,6 +429,25 @@ class ServerClient(pykka.ThreadingActor):
             config.name, spec, on_notification, on_closed, config.startup_timeout, track=self._opening.add, handlers=self._handlers,
             era=era,
         )
+
+    def _retire(self, connection: Connection) -> None:
+        """Finish a connection that ended, on a helper thread, and forget it.
+
+        The reaper waits (bounded by the link's own grace) for its process and threads to
+        end and closes an HTTP link's pool and sockets; then nothing refers to it. A server
+        that dies a thousand times leaves its client holding none of the thousand (issue
+        23's load run: each one was kept until the client stopped). ``on_stop`` joins the
+        reapers still running, so a stop still waits for every process to end.
+        """
+        connection.close("connection lost")  # it ended already; the link begins closing too
+
+        def reap() -> None:
+            connection.wait_closed()
+
+        self._reapers = [thread for thread in self._reapers if thread.is_alive()]
+        thread = threading.Thread(target=reap, name=f"mcp-reap-{self.config.name}", daemon=True)
+        self._reapers.append(thread)
+        thread.start()
 
     def _start_discovery(self) -> None:
         connection, attempt, ref = self._connection, self._attempt, self.actor_ref

@@ -1,5 +1,6 @@
 """ServerClient against the fault-injecting server: eras, calls, failures, changes."""
 
+import gc
 import json
 import queue
 import sys
@@ -10,6 +11,7 @@ import pytest
 
 from albedo_actors.actors.client import CatalogueChanged
 from albedo_actors.config import ServerConfig
+from albedo_actors.connection import Connection
 from albedo_actors.errors import Incompatible, ProtocolViolation, RemoteError, TimedOut, Unavailable, UnknownOutcome
 from helpers import Owner, fault_config, read_record, schema_validate, text_of
 
@@ -168,6 +170,24 @@ def test_a_server_dying_mid_call_fails_every_pending_call_with_unknown_outcome(c
     assert "exited with status 3" in str(errors[0])
     # The next call dials again.
     assert text_of(handle.call_tool("echo", {"text": "back"})) == "back"
+
+
+def test_a_server_that_dies_again_and_again_leaves_its_client_holding_no_lost_connection(clients):
+    # Issue 23's load run: each lost connection (its channel, link, transport, closed
+    # pipes, ended threads) stayed in its client until the client stopped, so a host's
+    # memory grew with every kill -9 and crash of a server it kept using.
+    handle = clients.start(fault_config("reaped", call_timeout_ms=30_000))
+    handle.connect()
+    for _ in range(6):
+        with pytest.raises(UnknownOutcome):
+            handle.call_tool("die")
+        assert text_of(handle.call_tool("echo", {"text": "back"})) == "back"
+    for thread in threading.enumerate():
+        if thread.name == "mcp-reap-reaped":
+            thread.join(10)  # each finishes its connection within the launcher's grace
+    gc.collect()
+    kept = [o for o in gc.get_objects() if isinstance(o, Connection) and o.server == "reaped"]
+    assert len(kept) == 1 and kept[0].alive  # the live one only
 
 
 def _raises(fn):
