@@ -40,7 +40,7 @@ from ..catalogue import Catalogue
 from ..config import ServerConfig
 from ..connection.stdio_link import launch_spec
 from ..connection import Connection, Handlers, discover, open_http, open_stdio
-from ..errors import AlbedoError, SessionExpired, Unavailable
+from ..errors import AlbedoError, SessionExpired, Unavailable, UnknownOutcome
 from ..connection.channel import Link, Pending
 from ..connection.progress import CallProgress, ProgressReport, Reporter, new_token
 from ..transport.stdio import LaunchSpec
@@ -376,7 +376,8 @@ class ServerClient(pykka.ThreadingActor):
             _tell(ref, _Closed(attempt, reason))
 
         def dial() -> None:
-            connection = catalogue = error = listen = None
+            connection = catalogue = listen = None
+            error: AlbedoError | None = None
             try:
                 for _attempt in range(2):
                     connection = self._open(config, on_notification, on_closed, era)
@@ -395,6 +396,12 @@ class ServerClient(pykka.ThreadingActor):
                         connection = None
                 else:
                     raise Unavailable(config.name, "ended two sessions in a row while being discovered")
+            except UnknownOutcome as exc:
+                # A discovery request was lost with its connection: for everyone
+                # waiting on this dial (a tool call among them) nothing of theirs was
+                # sent, so it is "not run, safe to retry", not "may or may not have run".
+                error = Unavailable(config.name, f"could not be discovered: {_as_discovery(exc.detail)}; "
+                                                 f"nothing waiting on it was sent")
             except AlbedoError as exc:
                 error = exc
             except Exception as exc:  # a bug must not leave the dial future hanging
@@ -770,3 +777,12 @@ class ServerHandle:
             raise Unavailable(self.name, "the client has stopped") from None
         except pykka.Timeout:
             raise Unavailable(self.name, "the client did not answer in time") from None
+
+
+def _as_discovery(detail: str) -> str:
+    """A lost discovery request's line without its "may or may not have run" (a list
+    request runs nothing)."""
+    for tail in ("; it may or may not have run",):
+        if detail.endswith(tail):
+            return detail[: -len(tail)]
+    return detail.replace(" may or may not have run", " was not answered")

@@ -90,6 +90,18 @@ def test_a_server_gone_before_its_first_request_is_written_is_lost_as_on_the_pro
             negotiation._negotiate(channel, "f", time.monotonic() + 10, probe, first)
 
 
+def test_a_call_waiting_on_a_dial_whose_discovery_is_cut_short_hears_it_was_not_sent(clients):
+    """The dial's own tools/list was lost with its connection: that is the dial failing,
+    so the call that waited on it never left (Unavailable, safe to retry), never "it may
+    or may not have run"."""
+    handle = clients.start(fault_config("f", "--exit-on", "tools/list"))
+    with pytest.raises(Unavailable) as info:
+        handle.call_tool("echo", {"text": "x"})
+    message = str(info.value)
+    assert not isinstance(info.value, UnknownOutcome) and "may or may not" not in message, message
+    assert message.startswith("server 'f': could not be discovered: ") and "nothing waiting on it was sent" in message
+
+
 def test_a_server_that_fails_to_start_shows_its_stderr(clients):
     handle = clients.start(fault_config("f", "--stderr-and-exit", "3"))
     with pytest.raises(Unavailable) as info:

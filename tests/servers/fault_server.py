@@ -26,6 +26,8 @@ Flags:
 --record FILE                append every received line to FILE, flushed at once
 --stderr-and-exit N          print a few lines to stderr and exit with code N at once
 --delay-start SECONDS        sleep before reading stdin
+--exit-on METHOD             exit (status 1, no answer) when a request for METHOD
+                             arrives, e.g. ``tools/list``: a discovery cut short
 
 Tools (besides the demo's echo, add, time):
 
@@ -114,6 +116,7 @@ class FaultServer(DemoServer):
         if options.unsupported_versions is not None:
             self.supported_versions = version_list(options.unsupported_versions)
         self.record = open(options.record, "ab", buffering=0) if options.record else None
+        self.exit_on = options.exit_on
         self.messages_seen = 0
         self.muted = False  # set by noline: the output stream is left stuck
         self.sleeping: dict[str | int, Request] = {}  # sleep calls still running
@@ -148,6 +151,8 @@ class FaultServer(DemoServer):
         return super().handle(message)
 
     def handle_request(self, id: str | int, method: str, params: dict) -> dict | None:
+        if method == self.exit_on:
+            sys.exit(1)
         if method == "server/discover":
             if self.probe == "silent":
                 return None
@@ -388,6 +393,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--record", metavar="FILE")
     parser.add_argument("--stderr-and-exit", type=int, metavar="N")
     parser.add_argument("--delay-start", type=float, metavar="SECONDS")
+    parser.add_argument("--exit-on", metavar="METHOD")
     return parser.parse_args(argv)
 
 
