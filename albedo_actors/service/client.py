@@ -216,7 +216,7 @@ class ServiceClient:
         try:
             connection.request(method, path, body=data, headers=self._headers(data))
             reply = connection.getresponse()
-            raw = reply.read(MAX_ANSWER + 1)
+            raw = _read_capped(reply)
         except TimeoutError:
             raise SessionTimedOut(_no_answer(self.home, method)) from None
         except (OSError, http.client.HTTPException):
@@ -225,8 +225,6 @@ class ServiceClient:
         finally:
             connection.close()
             sock.close()
-        if len(raw) > MAX_ANSWER:
-            raise SessionError(f"the settings service's answer is larger than {MAX_ANSWER} bytes")
         status = reply.status
         try:
             parsed = json.loads(raw.decode("utf-8")) if raw else None
@@ -262,6 +260,24 @@ class _Connection(http.client.HTTPConnection):
 
 def _login(name: str) -> str:
     return "/api/auth/logins/" + urllib.parse.quote(f"mcp:{name}", safe=":")
+
+
+def _read_capped(reply: http.client.HTTPResponse) -> bytes:
+    """The answer's body, at most MAX_ANSWER + 1 bytes, read in chunks (``read(n)`` would
+    allocate ``n`` bytes up front: 16 MiB for every answer)."""
+    too_large = SessionError(f"the settings service's answer is larger than {MAX_ANSWER} bytes")
+    if reply.length is not None and reply.length > MAX_ANSWER:
+        raise too_large  # refused by its length, unread
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = reply.read(65536)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_ANSWER:
+            raise too_large
+        chunks.append(chunk)
 
 
 def _silent(home: str, why: str) -> str:
