@@ -82,3 +82,27 @@ def test_the_cache_is_bounded_and_compiles_each_source_once():
     for i in range(patterns.CACHE_LIMIT + 1):
         patterns.compiled(f"^fill{i}$")
     assert len(patterns._CACHE) <= patterns.CACHE_LIMIT
+
+
+def test_the_compiled_patterns_kept_are_the_most_recently_used_and_at_most_the_limit():
+    """A server chooses its patterns and the results matched against them, and RE2 fills
+    each pattern's DFA memory as it matches (up to patterns.MAX_MEM): the cache keeps
+    CACHE_LIMIT of them, least recently used out first, so what servers can make the host
+    hold is CACHE_LIMIT x MAX_MEM, however many patterns they send."""
+    from albedo_actors.catalogue import patterns
+
+    data = patterns.encode("ab" * 20_000)
+    kept_hot = "^hot[a-z]*$"
+    for i in range(4 * patterns.CACHE_LIMIT):
+        assert patterns.compiled(f"[a-q][^u-z]{{{10 + i}}}x").search(data) is False
+        assert patterns.compiled(kept_hot) is not None  # used again and again: never evicted
+        assert len(patterns._CACHE) <= patterns.CACHE_LIMIT
+    assert kept_hot in patterns._CACHE
+    assert f"[a-q][^u-z]{{{10 + 4 * patterns.CACHE_LIMIT - 1}}}x" in patterns._CACHE
+    assert "[a-q][^u-z]{10}x" not in patterns._CACHE
+    assert patterns.CACHE_LIMIT * patterns.MAX_MEM <= 32 << 20
+    # google-re2's module keeps an LRU of 128 compiled objects of its own: it must keep
+    # none of ours, or what we evict stays alive there (100 patterns held 72 MiB so).
+    import re2
+
+    assert re2._Regexp._make.cache_info().currsize == 0

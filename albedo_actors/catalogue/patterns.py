@@ -25,20 +25,24 @@ The rule:
   that against the time it has (:data:`WORK_PER_SECOND`). RE2 releases the GIL while
   it matches, so a long match never stops another thread.
 
-Compiled patterns are kept per source text, at most :data:`CACHE_LIMIT` (each at most
-:data:`MAX_MEM` of program and DFA memory); the cache is cleared when full.
+Compiled patterns are kept per source text, the :data:`CACHE_LIMIT` most recently used
+(each at most :data:`MAX_MEM` of program and DFA memory, which RE2 fills as it matches):
+at most 32 MiB that servers' patterns and results can make the host hold, however many
+patterns they send. One more evicts the least recently used, which compiles again
+when it is next needed.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from typing import Any, Final
 
 MAX_MEM: Final = 2 << 20  # bytes of RE2 program and DFA memory per pattern (RE2's own bound)
 # Characters of one pattern: translate() reads them in Python, about 0.3 us each, and a
 # patternProperties name is not among a schema's counted text (schemas.MAX_SCHEMA_CHARS).
 MAX_PATTERN_CHARS: Final = 8192
-CACHE_LIMIT: Final = 256
+CACHE_LIMIT: Final = 16  # x MAX_MEM: 32 MiB at most
 # A conservative rate for RE2's slowest path: its NFA costs 3-6 ns per text byte per
 # program instruction on a shared 2-CPU machine (benchmarks/bench_schemas.py prints it);
 # 20 ns leaves room for a slower or busier one.
@@ -287,7 +291,7 @@ def _property(source: str, i: int, in_class: bool) -> tuple[str, int]:
 
 # -- compiling and the cache ------------------------------------------------------------
 
-_CACHE: dict[str, tuple[Regex | None, str | None]] = {}
+_CACHE: OrderedDict[str, tuple[Regex | None, str | None]] = OrderedDict()  # least recently used first
 _LOCK = threading.Lock()
 _OPTIONS: list[Any] = []
 
@@ -295,13 +299,17 @@ _OPTIONS: list[Any] = []
 def _entry(source: str) -> tuple[Regex | None, str | None]:
     if len(source) > MAX_PATTERN_CHARS:  # never kept: the cache holds no long text
         return None, f"longer than {MAX_PATTERN_CHARS} characters"
-    found = _CACHE.get(source)
-    if found is None:
-        found = _compile(source)
-        with _LOCK:
-            if len(_CACHE) >= CACHE_LIMIT:
-                _CACHE.clear()
-            _CACHE[source] = found  # two threads may both compile it: the same result either way
+    with _LOCK:
+        found = _CACHE.get(source)
+        if found is not None:
+            _CACHE.move_to_end(source)
+            return found
+    found = _compile(source)  # outside the lock: compiling may take milliseconds
+    with _LOCK:
+        _CACHE[source] = found  # two threads may both compile it: the same result either way
+        _CACHE.move_to_end(source)
+        while len(_CACHE) > CACHE_LIMIT:
+            _CACHE.popitem(last=False)
     return found
 
 
@@ -318,8 +326,11 @@ def _compile(source: str) -> tuple[Regex | None, str | None]:
         why = exc.args[0] if exc.args else ""
         why = why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
         return None, f"RE2: {why}" if why else "RE2 cannot compile it"
-    except (UnicodeError, TypeError, ValueError) as exc:  # a lone surrogate in the pattern, say
-        return None, f"it cannot be read ({type(exc).__name__})"
+    finally:
+        # re2.compile keeps its own LRU cache of 128 compiled objects (up to MAX_MEM each,
+        # whatever we evict): ours is the one that decides what stays, so the module's
+        # keeps nothing beyond what _CACHE refers to.
+        re2.purge()
 
 
 def _options() -> Any:
