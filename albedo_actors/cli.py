@@ -529,7 +529,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _open_page(args: argparse.Namespace) -> int:
     """``open``: a new single-use link to the running service's page, printed and opened."""
-    from .auth.browser import open_authorization_url
+    from .auth.browser import open_local_file
     from .service.client import ServiceClient, ServiceSilent
 
     home = resolve_home(args.home)
@@ -542,10 +542,19 @@ def _open_page(args: argparse.Namespace) -> int:
     url = client.new_link()
     _out(f"Open this link (it works once): {url}", flush=True)
     if not args.no_browser:
-        try:
-            open_authorization_url(url)
-        except ValueError:  # the service's own URL: http://127.0.0.1:PORT/#open=...
-            pass
+        # Never the link on the browser's command line, which every local user can read
+        # in /proc: a page of the user's own (0600, in the 0700 home) that forwards to it.
+        import html
+
+        from .safefiles import replace_private
+        from .service.local import PAGE_LINK_FILE
+
+        page = os.path.join(home, PAGE_LINK_FILE)
+        target = html.escape(url, quote=True)
+        replace_private(page, f'<!doctype html><meta charset="utf-8"><meta name="referrer" content="no-referrer">'
+                              f'<meta http-equiv="refresh" content="0;url={target}">'
+                              f'<title>albedo-mcp settings</title><a href="{target}">Open the settings page</a>\n')
+        open_local_file(page)
     return EXIT_OK
 
 

@@ -76,3 +76,25 @@ def open_authorization_url(
     except Exception:  # webbrowser.Error or a failing launcher: the URL is shown anyway
         return False
     return opened is None or bool(opened)
+
+
+def open_local_file(path: str, environ: Mapping[str, str] = os.environ,
+                    opener: Callable[[str], object] | None = None) -> bool:
+    """Ask a browser to open the local file ``path`` (a ``file://`` URL); return whether
+    one was asked. For a secret the browser must reach without it ever being on a
+    command line: a browser's argv is readable by every local user in /proc, so the
+    secret goes in a file of the user's and only the file's name is passed.
+    ``ALBEDO_NO_BROWSER`` and ``opener`` as for :func:`open_authorization_url`."""
+    import pathlib
+
+    if _no_browser(environ):
+        return False
+    url = pathlib.Path(os.path.abspath(path)).as_uri()
+    if opener is None:
+        def opener(target: str) -> bool:
+            return webbrowser.open(target, new=2, autoraise=True)
+    try:
+        opened = opener(url)
+    except Exception:  # webbrowser.Error or a failing launcher: the link is shown anyway
+        return False
+    return opened is None or bool(opened)

@@ -212,6 +212,12 @@ class ServiceClient:
             sock = local.connect(self.home, CONNECT_TIMEOUT_S)
         except (local.Gone, OSError):
             raise ServiceGone(self.home) from None  # nothing was sent
+        uid, pid = local.peer(sock)
+        if uid != os.geteuid():  # the socket was replaced since find(): never send it the token
+            sock.close()
+            logger.warning("%s is served by uid %d (pid %d), not by you: nothing was sent to it",
+                           os.path.join(self.home, local.SOCKET_FILE), uid, pid)
+            raise ServiceGone(self.home)
         connection = _Connection(sock, timeout)
         try:
             connection.request(method, path, body=data, headers=self._headers(data))

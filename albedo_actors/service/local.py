@@ -32,10 +32,13 @@ from typing import Iterator
 
 from ..safefiles import make_private_dirs, open_private
 
-__all__ = ["SOCKET_FILE", "LOCK_FILE", "Gone", "bind", "connect", "peer", "hold_lock", "remove_socket"]
+__all__ = ["SOCKET_FILE", "LOCK_FILE", "PAGE_LINK_FILE", "Gone", "bind", "connect", "peer", "hold_lock", "remove_socket"]
 
 SOCKET_FILE = "service.sock"
 LOCK_FILE = "service.lock"
+# `albedo-mcp open`'s page of the user's own that forwards to a new link (so the link is
+# never on a browser's command line); the service removes it when it stops.
+PAGE_LINK_FILE = "open-page.html"
 _SUN_PATH = 107  # bytes of sun_path a path may use (108 with its NUL)
 
 

@@ -217,6 +217,8 @@ class Service:
         if self._lock is not None:
             if servers:  # ours: this service bound it under the lock
                 local.remove_socket(self.home)
+                with contextlib.suppress(OSError):  # its link died with this service
+                    os.unlink(os.path.join(self.home, local.PAGE_LINK_FILE))
             self._lock.close()
             self._lock = None
         if servers:

@@ -218,3 +218,41 @@ def test_a_long_home_works_through_its_socket(long_home):
             assert saved == [1]
     finally:
         store.close()
+
+
+def test_open_never_puts_the_link_on_a_command_line(svc, tmp_path):
+    """`albedo-mcp open` with a browser: a process's argv is readable by every local user
+    (/proc/PID/cmdline), so the browser is given a page of the user's own that forwards
+    to the link, never the link itself (a review of issue 23's change found it passed)."""
+    argv_file = tmp_path / "browser-argv"
+    browser = tmp_path / "browser"
+    browser.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {shlex.quote(str(argv_file))}\n")
+    browser.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("ALBEDO_DATABASE_URL", "ALBEDO_HOME", "ALBEDO_NO_BROWSER")}
+    env["BROWSER"] = str(browser)
+    run = subprocess.run([sys.executable, "-m", "albedo_actors", "open", "--home", svc.home], capture_output=True,
+                         text=True, timeout=RUN_TIMEOUT, env=env)
+    assert run.returncode == 0, run.stderr
+    link = run.stdout.strip().rpartition(" ")[2]
+    secret = link.partition("#open=")[2]
+    assert link.startswith(f"{svc.url}/#open=") and len(secret) > 30
+    given = argv_file.read_text().split()
+    page = os.path.join(svc.home, local.PAGE_LINK_FILE)
+    assert given == [f"file://{page}"] and secret not in argv_file.read_text()
+    assert os.stat(page).st_mode & 0o777 == 0o600
+    with open(page, encoding="utf-8") as f:
+        assert f'content="0;url={link}"' in f.read()
+    opened = requests.post(f"{svc.url}/api/session", json={"open": secret}, timeout=WAIT)
+    assert opened.status_code == 201  # the page's link is the live, single-use one
+    svc.service.stop()
+    assert not os.path.exists(page)  # its link died with the service
+
+
+def test_the_token_goes_only_to_a_socket_of_ours_at_every_request(svc, monkeypatch):
+    client = ServiceClient.find(svc.home)
+    assert client is not None and client.get()["servers"] == []
+    monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 12345)  # the socket now looks another user's
+    from albedo_actors.service.client import ServiceGone
+
+    with pytest.raises(ServiceGone):
+        client.get()
