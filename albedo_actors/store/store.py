@@ -789,7 +789,20 @@ class _SqliteDatabase(_Tracked, SqliteDatabase):
 
     def _connect(self) -> Any:
         _restrict(self.database)  # before SQLite opens them by name (FileRefused)
-        conn = super()._connect()
+        # ``PRAGMA journal_mode=wal`` on a database another process is switching too (two
+        # processes opening a fresh store at once) is SQLITE_BUSY at once: SQLite calls no
+        # busy handler for it. So it is tried again, backing off, until the busy timeout.
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        pause = 0.005
+        while True:
+            try:
+                conn = super()._connect()
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)  # another process holds the lock: a bounded back-off, no event to wait on
+                pause = min(pause * 2, 0.1)
         _restrict(self.database)
         return conn
 
