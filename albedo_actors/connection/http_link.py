@@ -773,9 +773,9 @@ def _unbound(pending: Pending, exchange: Exchange) -> None:
     mover = pending.progress.moved if pending.progress is not None else None
     if isinstance(mover, _Mover) and mover.exchange is exchange:
         with mover.lock:
-            exchange.deadline = None
+            exchange.unbind()
     else:
-        exchange.deadline = None
+        exchange.unbind()
 
 
 def _real_notification(message: Json) -> bool:

@@ -72,6 +72,7 @@ class Exchange:
         self.aborted = False
         self.sent = False  # the request was handed to a socket
         self.deadline = deadline
+        self.idle_timeout: float | None = None  # a read's own bound, apart from the deadline (send's read_timeout)
 
     def attach(self, sock: socket.socket | None) -> None:
         with self._lock:
@@ -85,6 +86,18 @@ class Exchange:
         with self._lock:
             self.aborted = True
             _shutdown(self._sock)
+
+    def unbind(self) -> None:
+        """From now on only the caller's wait bounds this exchange (a worker reads on):
+        no deadline, and its socket's reads no longer time out at the one it had (a
+        stream read with the caller's first timeout raced the caller's moved deadline)."""
+        with self._lock:
+            self.deadline = None
+            if self._sock is not None:
+                try:
+                    self._sock.settimeout(self.idle_timeout)
+                except OSError:
+                    pass  # closed meanwhile: the read reports it
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (None: no deadline).
@@ -304,6 +317,7 @@ class HttpTransport:
                 raise HttpFailed(f"the {name} header value {problem}, so it cannot be sent", sent=False)
         if exchange.aborted:
             raise HttpFailed("the exchange was closed by the client", sent=False)
+        exchange.idle_timeout = read_timeout
         left = exchange.remaining()
         if left is not None:
             read_timeout = left if read_timeout is None else min(left, read_timeout)
