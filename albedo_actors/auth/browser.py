@@ -66,16 +66,7 @@ def open_authorization_url(
     fake so no browser starts).
     """
     check_authorization_url(url)
-    if _no_browser(environ):
-        return False
-    if opener is None:
-        def opener(target: str) -> bool:
-            return webbrowser.open(target, new=2, autoraise=True)
-    try:
-        opened = opener(url)
-    except Exception:  # webbrowser.Error or a failing launcher: the URL is shown anyway
-        return False
-    return opened is None or bool(opened)
+    return _ask_browser(url, environ, opener)
 
 
 def open_local_file(path: str, environ: Mapping[str, str] = os.environ,
@@ -87,14 +78,17 @@ def open_local_file(path: str, environ: Mapping[str, str] = os.environ,
     ``ALBEDO_NO_BROWSER`` and ``opener`` as for :func:`open_authorization_url`."""
     import pathlib
 
+    return _ask_browser(pathlib.Path(os.path.abspath(path)).as_uri(), environ, opener)
+
+
+def _ask_browser(url: str, environ: Mapping[str, str], opener: Callable[[str], object] | None) -> bool:
     if _no_browser(environ):
         return False
-    url = pathlib.Path(os.path.abspath(path)).as_uri()
     if opener is None:
         def opener(target: str) -> bool:
             return webbrowser.open(target, new=2, autoraise=True)
     try:
         opened = opener(url)
-    except Exception:  # webbrowser.Error or a failing launcher: the link is shown anyway
+    except Exception:  # webbrowser.Error or a failing launcher: the URL is shown anyway
         return False
     return opened is None or bool(opened)
