@@ -276,3 +276,24 @@ def composed(home: str, *servers: ServerConfig):
         preparer.stop(timeout=30)
         registry.stop(timeout=30)
         store.close()
+
+
+# -- albedo-mcp against a store backend (the ``backend`` fixture: kind, home, URL) ----------
+
+STORE_CLI_TIMEOUT = 120  # a bound on each command, never an expected duration
+
+
+def store_cli_env(**extra: str) -> dict[str, str]:
+    """This environment without a store key or database URL of its own, browsers off, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALBEDO_STORE_") and k != "ALBEDO_DATABASE_URL"}
+    env["ALBEDO_NO_BROWSER"] = "1"
+    env.update(extra)
+    return env
+
+
+def store_cli(backend, *argv: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess:
+    """``albedo-mcp --home HOME [--database URL] ARGV...`` as a subprocess, bounded."""
+    _kind, home, url = backend
+    where = ["--database", url] if url else []
+    return subprocess.run([sys.executable, "-m", "albedo_actors", "--home", home, *where, *argv], env=env,
+                          input=stdin, capture_output=True, text=True, timeout=STORE_CLI_TIMEOUT)

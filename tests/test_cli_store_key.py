@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -22,23 +21,9 @@ from albedo_actors.config import ServerConfig
 from albedo_actors.store import open_store
 from albedo_actors.store.models import CredentialRow, OAuthClientRow
 from albedo_actors.store.sealing import NEEDS_KEY, StoreKeys, key_id, new_key, parse_key
+from helpers import store_cli as albedo, store_cli_env as env_with
 
-RUN_TIMEOUT = 120  # a bound on each command, never an expected duration
 NAME = "guarded"
-
-
-def env_with(**keys: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ALBEDO_STORE_") and k != "ALBEDO_DATABASE_URL"}
-    env["ALBEDO_NO_BROWSER"] = "1"
-    env.update(keys)
-    return env
-
-
-def albedo(backend, *argv: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess:
-    _kind, home, url = backend
-    where = ["--database", url] if url else []
-    return subprocess.run([sys.executable, "-m", "albedo_actors", "--home", home, *where, *argv], env=env,
-                          input=stdin, capture_output=True, text=True, timeout=RUN_TIMEOUT)
 
 
 def raw(backend) -> list[tuple]:

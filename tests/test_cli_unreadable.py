@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -24,24 +23,9 @@ from albedo_actors.session import Session
 from albedo_actors.store import Credentials, open_store
 from albedo_actors.store.models import CredentialRow
 from albedo_actors.store.sealing import StoreKeys, new_key, parse_key
-from helpers import FAULT_SERVER
+from helpers import FAULT_SERVER, store_cli as albedo, store_cli_env as env_with
 
-RUN_TIMEOUT = 120  # a bound on each command, never an expected duration
 LOOKS_SEALED = "enc:v1:plaintext-token-0123"
-
-
-def env_with(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ALBEDO_STORE_") and k != "ALBEDO_DATABASE_URL"}
-    env["ALBEDO_NO_BROWSER"] = "1"
-    env.update(extra)
-    return env
-
-
-def albedo(backend, *argv: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess:
-    _kind, home, url = backend
-    where = ["--database", url] if url else []
-    return subprocess.run([sys.executable, "-m", "albedo_actors", "--home", home, *where, *argv], env=env,
-                          input=stdin, capture_output=True, text=True, timeout=RUN_TIMEOUT)
 
 
 def rows(backend) -> list[tuple]:
