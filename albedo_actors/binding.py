@@ -8,12 +8,30 @@
     r = mcp.call("docs/search", query="pykka")
     r = mcp.call("docs/search", {"query": "pykka"})   # or as one mapping, ``arguments=``
     if r.isError: ...                        # a tool-reported error does not raise
-    mcp.docs.search(query="pykka")           # minted from the composition at start
+    mcp.docs.search(query="pykka")           # a server's namespace: mcp.<server>.<tool>(...)
+    mcp["server-everything"].echo(message="hi")   # any server name; mcp.server_everything too
 
     amcp = AsyncMcp(composer)
     await amcp.tools(); await amcp.describe("docs/search")
     await amcp.docs.search(query="pykka")
     results = await asyncio.gather(amcp.call("a/x"), amcp.call("b/y"), return_exceptions=True)
+
+Names: every server of the session is a namespace, ``mcp.<python name>.<tool>(...)`` or
+``mcp["<server name>"].<tool>(...)``. The Python name is the server's name with every
+character that cannot be in an identifier made ``_`` (``server-everything`` →
+``server_everything``), ``_`` after a keyword (``class_``), and ``s_`` before a leading
+digit. When two servers get the same Python name, a server whose own name is that
+identifier keeps it and the others are reached by ``mcp["name"]`` only (so are names
+that start with ``_`` or clash with the binding's own methods).
+
+What :meth:`Mcp.tools` and :meth:`Mcp.describe` return is the host's: fresh copies
+(the schemas too), so converting them in place for a provider changes nothing another
+call or session sees.
+
+Async calls never wait on another server: each :class:`AsyncMcp` runs a call on a
+thread of its own lane for the call's server, at most ``calls_per_server`` in flight
+per server (more wait, in order, within their call's timeout), so a slow or stuck
+server fills only its own lane.
 
 The reference's "From Python": ``call(name, arguments=None, **kwargs)``. ``name`` is
 positional-only, so an operation whose own argument is called ``name`` (a prompt's
@@ -34,27 +52,31 @@ MCP responses are untrusted data: results are plain records of what the server s
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import itertools
+import keyword
+import logging
+import re
+import threading
+import time
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import pykka
 
 from .actors.composer import SignInNeeded, ToolProgress
-from .actors.preparer import Composition
-from .actors.reply import Request
-from .actors.reply import request as send_request
-from .errors import ConfigError, NeedsSignIn, SessionClosed, SessionTimedOut, Unavailable
-from .catalogue.naming import GET_PROMPT, READ_RESOURCE, Advertised
-from .catalogue.schemas import check_result
+from .actors.reply import CLOSED, ask
+from .catalogue.composition import Composition, perform
+from .catalogue.naming import Advertised
+from .errors import ConfigError, NeedsSignIn, SessionClosed, TimedOut, Unavailable
 
 if TYPE_CHECKING:
     from .connection.progress import ProgressReport
 
 SEARCH_TOOL = "mcp_search_tools"  # catalogue/search.py's, named here so a call loads nothing for it
 
-ASK_TIMEOUT = 10.0
+logger = logging.getLogger(__name__)
 _calls = itertools.count(1)  # tool calls of this process, as the composer's progress events name them
 
 
@@ -113,19 +135,46 @@ class Mcp:
         self._warn = warn or (lambda message: None)
         self._warned: Composition | None = None
         self._published = ask(self._composer.published)
-        self._minted: tuple[str, ...] = _mint(self, self._composition(), _ServerNamespace)
+        self._composition()  # its warnings, once, now
 
     def tools(self) -> list[dict[str, Any]]:
-        """The advertised operations: name, server, kind, description, inputSchema."""
-        return [_describe(item) for item in self._composition().operations]
+        """The advertised operations: name, server, kind, operation, description,
+        inputSchema; fresh copies the host may change."""
+        composition = self._composition()
+        return [_describe(item, composition) for item in composition.operations]
 
     def describe(self, name: str) -> dict[str, Any]:
-        """One operation by advertised name or ``server/tool``.
+        """One operation by advertised name or ``server/tool`` (a fresh copy).
 
         Raises:
             ConfigError: no such operation.
         """
-        return _describe(self._composition().resolve(name)[0])
+        composition = self._composition()
+        return _describe(composition.resolve(name)[0], composition)
+
+    def __getitem__(self, server: str) -> _ServerNamespace:
+        """``mcp["server-everything"].echo(...)``: the namespace of any server name.
+
+        Raises:
+            ConfigError: this session has no server of that name.
+        """
+        composition = self._composition()
+        if not isinstance(server, str) or not _in_session(composition, server):
+            raise ConfigError(f"this session has no MCP server {server!r}; mcp.tools() lists what it offers")
+        return _ServerNamespace(self, server)
+
+    def __getattr__(self, name: str) -> _ServerNamespace:
+        # Only names that are not the binding's own: a server's Python name (module docstring).
+        if name.startswith("_"):
+            raise AttributeError(name)
+        server = python_names(self._composition()).get(name)
+        if server is None:
+            raise AttributeError(f"this session has no MCP server whose Python name is {name!r}; "
+                                 f"mcp.tools() lists what it offers, mcp['name'] reaches any server name")
+        return _ServerNamespace(self, server)
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *python_names(self._composition())})
 
     def call(self, name: str, /, arguments: Mapping[str, Any] | None = None, *,
              on_progress: Callable[[ProgressReport], None] | None = None, **kwargs: Any) -> Record:
@@ -149,34 +198,7 @@ class Mcp:
         if name == SEARCH_TOOL:  # the model's tool search: answered here, never sent to a server
             return Record(composition.call_search(_arguments(name, arguments, kwargs)))
         item, handle = composition.resolve(name)
-        args = _arguments(name, arguments, kwargs)
-        composition.used(item)  # recently used: in the next turn's set when over budget
-        try:
-            if item.kind == READ_RESOURCE:
-                if not isinstance(args.get("uri"), str):
-                    raise ConfigError(f"{name!r} needs a 'uri' argument (a string); mcp.describe({name!r}) shows its schema")
-                return Record(handle.read_resource(args["uri"]))
-            if item.kind == GET_PROMPT:
-                if not isinstance(args.get("name"), str):
-                    raise ConfigError(f"{name!r} needs a 'name' argument (a string); mcp.describe({name!r}) shows its schema")
-                return Record(handle.get_prompt(args["name"], args.get("arguments")))
-            result, deadline = self._call_tool(item, handle, args, on_progress)
-            # issue 16: checked against its outputSchema, never blocked (catalogue/schemas.py),
-            # and (issue 23) never past the call's deadline
-            checked = check_result(composition.catalogues.get(item.server), item.operation, result, deadline)
-            if checked.warning is not None:
-                self._warn(checked.warning)
-            return Record(result, checked.errors)
-        except (pykka.ActorDeadError, pykka.Timeout):  # the server's client, never pykka's error
-            raise Unavailable(item.server, "its client stopped or did not answer; nothing was sent: try again") from None
-        except NeedsSignIn as exc:
-            if not exc.step_up:
-                # The session leaves it out after this turn (it joins again once signed in).
-                try:
-                    self._composer.actor_ref.tell(SignInNeeded(item.server))  # a tell: nothing to wait for
-                except pykka.ActorDeadError:
-                    pass  # the session closed meanwhile: nothing to leave it out of
-            raise
+        return self._perform(composition, item, handle, _arguments(name, arguments, kwargs), on_progress)
 
     def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
         """The ``limit`` operations that best match ``query`` (BM25 over names,
@@ -191,35 +213,37 @@ class Mcp:
             query, limit = search_arguments({"query": query, "limit": limit})
         except ValueError as exc:
             raise ConfigError(str(exc).replace(SEARCH_TOOL, "mcp.search", 1)) from None
-        return [_describe(item) for item in self._composition().search(query, limit)]
+        composition = self._composition()
+        return [_describe(item, composition) for item in composition.search(query, limit)]
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _call_tool(self, item: Any, handle: Any, args: dict[str, Any],
-                   on_progress: Callable[[ProgressReport], None] | None) -> tuple[dict[str, Any], float]:
-        call = next(_calls)
-        composer = self._composer.actor_ref
-        told = False
-
-        def report(progress: ProgressReport) -> None:
-            nonlocal told
-            told = True
-            try:
-                composer.tell(ToolProgress(call, item.name, progress))  # the owner's event
-            except pykka.ActorDeadError:
-                pass  # the session closed meanwhile
-            if on_progress is not None:
-                on_progress(progress)
-
+    def _perform(self, composition: Composition, item: Advertised, handle: Any, args: dict[str, Any],
+                 on_progress: Callable[[ProgressReport], None] | None) -> Record:
+        """The one call pipeline (catalogue/composition.py's perform), with the session's
+        progress events and its sign-in notice around it."""
+        report = self._reporter(item, on_progress) if item.kind == "tool" else None
         try:
-            answered: tuple[dict[str, Any], float] = handle.call_tool_and_deadline(item.operation, args, on_progress=report)
-            return answered
-        finally:
-            if told:
+            done = perform(composition, item, handle, args, on_progress=report)
+        except (pykka.ActorDeadError, pykka.Timeout):  # the server's client, never pykka's error
+            raise Unavailable(item.server, "its client stopped or did not answer; nothing was sent: try again") from None
+        except NeedsSignIn as exc:
+            if not exc.step_up:
+                # The session leaves it out after this turn (it joins again once signed in).
                 try:
-                    composer.tell(ToolProgress(call, item.name, None))
+                    self._composer.actor_ref.tell(SignInNeeded(item.server))  # a tell: nothing to wait for
                 except pykka.ActorDeadError:
-                    pass
+                    pass  # the session closed meanwhile: nothing to leave it out of
+            raise
+        finally:
+            if report is not None:
+                report.end()
+        if done.warning is not None:
+            self._warn(done.warning)
+        return Record(done.result, done.schema_errors)
+
+    def _reporter(self, item: Advertised, on_progress: Callable[[ProgressReport], None] | None) -> _Reporter:
+        return _Reporter(self._composer.actor_ref, next(_calls), item.name, on_progress)
 
     def _composition(self) -> Composition:
         """The session's current composition, read from where the composer publishes it."""
@@ -231,6 +255,34 @@ class Mcp:
             for warning in composition.operation_warnings:
                 self._warn(warning)
         return composition
+
+
+class _Reporter:
+    """A tool call's progress, told to the session's composer (its owner's event) and
+    handed to the caller's ``on_progress``; :meth:`end` tells the composer it ended."""
+
+    __slots__ = ("_composer", "_call", "_name", "_on_progress", "_told")
+
+    def __init__(self, composer: pykka.ActorRef, call: int, name: str,
+                 on_progress: Callable[[ProgressReport], None] | None) -> None:
+        self._composer, self._call, self._name, self._on_progress = composer, call, name, on_progress
+        self._told = False
+
+    def __call__(self, progress: ProgressReport) -> None:
+        self._told = True
+        try:
+            self._composer.tell(ToolProgress(self._call, self._name, progress))
+        except pykka.ActorDeadError:
+            pass  # the session closed meanwhile
+        if self._on_progress is not None:
+            self._on_progress(progress)
+
+    def end(self) -> None:
+        if self._told:
+            try:
+                self._composer.tell(ToolProgress(self._call, self._name, None))
+            except pykka.ActorDeadError:
+                pass
 
 
 class _ServerNamespace:
@@ -246,90 +298,211 @@ class _ServerNamespace:
             raise AttributeError(tool)
         return lambda **arguments: self._mcp.call(f"{self._server}/{tool}", arguments)
 
+    def __getitem__(self, tool: str) -> Any:
+        """``mcp["docs"]["search-v2"](...)``: a tool whose name is not an identifier."""
+        return lambda **arguments: self._mcp.call(f"{self._server}/{tool}", arguments)
+
+    def __repr__(self) -> str:
+        return f"<MCP server {self._server!r}>"
+
+
+CALLS_PER_SERVER = 32  # an AsyncMcp's calls in flight per server; more wait in its lane
+LINGER_S = 1.0  # a lane's idle thread waits this long for the next call, then ends
+
 
 class AsyncMcp:
-    """The same binding for asyncio: each call runs on a worker thread, so the event loop
-    never blocks, and ``asyncio.gather(..., return_exceptions=True)`` keeps what succeeded."""
+    """The same binding for asyncio. The event loop never blocks, and a call never
+    waits on another server: each runs on a thread of its server's own lane (at most
+    ``calls_per_server`` in flight; more wait in order, within their call's timeout).
+    ``asyncio.gather(..., return_exceptions=True)`` keeps what succeeded. Cancelling an
+    awaited call that has not started drops it; one already sent runs to its own end
+    (the issue's cancel-as-timeout is for the deadline work). :meth:`close` (a Session
+    does it) ends the lanes' threads."""
 
-    def __init__(self, composer: pykka.ActorRef, warn: Any = None) -> None:
+    def __init__(self, composer: pykka.ActorRef, warn: Any = None, *, calls_per_server: int = CALLS_PER_SERVER) -> None:
         self._sync = Mcp(composer, warn)
-        self._minted: tuple[str, ...] = _mint(self, self._sync._composition(), _ServerNamespace)
+        self._lanes = Lanes(calls_per_server)
 
     async def tools(self) -> list[dict[str, Any]]:
-        """The advertised operations (see :meth:`Mcp.tools`)."""
-        import asyncio  # loaded already under a running loop; a sync-only host never loads it
-
-        return await asyncio.to_thread(self._sync.tools)
+        """The advertised operations (see :meth:`Mcp.tools`): no I/O, answered at once."""
+        return self._sync.tools()
 
     async def describe(self, name: str) -> dict[str, Any]:
         """One operation and its parameter schema (see :meth:`Mcp.describe`)."""
-        import asyncio
+        return self._sync.describe(name)
 
-        return await asyncio.to_thread(self._sync.describe, name)
+    def __getitem__(self, server: str) -> _ServerNamespace:
+        """``await amcp["server-everything"].echo(...)`` (see :meth:`Mcp.__getitem__`)."""
+        self._sync[server]
+        return _ServerNamespace(self, server)
+
+    def __getattr__(self, name: str) -> _ServerNamespace:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        server = python_names(self._sync._composition()).get(name)
+        if server is None:
+            raise AttributeError(f"this session has no MCP server whose Python name is {name!r}; "
+                                 f"amcp['name'] reaches any server name")
+        return _ServerNamespace(self, server)
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *python_names(self._sync._composition())})
 
     async def call(self, name: str, /, arguments: Mapping[str, Any] | None = None, *,
                    on_progress: Callable[[ProgressReport], None] | None = None, **kwargs: Any) -> Record:
         """Call an operation; its result record (see :meth:`Mcp.call`). ``on_progress`` is
         called as there, on the call's own thread, not the event loop's (use
         ``loop.call_soon_threadsafe`` in it to reach the loop)."""
-        import asyncio
+        import asyncio  # loaded already under a running loop; a sync-only host never loads it
 
-        return await asyncio.to_thread(self._sync.call, name, arguments, on_progress=on_progress, **kwargs)
+        sync = self._sync
+        composition = sync._composition()
+        if name == SEARCH_TOOL:
+            return Record(composition.call_search(_arguments(name, arguments, kwargs)))
+        item, handle = composition.resolve(name)
+        args = _arguments(name, arguments, kwargs)
+        bound = handle.config.call_timeout  # a call waiting in its lane waits no longer than it would for its answer
+        future = self._lanes.submit(item.server, time.monotonic() + bound, sync._perform, composition, item, handle, args, on_progress)
+        return await asyncio.wrap_future(future)
 
     async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
         """The operations that best match ``query`` (see :meth:`Mcp.search`)."""
-        import asyncio
+        return self._sync.search(query, limit)
 
-        return await asyncio.to_thread(self._sync.search, query, limit)
+    def close(self) -> None:
+        """End the lanes: calls still waiting in them fail with SessionClosed; calls
+        running end on their own; idle threads end now."""
+        self._lanes.close()
 
 
-CLOSED = "the MCP session has closed; start a new session to use MCP again"
+class Lanes:
+    """One lane of worker threads per key (a server): at most ``size`` tasks of a key run
+    at once, the rest wait in order. A thread is started when a task finds none idle
+    and ends after LINGER_S without work, so an idle binding holds no thread for long.
 
-
-def ask(method: Any, *args: Any, timeout: float | None = None) -> Any:
-    """Call an actor's proxy ``method`` and wait (bounded) for its answer.
-
-    pykka's own exceptions never reach a caller of the binding (errors.py's rule):
-    an actor that has stopped is :class:`SessionClosed`, one that does not answer within
-    the bound :class:`SessionTimedOut`; each says what to do.
+    A task waiting past its ``not_after`` (``time.monotonic()``) is failed with
+    :class:`TimedOut` without running: it was never sent.
     """
-    limit = ASK_TIMEOUT if timeout is None else timeout
-    try:
-        return method(*args).get(timeout=limit)
-    except pykka.ActorDeadError:
-        raise SessionClosed(CLOSED) from None
-    except pykka.Timeout:
-        raise SessionTimedOut(f"the MCP session did not answer within {limit:g} s; try again after the current operation") from None
+
+    def __init__(self, size: int = CALLS_PER_SERVER, linger: float = LINGER_S) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ConfigError(f"calls_per_server must be a whole number of at least 1, not {size!r}")
+        self._size = size
+        self._linger = linger
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._queues: dict[str, collections.deque] = {}
+        self._running: dict[str, int] = {}  # threads of each lane (busy or idle)
+        self._idle: dict[str, int] = {}
+        self._threads: set[threading.Thread] = set()
+        self._closed = False
+
+    def submit(self, key: str, not_after: float, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
+        """Run ``fn(*args)`` in ``key``'s lane; its future (cancel it to drop it unstarted).
+
+        Raises:
+            SessionClosed: the lanes are closed.
+        """
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise SessionClosed(CLOSED)
+            self._queues.setdefault(key, collections.deque()).append((future, not_after, fn, args))
+            if self._idle.get(key, 0):
+                self._work.notify_all()
+            elif self._running.get(key, 0) < self._size:
+                self._running[key] = self._running.get(key, 0) + 1
+                thread = threading.Thread(target=self._serve, args=(key,), name=f"mcp-lane-{key}", daemon=True)
+                self._threads.add(thread)
+                thread.start()
+        return future
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            waiting = [task for queue in self._queues.values() for task in queue]
+            self._queues.clear()
+            self._work.notify_all()
+            threads = list(self._threads)
+        for future, _not_after, _fn, _args in waiting:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(SessionClosed(CLOSED))
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(0.5)  # an idle one ends now; a busy one ends with its call
+
+    def _serve(self, key: str) -> None:
+        try:
+            while True:
+                with self._lock:
+                    queue = self._queues.get(key)
+                    if not queue and not self._closed:
+                        self._idle[key] = self._idle.get(key, 0) + 1
+                        self._work.wait_for(lambda: bool(self._queues.get(key)) or self._closed, timeout=self._linger)
+                        self._idle[key] -= 1
+                        queue = self._queues.get(key)
+                    if not queue:
+                        return  # lingered without work, or closed
+                    future, not_after, fn, args = queue.popleft()
+                    if not queue:
+                        del self._queues[key]
+                if not future.set_running_or_notify_cancel():
+                    continue  # cancelled while it waited: dropped, never sent
+                if time.monotonic() > not_after:
+                    future.set_exception(TimedOut(key, f"the call was not sent: it waited in this session's lane behind "
+                                                       f"{self._size} calls to the server for longer than its timeout; try again"))
+                    continue
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # noqa: BLE001 - the caller's, delivered through its future
+                    future.set_exception(exc)
+        finally:
+            with self._lock:
+                self._running[key] -= 1
+                if not self._running[key]:
+                    del self._running[key]
+                    self._idle.pop(key, None)
+                self._threads.discard(threading.current_thread())
 
 
-def request(ref: pykka.ActorRef, message: Request, *, timeout: float, late: str | None = None) -> Any:
-    """Tell an actor ``message`` (a request, see actors/reply.py) and wait at most
-    ``timeout`` s on its one reply: the caller's single future, single bound.
-
-    Raises:
-        SessionClosed: the actor has stopped (the session closed).
-        SessionTimedOut: no reply came in time (``late`` says so, if given).
-        Whatever the request failed with (an AlbedoError).
-    """
-    try:
-        return send_request(ref, message, timeout)
-    except pykka.ActorDeadError:
-        raise SessionClosed(CLOSED) from None
-    except concurrent.futures.TimeoutError:
-        raise SessionTimedOut(late or f"the MCP session did not answer within {timeout:g} s; try again after the current operation") from None
-    except concurrent.futures.CancelledError:
-        raise SessionClosed(CLOSED) from None
+_IDENTIFIER_TAIL = re.compile(r"\W")
+_OWN = frozenset(name for cls in (Mcp, AsyncMcp) for name in dir(cls))
 
 
-def _mint(target: Any, composition: Composition, namespace: type) -> tuple[str, ...]:
-    """Set ``target.<server>`` for every server of ``composition`` (the reference: methods
-    minted at kernel boot). Left-out servers too: their calls say why they cannot run."""
-    minted = []
+def python_name(server: str) -> str:
+    """The identifier a server is reached by as ``mcp.<name>`` (module docstring)."""
+    name = _IDENTIFIER_TAIL.sub("_", server)
+    if not name:
+        return "_"
+    if name[0].isdigit():
+        name = f"s_{name}"
+    if keyword.iskeyword(name):
+        name += "_"
+    return name
+
+
+def python_names(composition: Composition) -> dict[str, str]:
+    """Python name → server of ``composition`` (cached on it: built once): every server
+    whose Python name is unambiguous, not private and not one of the binding's own."""
+    cached = composition.__dict__.get("_python_names")
+    if cached is not None:
+        return cached
+    by_name: dict[str, list[str]] = {}
     for server in sorted({*composition.handles, *composition.left_out}):
-        if server.isidentifier() and not server.startswith("_") and not hasattr(type(target), server):
-            object.__setattr__(target, server, namespace(target, server))
-            minted.append(server)
-    return tuple(minted)
+        by_name.setdefault(python_name(server), []).append(server)
+    names = {}
+    for name, servers in by_name.items():
+        if name.startswith("_") or name in _OWN:
+            continue
+        exact = [server for server in servers if server == name]
+        if exact or len(servers) == 1:
+            names[name] = exact[0] if exact else servers[0]
+    object.__setattr__(composition, "_python_names", names)
+    return names
+
+
+def _in_session(composition: Composition, server: str) -> bool:
+    return server in composition.handles or server in composition.left_out or composition.mcp_off
 
 
 def _arguments(name: str, arguments: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -343,12 +516,13 @@ def _arguments(name: str, arguments: Any, kwargs: Mapping[str, Any]) -> dict[str
     return {**arguments, **kwargs}
 
 
-def _describe(item: Advertised) -> dict[str, Any]:
+def _describe(item: Advertised, composition: Composition) -> dict[str, Any]:
+    """An operation as the host's own dictionary: a fresh copy, schema included."""
     return {
         "name": item.name,
         "server": item.server,
         "kind": item.kind,
         "operation": item.operation,
         "description": item.description,
-        "inputSchema": item.input_schema,
+        "inputSchema": composition.schema_copy(item),
     }

@@ -43,7 +43,7 @@ names any address but ``127.0.0.1`` is refused (exit 2) and its token is never s
 see :mod:`albedo_actors.catalogue.naming`) or ``SERVER/TOOL``; a ``read_resource`` or ``get_prompt``
 name reads a resource (``--args '{"uri": ...}'``) or gets a prompt
 (``--args '{"name": ..., "arguments": {...}}'``). ``call`` resolves ``NAME`` as the binding
-does (:meth:`albedo_actors.actors.preparer.Composition.resolve`): a tool kept from the
+does (:meth:`albedo_actors.catalogue.composition.Composition.resolve`): a tool kept from the
 model because its ``inputSchema`` was left out is called only with ``--hidden``
 (without it, one line says why it is not advertised and to add ``--hidden``).
 
@@ -121,7 +121,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
 import pykka
 
 from . import __version__
-from .actors.client import ServerHandle
 from .config import OWN_VARIABLE, McpConfig, load, own_variable, resolve_home
 from .errors import (
     EXIT_OK,
@@ -137,8 +136,8 @@ from .errors import (
     exit_code,
 )
 from .catalogue.naming import Advertised, server_prefix
-from .catalogue.schemas import check_result
-from .binding import CLOSED
+from .catalogue.composition import perform
+from .actors.reply import CLOSED
 from .runtime import Runtime
 from .wire.text import json_text, printable
 
@@ -345,7 +344,7 @@ def _runtime(config: McpConfig, store: Store | None) -> Runtime:
 
     The command line's session chooses the extension on (an admin tool works whatever
     the configured default says)."""
-    return Runtime(config.home, store, config=config, background=False, enabled=True)
+    return Runtime(config.home, store, config=config, background=False, enabled=True, watch=False)
 
 
 def _call(args: argparse.Namespace) -> int:
@@ -388,16 +387,22 @@ def _call_in(args: argparse.Namespace, chosen_config: McpConfig, store: Store | 
             _warn(warning)
         # The one resolver (Composition.resolve): the operation and its client, both of this session.
         chosen, handle = session.resolve(args.name, hidden=args.hidden, listing=f"'{PROG} tools'", hidden_option="--hidden")
-        result, deadline = _perform(handle, chosen, arguments, _progress_line(chosen, args.json))
-        if chosen.kind == "tool":  # issue 16: one warning line; --json prints the server's JSON alone
-            # issue 23: the check ends by the call's deadline
-            checked = check_result(session.catalogues.get(chosen.server), chosen.operation, result, deadline)
-            if checked.warning is not None:
-                _warn(checked.warning)
-            if checked.errors:
-                more = " (and more)" if len(checked.errors) > 1 else ""
-                _warn(f"server {chosen.server!r}: tool {chosen.operation!r}: its result does not match its "
-                      f"outputSchema: {checked.errors[0]}{more}")
+        _check_operation_arguments(chosen, arguments)
+        progress = _progress_line(chosen, args.json)
+        try:
+            # The one call pipeline (catalogue/composition.py): issue 16's output check,
+            # ended by the call's deadline (issue 23).
+            done = perform(session, chosen, handle, arguments or {}, on_progress=progress)
+        finally:
+            if progress is not None:
+                progress.clear()  # the reporter has ended: nothing writes after this
+        result = done.result
+        if done.warning is not None:  # issue 16: one warning line; --json prints the server's JSON alone
+            _warn(done.warning)
+        if done.schema_errors:
+            more = " (and more)" if len(done.schema_errors) > 1 else ""
+            _warn(f"server {chosen.server!r}: tool {chosen.operation!r}: its result does not match its "
+                  f"outputSchema: {done.schema_errors[0]}{more}")
     if args.json:
         _print_json(result)
     else:
@@ -434,30 +439,21 @@ def _progress_line(entry: Advertised, as_json: bool) -> _ProgressLine | None:
     return _ProgressLine(printable(f"{entry.server}/{entry.operation}", one_line=True, limit=80))
 
 
-def _perform(handle: ServerHandle, entry: Advertised, arguments: dict[str, Any] | None,
-             progress: _ProgressLine | None = None) -> tuple[dict[str, Any], float | None]:
-    """Call the tool, or read the resource / get the prompt the arguments name; the
-    result and, for a tool, the call's deadline (``time.monotonic()``)."""
-    if entry.kind == "tool":
-        try:
-            return handle.call_tool_and_deadline(entry.operation, arguments, on_progress=progress)
-        finally:
-            if progress is not None:
-                progress.clear()  # the reporter has ended: nothing writes after this
+def _check_operation_arguments(entry: Advertised, arguments: dict[str, Any] | None) -> None:
+    """The command line's own word on a read_resource or get_prompt's ``--args``."""
     arguments = arguments or {}
     if entry.kind == "read_resource":
         uri = arguments.get("uri")
         if not isinstance(uri, str) or set(arguments) - {"uri"}:
             raise _Usage('read_resource takes --args \'{"uri": "..."}\'')
-        return handle.read_resource(uri), None
-    prompt, prompt_arguments = arguments.get("name"), arguments.get("arguments")
-    if (
-        not isinstance(prompt, str)
-        or set(arguments) - {"name", "arguments"}
-        or not (prompt_arguments is None or (isinstance(prompt_arguments, dict) and all(isinstance(v, str) for v in prompt_arguments.values())))
-    ):
-        raise _Usage('get_prompt takes --args \'{"name": "...", "arguments": {"key": "text"}}\'')
-    return handle.get_prompt(prompt, prompt_arguments), None
+    elif entry.kind == "get_prompt":
+        prompt, prompt_arguments = arguments.get("name"), arguments.get("arguments")
+        if (
+            not isinstance(prompt, str)
+            or set(arguments) - {"name", "arguments"}
+            or not (prompt_arguments is None or (isinstance(prompt_arguments, dict) and all(isinstance(v, str) for v in prompt_arguments.values())))
+        ):
+            raise _Usage('get_prompt takes --args \'{"name": "...", "arguments": {"key": "text"}}\'')
 
 
 # -- serve: a host with the settings service --------------------------------------------------

@@ -1,55 +1,94 @@
-"""Runtime: the actor runtime for one process, as a context manager.
+"""The daemon, its sessions, and the one-session runtime: what a host starts and stops.
 
-::
+A host process runs one :class:`Daemon` (a ServerRegistry, a RuntimePreparer and, with
+a store, a TokenRefresher) and opens a :class:`Session` per conversation::
 
-    with Runtime(home, store, config=config) as runtime:   # the configured default for "mcp"
-        composition = runtime.composition()   # handles, catalogues, left_out, warnings
-        mcp = runtime.mcp()                   # the Python binding over it
-        runtime.wait_background(10)           # let background dials save what they found
+    with Daemon(home, store) as daemon:
+        session = daemon.open_session(enabled=True, on_changed=lambda s: print("tools changed"))
+        mcp = session.mcp()                      # sync binding; session.amcp() for asyncio
+        session.turn_started()
+        mcp.docs.search(query="pykka")
+        session.turn_ended()                     # a swap or refresh that waited lands now
+        session.close()
 
-It starts a :class:`~albedo_actors.actors.registry.ServerRegistry`, a
-:class:`~albedo_actors.actors.preparer.RuntimePreparer` (with the store, if any: saved
-catalogues and credentials) and one :class:`~albedo_actors.actors.composer.SessionComposer`,
-opens the composer, and on the way out, whatever happened, closes every server at once
-and then stops the actors in reverse order (see :meth:`Runtime.stop`).
+:class:`Runtime` is a Daemon with one Session, for a host (or a script) with a single
+conversation; it has the Session's methods itself::
 
-The session follows the configured default of the ``mcp`` extension (the top-level
+    with Runtime(home, store, enabled=True) as runtime:
+        runtime.mcp().call("docs/search", query="pykka")
+
+Every session follows the configured default of the ``mcp`` extension (the top-level
 ``enabled`` object of ``extensions.json``: off unless it says ``{"mcp": true}``) and of
-``editor-mcp`` (on unless set), unless it chooses for itself alone: ``enabled=True`` or
-``False`` (``overlays_enabled=`` for editor overlays), or later
-``runtime.request(SetEnabled(choice))`` (the composer's requests). Off means no server is dialled and the binding
-says MCP is off. The command line chooses ``enabled=True``: it is an admin tool and
-works whatever the default says.
+``editor-mcp`` (on unless set), unless it chooses for itself alone (``enabled=``,
+``overlays_enabled=``, :meth:`Session.set_enabled`). Off means no server is dialled and
+the binding says MCP is off. A session can also switch one server on or off for itself
+alone (:meth:`Session.set_server_enabled`).
+
+A daemon hears every change to the settings, whoever makes it (``albedo-mcp`` writing
+directly, another process, the settings service): each session compares the settings'
+stamp at the start and end of each turn and prepares again when it moved; the swap
+lands between turns, and ``on_changed(session)`` is called (on the daemon's event
+thread, never an actor's) once per swap that changed what the model is offered.
+
+Stopping closes every server at once, then stops the sessions' composers, the
+preparer, the registry and the refresher, each bounded (see :meth:`Daemon.stop`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import logging
+import queue
+import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 import pykka
 
-from .actors.composer import Open, SessionComposer
-from .actors.preparer import BackgroundSettled, Composition, RuntimePreparer
+from .actors.composer import (
+    Open,
+    Reload,
+    SessionComposer,
+    SetEnabled,
+    SetOverlays,
+    SetOverlaysEnabled,
+    SetServerEnabled,
+    TurnEnded,
+)
+from .actors.preparer import BackgroundSettled, RuntimePreparer
 from .actors.registry import CloseAll, ServerRegistry
-from .binding import CLOSED, Mcp, ask, request
+from .actors.reply import CLOSED, Request, ask, request
+from .binding import AsyncMcp, Mcp
+from .catalogue.composition import Composition
 from .config import McpConfig, ServerConfig, load
-from .actors.reply import Request
-from .errors import SessionClosed
+from .errors import ConfigError, SessionClosed
 
 if TYPE_CHECKING:
     from .auth.grants import IdTokenProvider
     from .store import Store
 
-ASK_TIMEOUT = 10.0
+logger = logging.getLogger(__name__)
+
 OPEN_TIMEOUT = 600.0  # a bound only: each server's dial is bounded by its startupTimeoutMs
 STOP_TIMEOUT = 30.0
-NOT_RUNNING = "the runtime is not running; use it inside `with Runtime(...)`, or start() it first"
+TURN_TIMEOUT = 600.0  # turn_ended's default bound on a swap that waited for the turn
+EVENTS_STOP_S = 5.0
+NOT_RUNNING = "the MCP daemon is not running; use it inside `with Daemon(...)`, or start() it first"
+RUNTIME_NOT_RUNNING = "the runtime is not running; use it inside `with Runtime(...)`, or start() it first"
 
 
-class Runtime:
-    """Registry, preparer and one session composer for ``home``; see the module docstring."""
+class Daemon:
+    """One registry, preparer and token refresher for ``home``; see the module docstring.
+
+    ``store``: saved catalogues and credentials (None: neither; an OAuth server then
+    stays left out, needing a sign-in). ``config``: the configuration, or a source read
+    at every preparation; default HOME/extensions.json. ``background=False``: servers
+    advertised from a saved catalogue are not dialled in the background (their first use
+    dials them). ``id_token``: the host's source of the signed-in user's id_token,
+    ``id_token(server) -> str``, for servers with the enterprise grant (auth/grants.py);
+    ``machine_grants=False`` makes jwt-bearer and enterprise servers wait for a sign-in
+    like any other. ``watch=False``: sessions do not look for changes to the settings.
+    """
 
     def __init__(
         self,
@@ -58,22 +97,12 @@ class Runtime:
         *,
         config: McpConfig | Callable[[], McpConfig] | None = None,
         background: bool = True,
-        enabled: bool | None = None,
-        overlays_enabled: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
         id_token: IdTokenProvider | None = None,
+        machine_grants: bool = True,
+        watch: bool = True,
     ) -> None:
-        # ``config``: the configuration (or a source read at every preparation); default:
-        # HOME/extensions.json. ``background=False``: servers advertised from a saved
-        # catalogue are not dialled in the background (their first use dials them).
-        # ``enabled`` / ``overlays_enabled``: this session's own choice for the "mcp" /
-        # "editor-mcp" extension; None follows the configured default. ``id_token``: the
-        # host's source of the signed-in user's id_token, ``id_token(server) -> str``, for
-        # the servers with the enterprise grant (auth/grants.py).
         self.home = home
-        self._id_token = id_token
-        self._enabled = enabled
-        self._overlays_enabled = overlays_enabled
         self._store = store
         if config is None:
             self._source: Callable[[], McpConfig] = lambda: load(home)
@@ -83,12 +112,18 @@ class Runtime:
             self._source = config
         self._background = background
         self._clock = clock
+        self._id_token = id_token
+        self._machine_grants = machine_grants
+        self._watch_on = watch
+        self._watch: Any = None
         self._registry: pykka.ActorRef | None = None
         self._refresher: pykka.ActorRef | None = None
         self._preparer: pykka.ActorRef | None = None
-        self._composer: pykka.ActorRef | None = None
+        self._sessions: list[Session] = []
+        self._lock = threading.Lock()  # the sessions list (open and close come from any host thread)
+        self._events = _Events()
 
-    def __enter__(self) -> Runtime:
+    def __enter__(self) -> Daemon:
         try:
             self.start()
         except BaseException:
@@ -99,112 +134,69 @@ class Runtime:
     def __exit__(self, *exc_info: Any) -> None:
         self.stop()
 
-    def start(self) -> Composition:
-        """Start the actors and open the session; its first composition.
+    @property
+    def running(self) -> bool:
+        return self._preparer is not None
+
+    def start(self) -> Daemon:
+        """Start the registry, the preparer and (with a store) the token refresher.
 
         Raises:
-            ConfigError: the configuration is unusable (e.g. a named variable is unset).
-            SessionTimedOut: the servers did not open within ``OPEN_TIMEOUT``.
-            SessionError: preparing the servers failed (``SessionClosed``: it closed meanwhile).
+            AlbedoError: the daemon is running already.
         """
+        if self._preparer is not None:
+            raise ConfigError("the MCP daemon is running already; stop() it before starting it again")
         auth = None
         if self._store is not None:
             # OAuth needs somewhere to keep tokens: without a store a 401 server stays
             # left out (needs a sign-in), with one its tokens are sent and refreshed.
-            from .actors.refresher import TokenRefresher, oauth_for  # OAuth's modules: only with a store
+            from .actors.refresher import TokenRefresher, oauth_for, server_auth_factory  # OAuth's modules: only with a store
 
             self._refresher = TokenRefresher.start(self._store)
-            auth = _machine_sign_in(oauth_for, self._store, self._refresher, self._id_token)
+            auth = (server_auth_factory(self._store, self._refresher, self._id_token) if self._machine_grants
+                    else oauth_for(self._store, self._refresher))
         self._registry = ServerRegistry.start(self.home, auth=auth)
         self._preparer = RuntimePreparer.start(self._registry, self._store, background=self._background)
-        self._composer = SessionComposer.start(
-            self._preparer, self._registry, self._source, enabled=self._enabled, overlays_enabled=self._overlays_enabled, clock=self._clock
-        )
-        # One request, one future, one bound (binding.request translates pykka's errors).
-        return request(self._composer, Open(), timeout=OPEN_TIMEOUT,
-                       late=f"the MCP servers did not open within {OPEN_TIMEOUT:g} s; "
-                            "check each server's startupTimeoutMs, then start a new session")
+        if self._watch_on:
+            self._watch = _settings_stamp(self.home, self._store)
+        return self
 
-    def stop(self) -> None:
-        """Close every server at once, then stop the composer, the preparer, the registry
-        and the token refresher, in that order (each bounded).
+    def open_session(self, enabled: bool | None = None, overlays_enabled: bool | None = None, *,
+                     on_changed: Callable[[Session], None] | None = None, warn: Callable[[str], None] | None = None,
+                     timeout: float | None = None) -> Session:
+        """Open a session and prepare its first composition (servers heard from before
+        come from their saved catalogues at once; the others are dialled, each bounded by
+        its startupTimeoutMs).
 
-        The registry first tells every client to close (EOF: the servers exit in
-        parallel), so nothing the upper actors' helper threads wait on is still
-        dialling when those actors stop; the registry's stop then waits for the
-        processes to be gone.
-        """
-        if self._registry is not None:
-            try:
-                self._registry.tell(CloseAll())
-            except pykka.ActorDeadError:
-                pass
-        for ref in (self._composer, self._preparer, self._registry, self._refresher):
-            if ref is not None:
-                try:
-                    ref.stop(timeout=STOP_TIMEOUT)
-                except (pykka.ActorDeadError, pykka.Timeout):
-                    pass
-        self._composer = self._preparer = self._registry = self._refresher = None
-
-    def send(self, message: Request) -> concurrent.futures.Future:
-        """Tell the session composer one of its requests without waiting (a host ending a
-        turn: ``runtime.send(TurnEnded())``); its reply, the one future to wait on.
+        ``enabled`` / ``overlays_enabled``: this session's own choice for the "mcp" /
+        "editor-mcp" extension; None follows the configured default. ``on_changed(session)``:
+        called once per swap that changed what the model is offered, on the daemon's
+        event thread (what it raises is logged). ``warn(line)``: the bindings' warnings.
+        ``timeout``: the bound on the first preparation (default OPEN_TIMEOUT).
 
         Raises:
-            SessionClosed: the session has closed, or the runtime is not running.
+            SessionClosed: the daemon is not running.
+            ConfigError: the configuration is unusable (e.g. a named variable is unset).
+            SessionTimedOut: the servers did not open within ``timeout``.
+            SessionError: preparing the servers failed.
         """
-        if self._composer is None:
+        if self._preparer is None or self._registry is None:
             raise SessionClosed(NOT_RUNNING)
+        session = Session(self, enabled, overlays_enabled, on_changed, warn)
+        with self._lock:
+            self._sessions.append(session)
         try:
-            self._composer.tell(message)
-        except pykka.ActorDeadError:
-            raise SessionClosed(CLOSED) from None
-        return message.reply
-
-    def request(self, message: Request, timeout: float = OPEN_TIMEOUT) -> Any:
-        """Tell the session composer one of its requests (``Reload()``, ``SetEnabled(on)``,
-        ``TurnEnded()``, ``ProbesSettled()``, ...) and wait, bounded, for its reply.
-
-        Raises:
-            SessionClosed, SessionTimedOut: the session has closed (or the runtime is
-                not running), or did not answer in time.
-            SessionError, ConfigError: the request failed (a failed preparation keeps
-                the previous composition).
-        """
-        if self._composer is None:
-            raise SessionClosed(NOT_RUNNING)
-        return request(self._composer, message, timeout=timeout)
+            session._open(OPEN_TIMEOUT if timeout is None else timeout)
+        except BaseException:
+            session.close()
+            raise
+        return session
 
     @property
-    def composer(self) -> Any:
-        """The session composer's proxy, for what answers at once (composition,
-        turn_started, take_changes); requests go through :meth:`request`."""
-        if self._composer is None:
-            raise SessionClosed(NOT_RUNNING)
-        try:
-            return self._composer.proxy()
-        except pykka.ActorDeadError:
-            raise SessionClosed(CLOSED) from None
-
-    def composition(self) -> Composition:
-        """What the session sees now.
-
-        Raises:
-            SessionClosed: the runtime is not running or its session has closed.
-            SessionTimedOut: the session did not answer in time.
-        """
-        return ask(self.composer.composition)
-
-    def mcp(self, warn: Any = None) -> Mcp:
-        """The synchronous Python binding over this runtime's session.
-
-        Raises:
-            SessionClosed: the runtime is not running or its session has closed.
-        """
-        if self._composer is None:
-            raise SessionClosed(NOT_RUNNING)
-        return Mcp(self._composer, warn)
+    def sessions(self) -> tuple[Session, ...]:
+        """The sessions open now."""
+        with self._lock:
+            return tuple(self._sessions)
 
     def wait_background(self, timeout: float = 30.0) -> bool:
         """Wait (at most ``timeout`` s) for the preparer's background dials; True if they settled."""
@@ -221,25 +213,419 @@ class Runtime:
         except concurrent.futures.TimeoutError:
             return False
 
+    def stop(self) -> None:
+        """Close every server at once, then stop the sessions, the preparer, the registry
+        and the token refresher, in that order (each bounded), and the event thread.
 
-__all__ = ["Runtime"]
+        The registry first tells every client to close (EOF: the servers exit in
+        parallel), so nothing the upper actors' helper threads wait on is still
+        dialling when those actors stop; the registry's stop then waits for the
+        processes to be gone. Safe to call twice, and on a daemon that never started.
+        """
+        if self._registry is not None:
+            try:
+                self._registry.tell(CloseAll())
+            except pykka.ActorDeadError:
+                pass
+        for session in self.sessions:
+            session.close()
+        for ref in (self._preparer, self._registry, self._refresher):
+            if ref is not None:
+                try:
+                    ref.stop(timeout=STOP_TIMEOUT)
+                except (pykka.ActorDeadError, pykka.Timeout):
+                    pass
+        self._preparer = self._registry = self._refresher = None
+        self._events.stop()
+
+    # -- for the sessions -------------------------------------------------------------------------
+
+    def _forget(self, session: Session) -> None:
+        with self._lock:
+            if session in self._sessions:
+                self._sessions.remove(session)
 
 
-def _machine_sign_in(oauth_for: Callable[..., Any], store: Store, refresher: pykka.ActorRef,
-                     id_token: IdTokenProvider | None) -> Callable[[ServerConfig], Any]:
-    """The auth factory of the registry: a server whose grant needs no browser (jwt-bearer,
-    enterprise) signs in by itself when it asks (401); the others wait for ``albedo-mcp sign-in``.
-    The sign-in code loads with the first such server (a stdio host loads none of it)."""
-    plain = oauth_for(store, refresher)
-    machine: list[Callable[[ServerConfig], Any]] = []  # made once, on the registry's thread (its only caller)
+class Session:
+    """One conversation's view of the daemon's servers: its composer and its bindings.
 
-    def make(server: ServerConfig) -> Any:
-        if server.oauth is None or server.oauth.grant not in ("jwt-bearer", "enterprise"):
-            return plain(server)
-        if not machine:
-            from .auth.signin import authorizer
+    Made by :meth:`Daemon.open_session`. Plain methods, each bounded; what fails raises
+    an error of albedo_actors/errors.py's tree (a closed session: :class:`SessionClosed`).
+    """
 
-            machine.append(oauth_for(store, refresher, authorize=authorizer(store, id_token=id_token)))
-        return machine[0](server)
+    def __init__(self, daemon: Daemon, enabled: bool | None, overlays_enabled: bool | None,
+                 on_changed: Callable[[Session], None] | None, warn: Callable[[str], None] | None) -> None:
+        self._daemon = daemon
+        self._warn = warn
+        self._mcp: Mcp | None = None
+        self._amcp: AsyncMcp | None = None
+        self._lock = threading.Lock()
+        notify = None
+        if on_changed is not None:
+            events = daemon._events
 
-    return make
+            def notify() -> None:  # on the composer's thread: hand the news on, nothing more
+                events.put(on_changed, self)
+
+        assert daemon._preparer is not None and daemon._registry is not None
+        self._ref: pykka.ActorRef | None = SessionComposer.start(
+            daemon._preparer, daemon._registry, daemon._source, enabled=enabled, overlays_enabled=overlays_enabled,
+            clock=daemon._clock, on_changed=notify, stamp=daemon._watch,
+        )
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def _open(self, timeout: float) -> Composition:
+        # One request, one future, one bound.
+        return request(self._composer, Open(), timeout,
+                       late=f"the MCP servers did not open within {timeout:g} s; "
+                            "check each server's startupTimeoutMs, then start a new session")
+
+    @property
+    def _composer(self) -> pykka.ActorRef:
+        ref = self._ref
+        if ref is None:
+            raise SessionClosed(CLOSED)
+        return ref
+
+    @property
+    def _proxy(self) -> Any:
+        try:
+            return self._composer.proxy()
+        except pykka.ActorDeadError:
+            raise SessionClosed(CLOSED) from None
+
+    # -- the bindings -------------------------------------------------------------------------------
+
+    def mcp(self, warn: Callable[[str], None] | None = None) -> Mcp:
+        """The synchronous Python binding over this session (one per session; with
+        ``warn``, a new one whose warnings go there).
+
+        Raises:
+            SessionClosed: the session has closed.
+        """
+        if warn is not None:
+            return Mcp(self._composer, warn)
+        with self._lock:
+            if self._mcp is None:
+                self._mcp = Mcp(self._composer, self._warn)
+            return self._mcp
+
+    def amcp(self) -> AsyncMcp:
+        """The asyncio binding over this session (one per session; its calls run on the
+        session's own lanes, one per server, which :meth:`close` ends).
+
+        Raises:
+            SessionClosed: the session has closed.
+        """
+        with self._lock:
+            if self._amcp is None:
+                self._amcp = AsyncMcp(self._composer, self._warn)
+            return self._amcp
+
+    def composition(self) -> Composition:
+        """What the session sees now (clients, catalogues, left_out, warnings, operations).
+
+        Raises:
+            SessionClosed: the session has closed.
+            SessionTimedOut: the session did not answer in time.
+        """
+        return ask(self._proxy.composition)
+
+    # -- turns ----------------------------------------------------------------------------------------
+
+    def turn_started(self) -> Composition:
+        """The host submitted a turn: the composition this turn sees. Activity: left-out
+        servers may be probed, and a change to the settings starts a preparation (its
+        swap lands when the turn ends).
+
+        Raises:
+            SessionClosed, SessionTimedOut: the session closed, or did not answer in time.
+        """
+        return ask(self._proxy.turn_started)
+
+    def turn_ended(self, timeout: float = TURN_TIMEOUT) -> Composition | None:
+        """The turn ended: a swap or refresh that waited for it lands now. The composition
+        in use once it has (None when nothing waited), waiting at most ``timeout`` s.
+
+        Raises:
+            SessionClosed: the session has closed.
+            SessionTimedOut: the swap did not land within ``timeout`` (it still lands later).
+            SessionError, ConfigError: the refresh failed; the previous composition stays.
+        """
+        return request(self._composer, TurnEnded(), timeout)
+
+    def take_changes(self) -> bool:
+        """True once after a swap changed what the model is offered (append a
+        "capabilities changed" user turn)."""
+        return ask(self._proxy.take_changes)
+
+    # -- choices ----------------------------------------------------------------------------------
+
+    def set_server_enabled(self, name: str, on: bool | None) -> None:
+        """Switch the configured server ``name`` on or off for this session alone (None:
+        back to the configuration's choice). Applied from the session's next turn: a
+        replacement is prepared now and swapped in between turns. A server switched off
+        is not dialled for this session; other sessions are untouched.
+
+        Raises:
+            ConfigError: ``name`` is not a configured server, or ``on`` not a bool or None.
+            SessionClosed: the session has closed.
+        """
+        if on is not None and not isinstance(on, bool):
+            raise ConfigError(f"set_server_enabled takes True, False or None, not {on!r}")
+        names = [server.name for server in self._daemon._source().servers]
+        if name not in names:
+            raise ConfigError(f"no MCP server {name!r} in the configuration; `albedo-mcp servers` lists them")
+        self._send(SetServerEnabled(name, on))
+
+    def server_choices(self) -> dict[str, bool]:
+        """This session's own choices of servers (set_server_enabled), by name."""
+        return ask(self._proxy.server_choices)
+
+    def set_enabled(self, on: bool | None, timeout: float = OPEN_TIMEOUT) -> Composition:
+        """This session's own choice for the "mcp" extension (None: the configured default);
+        the composition once it landed (between turns)."""
+        return self.request(SetEnabled(on), timeout)
+
+    def set_overlays(self, servers: tuple[ServerConfig, ...], credentials: dict[str, Any] | None = None,
+                     timeout: float = OPEN_TIMEOUT) -> Composition:
+        """Editor overlays the host hands over (their credentials stay in memory); the
+        composition once it landed."""
+        return self.request(SetOverlays(tuple(servers), credentials), timeout)
+
+    def set_overlays_enabled(self, on: bool | None, timeout: float = OPEN_TIMEOUT) -> Composition:
+        """This session's own choice for editor overlays (None: the configured default)."""
+        return self.request(SetOverlaysEnabled(on), timeout)
+
+    def reload(self, timeout: float = OPEN_TIMEOUT) -> Composition:
+        """Prepare again from the current configuration; the composition once it landed."""
+        return self.request(Reload(), timeout)
+
+    def set_budget(self, max_tools: int | None, pinned: tuple[str, ...] | None = None, *, configured: bool = False) -> None:
+        """This session's own budget of advertised operations (see SessionComposer.set_budget)."""
+        proxy = self._proxy
+        ask(lambda: proxy.set_budget(max_tools, pinned, configured=configured))
+
+    def progress(self) -> list[dict[str, Any]]:
+        """The latest progress of each running tool call that reported some."""
+        return ask(self._proxy.progress)
+
+    # -- the composer's requests, for what has no method ---------------------------------------------
+
+    def request(self, message: Request, timeout: float = OPEN_TIMEOUT) -> Any:
+        """Tell the composer one of its requests and wait, bounded, for its reply.
+
+        Raises:
+            SessionClosed, SessionTimedOut: the session has closed, or did not answer in time.
+            SessionError, ConfigError: the request failed (the previous composition stays).
+        """
+        return request(self._composer, message, timeout)
+
+    def send(self, message: Request) -> concurrent.futures.Future:
+        """Tell the composer one of its requests without waiting; its reply future.
+
+        Raises:
+            SessionClosed: the session has closed.
+        """
+        return self._send(message)
+
+    def _send(self, message: Request) -> concurrent.futures.Future:
+        try:
+            self._composer.tell(message)
+        except pykka.ActorDeadError:
+            raise SessionClosed(CLOSED) from None
+        return message.reply
+
+    @property
+    def closed(self) -> bool:
+        ref = self._ref
+        return ref is None or not ref.is_alive()
+
+    def close(self) -> None:
+        """End the session: its async lanes, then its composer (which lets go of its
+        servers; a server no other session holds closes). Safe to call twice."""
+        with self._lock:
+            ref, self._ref = self._ref, None
+            amcp, self._amcp = self._amcp, None
+        if amcp is not None:
+            amcp.close()
+        if ref is not None:
+            try:
+                ref.stop(timeout=STOP_TIMEOUT)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                pass
+        self._daemon._forget(self)
+
+
+class Runtime(Daemon):
+    """A daemon with one session, for a host with a single conversation (and the command
+    line). It has the session's methods itself; ``runtime.session`` is that session.
+
+    ``enabled`` / ``overlays_enabled``: the session's own choice for "mcp" / "editor-mcp"
+    (None: the configured default). The other arguments are the Daemon's.
+    """
+
+    def __init__(
+        self,
+        home: str,
+        store: Store | None = None,
+        *,
+        config: McpConfig | Callable[[], McpConfig] | None = None,
+        background: bool = True,
+        enabled: bool | None = None,
+        overlays_enabled: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        id_token: IdTokenProvider | None = None,
+        machine_grants: bool = True,
+        watch: bool = True,
+        on_changed: Callable[[Session], None] | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__(home, store, config=config, background=background, clock=clock, id_token=id_token,
+                         machine_grants=machine_grants, watch=watch)
+        self._choice = (enabled, overlays_enabled)
+        self._on_changed = on_changed
+        self._warn = warn
+        self._session: Session | None = None
+
+    def __enter__(self) -> Runtime:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start(self) -> Composition:  # type: ignore[override]
+        """Start the daemon and open its session; the session's first composition.
+
+        Raises:
+            ConfigError: the configuration is unusable (e.g. a named variable is unset).
+            SessionTimedOut: the servers did not open within ``OPEN_TIMEOUT``.
+            SessionError: preparing the servers failed (``SessionClosed``: it closed meanwhile).
+        """
+        super().start()
+        self._session = self.open_session(*self._choice, on_changed=self._on_changed, warn=self._warn)
+        return self._session.composition()
+
+    def stop(self) -> None:
+        super().stop()
+        self._session = None
+
+    @property
+    def session(self) -> Session:
+        """The runtime's one session.
+
+        Raises:
+            SessionClosed: the runtime is not running.
+        """
+        if self._session is None:
+            raise SessionClosed(RUNTIME_NOT_RUNNING)
+        return self._session
+
+    @property
+    def _composer(self) -> pykka.ActorRef | None:
+        return self._session._ref if self._session is not None else None
+
+    @property
+    def composer(self) -> Any:
+        """The session composer's proxy, for what answers at once (composition,
+        turn_started, take_changes); requests go through :meth:`request`."""
+        return self.session._proxy
+
+    # The session's face, on the runtime itself.
+
+    def mcp(self, warn: Callable[[str], None] | None = None) -> Mcp:
+        return self.session.mcp(warn)
+
+    def amcp(self) -> AsyncMcp:
+        return self.session.amcp()
+
+    def composition(self) -> Composition:
+        return self.session.composition()
+
+    def turn_started(self) -> Composition:
+        return self.session.turn_started()
+
+    def turn_ended(self, timeout: float = TURN_TIMEOUT) -> Composition | None:
+        return self.session.turn_ended(timeout)
+
+    def take_changes(self) -> bool:
+        return self.session.take_changes()
+
+    def set_server_enabled(self, name: str, on: bool | None) -> None:
+        self.session.set_server_enabled(name, on)
+
+    def request(self, message: Request, timeout: float = OPEN_TIMEOUT) -> Any:
+        return self.session.request(message, timeout)
+
+    def send(self, message: Request) -> concurrent.futures.Future:
+        return self.session.send(message)
+
+
+class _Events:
+    """The daemon's event thread: calls the host's ``on_changed`` callbacks in order,
+    never on an actor's thread (a callback may call back into its session). Started at
+    the first event; what a callback raises is logged."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def put(self, callback: Callable[[Any], None], argument: Any) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="mcp-events", daemon=True)
+                self._thread.start()
+        self._queue.put((callback, argument))
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            thread = self._thread
+        if thread is not None:
+            self._queue.put(None)
+            if thread is not threading.current_thread():
+                thread.join(EVENTS_STOP_S)
+                if thread.is_alive():
+                    logger.warning("a host's on_changed callback did not return within %g s of the stop; it ends on its own",
+                                   EVENTS_STOP_S)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            callback, argument = item
+            try:
+                callback(argument)
+            except Exception:  # noqa: BLE001 - the host's callback: logged, never the daemon's end
+                logger.exception("the host's on_changed callback failed")
+
+
+def _settings_stamp(home: str, store: Store | None) -> Callable[[], Hashable]:
+    """A cheap token of the settings: ``extensions.json``'s identity and size and time."""
+    import os
+
+    path = os.path.join(home, "extensions.json")
+
+    def stamp() -> Hashable:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    return stamp
+
+
+__all__ = ["Daemon", "Runtime", "Session"]

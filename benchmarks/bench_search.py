@@ -40,7 +40,7 @@ import time
 
 from _common import REPO, processes_running, progress, ratio, report_leftovers, timed_calls
 
-from albedo_actors.actors.preparer import Composition, Usage
+from albedo_actors.catalogue.composition import Composition, Usage
 from albedo_actors.catalogue import Catalogue
 from albedo_actors.catalogue import search as search_module
 from albedo_actors.catalogue.search import ToolIndex, _words, tokens

@@ -20,7 +20,7 @@ import pykka
 import pytest
 
 from albedo_actors.actors.composer import Open, Reload
-from albedo_actors import binding
+from albedo_actors.actors import reply as binding  # ask()'s bound lives in actors/reply.py
 from albedo_actors.actors.composer import SessionComposer
 from albedo_actors.actors.preparer import RuntimePreparer
 from albedo_actors.actors.registry import ServerRegistry

@@ -18,8 +18,8 @@ import sys
 import pytest
 
 import albedo_actors
-from albedo_actors.actors import preparer as preparer_module
-from albedo_actors.actors.preparer import OFF, Composition
+from albedo_actors.catalogue import composition as preparer_module
+from albedo_actors.catalogue.composition import OFF, Composition
 from albedo_actors.catalogue import Catalogue
 from albedo_actors.catalogue.naming import advertised_name
 from albedo_actors.config import McpConfig, ServerConfig
@@ -169,7 +169,7 @@ def test_advertise_runs_once_per_composition_and_never_per_call(runtime, monkeyp
 
     monkeypatch.setattr(preparer_module, "advertise", counting)
     before = runtime.composition()
-    assert before.model_operations() is before.model_operations() is before.operations  # no overlays: the same tuple
+    assert before.model_operations_shared() is before.model_operations_shared() is before.operations  # no overlays: the same tuple
     rebuilt = Composition(before.handles, before.catalogues, before.left_out)
     assert len(calls) == 1 and rebuilt.operations == before.operations  # construction built it, once
     mcp = runtime.mcp()
@@ -192,7 +192,7 @@ def test_the_binding_warns_once_per_composition(runtime):
 
 
 def test_only_the_composition_and_session_build_operations():
-    """No module but actors/preparer.py (Composition) and session.py (Session) uses advertise()."""
+    """No module but catalogue/composition.py (Composition) and session.py (Session) uses advertise()."""
     package = os.path.dirname(albedo_actors.__file__)
     users = set()
     for folder, _dirs, files in os.walk(package):
@@ -207,7 +207,7 @@ def test_only_the_composition_and_session_build_operations():
                 imported = isinstance(node, ast.ImportFrom) and any(alias.name == "advertise" for alias in node.names)
                 if named or imported:
                     users.add(os.path.relpath(path, package))
-    assert users == {os.path.join("actors", "preparer.py"), "session.py"}
+    assert users == {os.path.join("catalogue", "composition.py"), "session.py"}
 
 
 # -- the command line's --hidden ---------------------------------------------------------------

@@ -21,7 +21,7 @@ import dataclasses
 import pytest
 
 from albedo_actors.actors.client import ServerHandle
-from albedo_actors.actors.preparer import Composition
+from albedo_actors.catalogue.composition import Composition
 from albedo_actors.actors.registry import ServerRegistry
 from albedo_actors.catalogue import Catalogue
 from albedo_actors.catalogue import saved as saved_module

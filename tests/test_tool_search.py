@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from albedo_actors.actors.preparer import Composition, Usage
+from albedo_actors.catalogue.composition import Composition, Usage
 from albedo_actors.binding import SEARCH_TOOL as BINDING_SEARCH_TOOL
 from albedo_actors.catalogue import Catalogue
 from albedo_actors.catalogue.naming import MAX_DESCRIPTION, Advertised
@@ -173,9 +173,9 @@ def test_a_new_composition_reuses_each_unchanged_servers_part_and_rebuilds_a_cha
 def test_under_budget_everything_is_advertised_and_no_search_tool():
     usage = Usage()
     composition = composition_of(many(3), usage)
-    assert composition.model_operations() is composition.operations
+    assert composition.model_operations_shared() is composition.operations
     usage.set_budget(4)  # 4 operations, a budget of 4: under
-    assert composition.model_operations() is composition.operations
+    assert composition.model_operations_shared() is composition.operations
     assert SEARCH_TOOL not in {item.name for item in composition.model_operations(include=["b/read_file"])}
 
 

@@ -1,6 +1,6 @@
 """SessionComposer: the composition one session sees, swapped atomically, refreshed after turns.
 
-**Owns** the session's current :class:`~albedo_actors.actors.preparer.Composition`,
+**Owns** the session's current :class:`~albedo_actors.catalogue.composition.Composition`,
 whether the extension is on for this session, whether a turn is running, and the
 probe schedule of the servers that were left out.
 
@@ -11,7 +11,7 @@ reply one helper thread waits on, never this mailbox), :class:`Subscribe` and
 
 **Requests** from the host (reply.py's pattern: the host tells one and waits on its
 ``reply``): :class:`Open`, :class:`Reload`, :class:`SetEnabled`, :class:`SetOverlays`,
-:class:`SetOverlaysEnabled`, :class:`TurnEnded`, :class:`ProbesSettled`. What answers
+:class:`SetOverlaysEnabled`, :class:`SetServerEnabled`, :class:`TurnEnded`, :class:`ProbesSettled`. What answers
 at once is a proxy call: :meth:`~SessionComposer.composition`,
 :meth:`~SessionComposer.turn_started`, :meth:`~SessionComposer.take_changes`,
 :meth:`~SessionComposer.set_budget` (tool search: the session's own budget). The binding reads the
@@ -37,23 +37,24 @@ composition the composer publishes in :class:`Published` (asked for once).
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import threading
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Hashable, Mapping
 
 import pykka
 
 from ..config import McpConfig, ServerConfig
 from ..errors import AlbedoError, SessionClosed, SessionError
 from .client import ServerHandle, connect_all
-from .preparer import CatalogueSaved, Composition, Prepare, Subscribe, Unsubscribe, Usage
+from ..catalogue.composition import Composition, Usage
+from .preparer import CatalogueSaved, Prepare, Subscribe, Unsubscribe
 from .registry import Release
-from .reply import Message, Reply, Request, chain, fail, fail_queued, resolve, set_field
+from .reply import ASK_TIMEOUT, Message, Reply, Request, chain, fail, fail_queued, resolve, set_field
 
 logger = logging.getLogger(__name__)
 
-ASK_TIMEOUT = 10.0
 PROBE_CAP = 20  # probe intervals double up to this many times retryMs
 PREPARE_LIMIT = 3600.0  # the preparer bounds each dial; this only guards against a lost future
 
@@ -121,6 +122,22 @@ class SetOverlaysEnabled(Request):
 
     def __init__(self, enabled: bool | None, *, reply: Reply | None = None) -> None:
         super().__init__(reply=reply)
+        set_field(self, "enabled", enabled)
+
+
+class SetServerEnabled(Request):
+    """The session's own choice for one configured server: True dials it for this
+    session even when extensions.json switches it off, False leaves it out of this
+    session alone (never dialled for it), None returns to the configuration's choice.
+    Applied from the session's next turn (a swap lands between turns)."""
+
+    __slots__ = ("server", "enabled")
+    server: str
+    enabled: bool | None
+
+    def __init__(self, server: str, enabled: bool | None, *, reply: Reply | None = None) -> None:
+        super().__init__(reply=reply)
+        set_field(self, "server", server)
         set_field(self, "enabled", enabled)
 
 
@@ -203,8 +220,19 @@ class SessionComposer(pykka.ThreadingActor):
         enabled: bool | None = None,
         overlays_enabled: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_changed: Callable[[], None] | None = None,
+        stamp: Callable[[], Hashable] | None = None,
     ) -> None:
+        # ``on_changed()``: called on this actor's thread, once per swap that changed what
+        # the model is offered; it must only hand the news on (the Session queues it for
+        # the daemon's event thread). ``stamp()``: a cheap token of the settings (the
+        # daemon's ChangeWatch); a session that sees it differ at a turn's start or end
+        # prepares again, so a change made by anyone reaches it between turns.
         super().__init__()
+        self._on_changed = on_changed
+        self._stamp = stamp
+        self._seen: Hashable = None
+        self._server_choices: dict[str, bool] = {}
         self._overlay_choice = overlays_enabled  # None: the configured editor-mcp default
         self._overlay_configs: tuple[ServerConfig, ...] = ()
         self._overlay_credentials: Mapping[str, Any] = {}
@@ -245,10 +273,18 @@ class SessionComposer(pykka.ThreadingActor):
         """Where the current composition is published (asked once, then read without asking)."""
         return self._published
 
-    def turn_started(self) -> None:
-        """The host submitted a turn: activity, so left-out servers may be probed."""
+    def turn_started(self) -> Composition:
+        """The host submitted a turn: activity, so left-out servers may be probed and the
+        settings checked for a change. The composition this turn sees (a swap waits for
+        the turn's end)."""
         self._in_turn = True
         self._probe_if_due()
+        self._check_settings()
+        return self._composition
+
+    def server_choices(self) -> dict[str, bool]:
+        """This session's own choices of servers (:class:`SetServerEnabled`), by name."""
+        return dict(self._server_choices)
 
     def server_needs_sign_in(self, server: str) -> None:
         """A call found ``server`` needing a sign-in: after this turn the session is
@@ -339,6 +375,11 @@ class SessionComposer(pykka.ThreadingActor):
             self._overlay_credentials = dict(message.credentials or {})
         elif isinstance(message, SetOverlaysEnabled):
             self._overlay_choice = message.enabled
+        elif isinstance(message, SetServerEnabled):
+            if message.enabled is None:
+                self._server_choices.pop(message.server, None)
+            else:
+                self._server_choices[message.server] = bool(message.enabled)
         elif not isinstance(message, Reload):
             fail(message.reply, SessionError(f"the MCP session does not handle {type(message).__name__}"))
             return
@@ -352,6 +393,8 @@ class SessionComposer(pykka.ThreadingActor):
             landed = self._waiting.get(parked.generation)
             self._on_prepared(parked)
         self._probe_if_due()
+        if self._settings_changed():
+            self._refresh_due = True
         if self._refresh_due:
             self._refresh_due = False
             self._prepare(reply)
@@ -406,8 +449,10 @@ class SessionComposer(pykka.ThreadingActor):
         generation = self._generation
         done = done if done is not None else concurrent.futures.Future()
         self._waiting[generation] = done
+        if self._stamp is not None:
+            self._seen = self._read_stamp()  # read before the configuration: a later change is seen next time
         try:
-            config = self._config()
+            config = _with_choices(self._config(), self._server_choices)
         except AlbedoError as exc:
             self.actor_ref.tell(_Prepared(generation, None, exc))
             return
@@ -486,23 +531,46 @@ class SessionComposer(pykka.ThreadingActor):
             return
         previous, self._composition = self._composition, composition
         self._published.composition = composition
-        if (previous.catalogues or previous.overlays) and not _same(previous, composition):
+        if (previous.catalogues or previous.overlays or previous.left_out) and not _same(previous, composition):
             self._changed = True
+            if self._on_changed is not None:
+                try:
+                    self._on_changed()
+                except Exception:  # noqa: BLE001 - the host's news channel must not break the swap
+                    logger.exception("the session's change notice failed")
         # Overlay clients this composition no longer uses end now (they are this session's).
         kept = {id(h) for h in composition.overlay_handles.values()}
         for name, (key, handle) in list(self._overlay_handles.items()):
             if id(handle) not in kept and name not in self._overlays_wanted:
                 del self._overlay_handles[name]
                 handle.stop_async()
-        for handle in previous.overlay_handles.values():
-            if id(handle) not in kept and all(entry[1] is not handle for entry in self._overlay_handles.values()):
-                handle.stop_async()
+        for old in previous.overlay_handles.values():
+            if id(old) not in kept and all(entry[1] is not old for entry in self._overlay_handles.values()):
+                old.stop_async()
         # The new clients are held since apply(); let go of the previous ones: connections
         # close only after the swap, and only when nobody else holds them.
         self._release(previous.held)
         self._schedule_probes(reset=True)
         if done is not None:
             resolve(done, composition)
+
+    def _read_stamp(self) -> Hashable:
+        assert self._stamp is not None
+        try:
+            return self._stamp()
+        except Exception as exc:  # noqa: BLE001 - a failing watch must not break a turn
+            logger.warning("the MCP settings could not be checked for changes (%s: %s)", type(exc).__name__, exc)
+            return self._seen
+
+    def _settings_changed(self) -> bool:
+        """True when the settings' stamp differs from the one the last preparation read."""
+        return self._stamp is not None and self._read_stamp() != self._seen
+
+    def _check_settings(self) -> None:
+        """At a turn's start: a change to the settings starts a preparation now; its swap
+        lands when this turn ends (or at once when the turn is over by then)."""
+        if self._settings_changed():
+            self._prepare()
 
     def _refresh_after_turn(self) -> None:
         # Mid-turn or idle alike: the refresh runs when the (next) turn ends.
@@ -544,6 +612,16 @@ class SessionComposer(pykka.ThreadingActor):
     def _release(self, handles: tuple) -> None:
         if handles:
             _release_now(self._registry, handles)
+
+
+def _with_choices(config: McpConfig, choices: Mapping[str, bool]) -> McpConfig:
+    """``config`` with the session's own choice of each server it names (a name the
+    configuration does not have is ignored: it may come back)."""
+    if not choices:
+        return config
+    servers = tuple(dataclasses.replace(s, enabled=choices[s.name]) if s.name in choices and s.enabled != choices[s.name] else s
+                    for s in config.servers)
+    return dataclasses.replace(config, servers=servers)
 
 
 def _probe(composer: pykka.ActorRef, name: str, handle: ServerHandle) -> None:

@@ -35,6 +35,7 @@ from .reply import Reply, Request, chain, fail, fail_queued, set_field
 if TYPE_CHECKING:
     from ..auth.refresh import RefreshStore
     from ..store import Store
+    from ..auth.grants import IdTokenProvider
 
 STOPPED = "the token refresher has stopped"
 
@@ -156,5 +157,27 @@ def oauth_for(store: Store, refresher: pykka.ActorRef,
         if server.type != "http":
             return None
         return ServerAuth(server, store, refresh, authorize=authorize)
+
+    return make
+
+
+def server_auth_factory(store: Store, refresher: pykka.ActorRef,
+                        id_token: IdTokenProvider | None = None) -> Callable[[ServerConfig], Any]:
+    """The auth factory a daemon's registry gives its clients: a server whose grant needs
+    no browser (jwt-bearer, enterprise: the machine grants) signs in by itself when it
+    asks (401); the others wait for ``albedo-mcp sign-in``. ``id_token(server) -> str``
+    is the host's source of the signed-in user's id_token for the enterprise grant. The
+    sign-in code loads with the first machine-grant server (a stdio host loads none of it)."""
+    plain = oauth_for(store, refresher)
+    machine: list[Callable[[ServerConfig], Any]] = []  # made once, on the registry's thread (its only caller)
+
+    def make(server: ServerConfig) -> Any:
+        if server.oauth is None or server.oauth.grant not in ("jwt-bearer", "enterprise"):
+            return plain(server)
+        if not machine:
+            from ..auth.signin import authorizer
+
+            machine.append(oauth_for(store, refresher, authorize=authorizer(store, id_token=id_token)))
+        return machine[0](server)
 
     return make

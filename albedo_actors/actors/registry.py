@@ -120,15 +120,20 @@ class ServerRegistry(pykka.ThreadingActor):
 
     # -- public API ---------------------------------------------------------------------
 
-    def apply(self, servers: tuple[ServerConfig, ...], credentials: Mapping[str, Any] | None = None) -> Applied:
+    def apply(self, servers: tuple[ServerConfig, ...], credentials: Mapping[str, Any] | None = None,
+              keep: tuple[str, ...] = ()) -> Applied:
         """Make the map match ``servers`` (with their stored ``credentials`` by name).
 
-        Every returned client is held once for the caller, who must release it."""
+        ``keep``: names that stay in the map although this caller does not want them
+        (the configured servers another session may have switched on for itself); only
+        a name neither wanted nor kept is retired. Every returned client (those of
+        ``servers``) is held once for the caller, who must release it."""
         credentials = credentials or {}
         wanted = {server.name: server for server in servers}
+        kept = set(keep)
         retired = []
         for name in list(self._entries):
-            if name not in wanted:
+            if name not in wanted and name not in kept:
                 retired.append(self._entries.pop(name)[3])
         for name, server in wanted.items():
             creds = credentials.get(name)
@@ -140,7 +145,7 @@ class ServerRegistry(pykka.ThreadingActor):
             # The fingerprint is worked out only when a later apply must compare (a first
             # apply of hundreds of servers computes none).
             self._entries[name] = (None, server, creds, self._start(server, creds))
-        handles = {name: entry[3] for name, entry in self._entries.items()}
+        handles = {name: self._entries[name][3] for name in wanted}
         self.acquire(tuple(handles.values()))
         for handle in retired:
             if self._holders.get(id(handle), 0) == 0:  # nobody holds it, nobody will: no entry has it

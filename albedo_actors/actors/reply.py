@@ -10,7 +10,9 @@ bound (DESIGN.md rule 1: no future holds another future)::
     composer.tell(message)                 # ActorDeadError: the actor has stopped
     composition = message.reply.result(timeout=60)
 
-:func:`request` does exactly that. Every reply resolves (rule 3): the receiving actor
+:func:`request` does exactly that, and :func:`ask` is its twin for a proxy call; both
+translate pykka's errors into ours (a stopped actor is :class:`SessionClosed`, a late one
+:class:`SessionTimedOut`). Every reply resolves (rule 3): the receiving actor
 resolves it, and a request still queued when the actor stops is failed by
 :func:`fail_queued` from the actor's ``on_stop``.
 """
@@ -22,6 +24,8 @@ from dataclasses import FrozenInstanceError
 from typing import Any, Callable
 
 import pykka
+
+from ..errors import SessionClosed, SessionTimedOut
 
 Reply = concurrent.futures.Future
 
@@ -62,16 +66,45 @@ class Request(Message):
         set_field(self, "reply", concurrent.futures.Future() if reply is None else reply)
 
 
-def request(ref: pykka.ActorRef, message: Request, timeout: float) -> Any:
-    """Tell ``message`` to ``ref`` and wait at most ``timeout`` s for its reply.
+CLOSED = "the MCP session has closed; start a new session to use MCP again"
+ASK_TIMEOUT = 10.0  # an ask of an actor that answers at once (its own bookkeeping, never I/O)
+
+
+def ask(method: Any, *args: Any, timeout: float | None = None) -> Any:
+    """Call an actor's proxy ``method`` and wait (bounded) for its answer.
+
+    pykka's own exceptions never reach a caller of the public faces (errors.py's rule):
+    an actor that has stopped is :class:`SessionClosed`, one that does not answer within
+    the bound :class:`SessionTimedOut`; each says what to do.
+    """
+    limit = ASK_TIMEOUT if timeout is None else timeout
+    try:
+        return method(*args).get(timeout=limit)
+    except pykka.ActorDeadError:
+        raise SessionClosed(CLOSED) from None
+    except pykka.Timeout:
+        raise SessionTimedOut(f"the MCP session did not answer within {limit:g} s; try again after the current operation") from None
+
+
+def request(ref: pykka.ActorRef, message: Request, timeout: float, *, late: str | None = None) -> Any:
+    """Tell ``ref`` ``message`` and wait at most ``timeout`` s on its one reply: the
+    caller's single future, single bound.
 
     Raises:
-        pykka.ActorDeadError: the actor had stopped (nothing was sent).
-        concurrent.futures.TimeoutError: no reply within ``timeout``.
-        Whatever the actor failed the reply with.
+        SessionClosed: the actor had stopped (nothing was sent), or the reply was cancelled.
+        SessionTimedOut: no reply within ``timeout`` (``late`` says so, if given).
+        Whatever the actor failed the reply with (an AlbedoError).
     """
-    ref.tell(message)
-    return message.reply.result(timeout=timeout)
+    try:
+        ref.tell(message)
+    except pykka.ActorDeadError:
+        raise SessionClosed(CLOSED) from None
+    try:
+        return message.reply.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        raise SessionTimedOut(late or f"the MCP session did not answer within {timeout:g} s; try again after the current operation") from None
+    except concurrent.futures.CancelledError:
+        raise SessionClosed(CLOSED) from None
 
 
 def resolve(reply: Reply, value: Any) -> bool:
