@@ -143,7 +143,8 @@ class SetServerEnabled(Request):
 
 class TurnEnded(Request):
     """The turn ended: a swap or a refresh that waited for it runs now. ``reply``: the
-    composition once that swap or refresh has landed, or None at once when none waited.
+    composition once that swap or refresh (or a preparation still running, asked for
+    before the turn ended) has landed, or None at once when none waited.
     A host that does not wait for it simply tells it."""
 
     __slots__ = ()
@@ -400,6 +401,11 @@ class SessionComposer(pykka.ThreadingActor):
             self._prepare(reply)
         elif landed is not None:
             chain(landed, reply)
+        elif self._generation in self._waiting:
+            # A preparation asked for before the turn ended is still running (a change to
+            # the settings, a server choice): the reply is its landing, so the next turn
+            # sees it (its swap lands at once, the turn being over).
+            chain(self._waiting[self._generation], reply)
         else:
             resolve(reply, None)
 

@@ -196,12 +196,13 @@ class RuntimePreparer(pykka.ThreadingActor):
         # The session's future first: with every catalogue saved it resolves at once,
         # before any of the background dials below competes for the interpreter.
         ready = {n: c for n, c in saved.items() if c is not None}
+        off = frozenset(s.name for s in config.servers if not s.enabled)
         if unsaved:
-            self._start(self._foreground, applied, unsaved, keys, ready, result, undialled)
+            self._start(self._foreground, applied, unsaved, keys, ready, result, undialled, off)
         else:
             # Nothing to dial: the composition is built here (no I/O, one bounded moment),
             # without a helper thread and the hand-offs it would cost.
-            self._foreground(applied, unsaved, keys, ready, result, undialled)
+            self._foreground(applied, unsaved, keys, ready, result, undialled, off)
         background = [(name, applied.handles[name], keys[name]) for name, catalogue in saved.items() if catalogue is not None]
         if background and self._background_dials:
             self._background_pending += len(background)
@@ -281,7 +282,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         thread.start()
 
     def _foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue], result: Any,
-                    undialled: dict[str, str | StoreError] | None = None) -> None:
+                    undialled: dict[str, str | StoreError] | None = None, off: frozenset[str] = frozenset()) -> None:
         """Dial the servers without a usable saved catalogue, all at once; then resolve.
 
         ``result`` always resolves: whatever goes wrong here fails this preparation at
@@ -289,7 +290,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         """
         outcome: concurrent.futures.Future = concurrent.futures.Future()
         try:
-            self._prepare_foreground(applied, unsaved, keys, ready, outcome, undialled)
+            self._prepare_foreground(applied, unsaved, keys, ready, outcome, undialled, off)
         except Exception as exc:  # noqa: BLE001 - a bug must fail one preparation, not hang its session
             logger.error("preparing servers %s failed: %s: %s", ", ".join(sorted(unsaved)) or "(none)", type(exc).__name__, exc)
             if not outcome.done():
@@ -309,7 +310,7 @@ class RuntimePreparer(pykka.ThreadingActor):
             _tell(self._registry.actor_ref, Release(tuple(applied.handles.values())))
 
     def _prepare_foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue],
-                            result: Any, undialled: dict[str, str | StoreError] | None) -> None:
+                            result: Any, undialled: dict[str, str | StoreError] | None, off: frozenset[str] = frozenset()) -> None:
         # ``undialled``: the servers left out without a dial, with why: a sign-in needed,
         # or their stored credentials unreadable (the StoreError, whose line says what to do).
         catalogues, left_out, warnings, too_large = dict(ready), {}, [], []
@@ -349,7 +350,7 @@ class RuntimePreparer(pykka.ThreadingActor):
             return
         handles = {name: handle for name, handle in applied.handles.items() if name in catalogues}
         composition = Composition(handles, catalogues, left_out, tuple(warnings), applied.retired,
-                                  held=tuple(applied.handles.values()))
+                                  held=tuple(applied.handles.values()), switched_off=off)
         if not result.cancelled():
             result.set_result(composition)
 

@@ -84,6 +84,9 @@ class Composition:
     # them); whoever receives the composition releases exactly these, once.
     held: tuple[Handle, ...] = ()
     mcp_off: bool = False  # the "mcp" extension is off for this session: no server is dialled
+    # Configured servers switched off for this session (in extensions.json, or by the
+    # session's own choice): never dialled for it; their calls say so.
+    switched_off: frozenset[str] = frozenset()
     # The session's budget and most recently used operations (tool search; the composer's).
     usage: Usage | None = field(default=None, repr=False, compare=False)
     # A composition with the same handles and catalogues whose configured operations are
@@ -182,6 +185,11 @@ class Composition:
         left_out = self._left_out(name)
         if left_out is not None:
             raise left_out
+        server = name.partition("/")[0] if "/" in name else next(
+            (s for s in sorted(self.switched_off, key=len, reverse=True) if name.startswith(server_prefix(s))), None)
+        if server in self.switched_off:
+            raise ConfigError(f"server {server!r} is switched off for this session, so {name!r} did not run; turn it on "
+                              "in extensions.json (`albedo-mcp enable`), or for this session alone (set_server_enabled)")
         if "/" in name:
             server, _, operation = name.partition("/")
             found = [(server, operation)] if server in self.catalogues and self.catalogues[server].tool(operation) else []
