@@ -517,12 +517,8 @@ def _arguments(name: str, arguments: Any, kwargs: Mapping[str, Any]) -> dict[str
 
 
 def _describe(item: Advertised, composition: Composition) -> dict[str, Any]:
-    """An operation as the host's own dictionary: a fresh copy, schema included."""
-    return {
-        "name": item.name,
-        "server": item.server,
-        "kind": item.kind,
-        "operation": item.operation,
-        "description": item.description,
-        "inputSchema": composition.schema_copy(item),
-    }
+    """An operation as the host's own dictionary (Advertised.as_json's keys): a fresh
+    copy, schema included."""
+    described = item.as_json()
+    described["inputSchema"] = composition.schema_copy(item)
+    return described

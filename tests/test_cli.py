@@ -71,14 +71,14 @@ def test_tools_json_prints_an_array_of_tool_objects_with_exactly_the_documented_
     tools = json.loads(run.stdout)
     assert isinstance(tools, list) and tools
     for tool in tools:
-        assert set(tool) == {"name", "server", "tool", "kind", "description", "inputSchema"}
+        assert set(tool) == {"name", "server", "kind", "operation", "description", "inputSchema"}
         assert tool["server"] == "faulty"
         assert tool["kind"] in ("tool", "read_resource", "get_prompt")
-        assert tool["kind"] == "tool" or tool["tool"] == tool["kind"]
-        assert tool["name"] == advertised_name("faulty", tool["tool"], tool["kind"])
+        assert tool["kind"] == "tool" or tool["operation"] == tool["kind"]
+        assert tool["name"] == advertised_name("faulty", tool["operation"], tool["kind"])
         assert isinstance(tool["description"], str)
         assert tool["inputSchema"]["type"] == "object"
-    echo = next(tool for tool in tools if tool["tool"] == "echo")
+    echo = next(tool for tool in tools if tool["operation"] == "echo")
     assert echo["inputSchema"]["required"] == ["text"]
 
 

@@ -91,7 +91,7 @@ def test_tools_json_is_exact_json_that_gives_back_the_servers_strings(home):
     assert run.returncode == 0
     out, _ = assert_clean(run)
     tools = json.loads(out)
-    by_tool = {tool["tool"]: tool for tool in tools}
+    by_tool = {tool["operation"]: tool for tool in tools}
     hostile = by_tool[text_server.HOSTILE_TOOL]  # the server's own name, exactly
     assert hostile["name"] == advertised_name("t", text_server.HOSTILE_TOOL)
     assert hostile["description"] == f"Description {HOSTILE} end."

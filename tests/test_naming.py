@@ -207,8 +207,8 @@ def test_advertised_entries_carry_name_kind_operation_and_bounded_description():
     assert search.as_json() == {
         "name": search.name,
         "server": "docs",
-        "tool": "search",
         "kind": "tool",
+        "operation": "search",
         "description": search.description,
         "inputSchema": OBJECT,
     }

@@ -401,7 +401,7 @@ def test_every_text_field_of_a_search_result_is_escaped_in_its_text_and_its_stru
         for field in _texts(entry):
             assert UNSAFE.search(field) is None, field
         assert entry["server"] == printable(server, one_line=True) == "evil\\x1b]0;title\\x07\\u202e\\ud800"
-    (found,) = [entry for entry in tools if entry["tool"] == printable(FIND_TOOL, one_line=True)]
+    (found,) = [entry for entry in tools if entry["operation"] == printable(FIND_TOOL, one_line=True)]
     shown = printable(HOSTILE)
     assert found["description"] == printable(f"Find things {HOSTILE} by name.", one_line=True)
     (parameter,) = found["inputSchema"]["properties"].items()
@@ -417,6 +417,6 @@ def test_a_search_result_of_a_hand_built_composition_escapes_a_tool_name_with_a_
                                   "b": [tool(f"t{i}", "other") for i in range(5)]})
     result = composition.call_search({"query": "read file"})
     (entry,) = [e for e in result["structuredContent"]["tools"] if e["server"] == "s\\u202e"]
-    assert entry["tool"] == "read\\ud800file\\x1b[2J" and entry["description"] == "read a file\\u2066"
+    assert entry["operation"] == "read\\ud800file\\x1b[2J" and entry["description"] == "read a file\\u2066"
     assert list(entry["inputSchema"]["properties"]) == ["p\\x9b"]
     assert UNSAFE.search(result["content"][0]["text"]) is None

@@ -420,11 +420,13 @@ class Advertised:
         return self.operation
 
     def as_json(self) -> dict[str, Any]:
+        """The operation as the command line's and the binding's JSON: the same keys
+        (``operation``, never ``tool``: a resource read and a prompt are operations too)."""
         return {
             "name": self.name,
             "server": self.server,
-            "tool": self.operation,
             "kind": self.kind,
+            "operation": self.operation,
             "description": self.description,
             "inputSchema": self.input_schema,
         }

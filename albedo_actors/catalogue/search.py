@@ -48,7 +48,7 @@ name (those end in ``_`` and eight hexadecimal digits). :func:`search_arguments`
 validates its arguments: ``query`` a non-empty string of at most :data:`MAX_QUERY`
 characters, ``limit`` a whole number, clamped to 1 … :data:`MAX_LIMIT`
 (default :data:`DEFAULT_LIMIT`). Every text of its result (:func:`found`: the name,
-server, tool, description and every string of the inputSchema) is escaped by the
+server, operation, description and every string of the inputSchema) is escaped by the
 printable-text rule, in the JSON text and in ``structuredContent`` alike.
 """
 
@@ -280,15 +280,15 @@ def search_tool() -> Advertised:
 
 
 def found(items: Iterable[Advertised]) -> list[dict[str, Any]]:
-    """Search results as data: advertised name, server, tool, description (bounded), inputSchema.
+    """Search results as data: advertised name, server, operation, description (bounded), inputSchema.
 
     Every text in them is escaped by the printable-text rule (wire/text.py): the name,
-    server, tool and description as one line each, and every string of the
+    server, operation and description as one line each, and every string of the
     inputSchema, its keys too. A result is the model's text, and the server name comes
     from a configuration and the tool's name and schema from a server, so none of them
     may reach the model raw."""
     return [{"name": printable(item.name, one_line=True), "server": printable(item.server, one_line=True),
-             "tool": printable(item.operation, one_line=True),
+             "operation": printable(item.operation, one_line=True),
              "description": printable(item.description, one_line=True, limit=MAX_DESCRIPTION),
              "inputSchema": _escaped(item.input_schema)} for item in items]
 
