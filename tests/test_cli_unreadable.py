@@ -19,7 +19,6 @@ import pytest
 
 from albedo_actors.config import load
 from albedo_actors.runtime import Runtime
-from albedo_actors.session import Session
 from albedo_actors.store import Credentials, open_store
 from albedo_actors.store.models import CredentialRow
 from albedo_actors.store.sealing import StoreKeys, new_key, parse_key
@@ -133,11 +132,6 @@ def test_an_unreadable_row_leaves_every_other_server_working(backend, case):
             assert "good" in composition.catalogues and "broken" not in composition.catalogues
             assert says in composition.left_out["broken"]
             assert any("server 'broken'" in w and says in w for w in composition.warnings)
-        config = load(home)  # the plain Session alike
-        warned: list[str] = []
-        with Session(config, list(config.enabled), warned.append, store=store) as session:
-            assert "good" in session.catalogues and "broken" not in session.handles
-            assert says in str(session.failures["broken"]) and any("server 'broken'" in w for w in warned)
     finally:
         store.close()
 

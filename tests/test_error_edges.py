@@ -40,7 +40,6 @@ from albedo_actors.errors import (
     Unavailable,
 )
 from albedo_actors.runtime import Runtime
-from albedo_actors.session import Session
 from albedo_actors.settings import ServerSpec, Settings
 from albedo_actors.store import Credentials, open_store
 from albedo_actors.store import store as store_module
@@ -152,7 +151,7 @@ def test_a_session_over_a_removed_database_is_a_store_error_and_starts_nothing(t
         config = McpConfig(home=str(home), servers=(fault_config("f"),))
 
         def open_session():
-            with Session(config, list(config.servers), lambda warning: None, store=store):
+            with Runtime(str(home), store, config=config, enabled=True, watch=False):
                 pass
 
         error = in_thread(open_session)
@@ -164,10 +163,11 @@ def test_a_session_over_a_removed_database_is_a_store_error_and_starts_nothing(t
 
 def test_a_session_call_after_its_client_stopped_is_unavailable(tmp_path):
     config = McpConfig(home=str(tmp_path), servers=(fault_config("f"),))
-    with Session(config, list(config.servers), lambda warning: None) as session:
-        session.handles["f"].stop()
+    with Runtime(str(tmp_path), None, config=config, enabled=True, watch=False) as runtime:
+        handle = runtime.composition().handles["f"]
+        handle.stop()
         with pytest.raises(Unavailable) as raised:
-            session.handles["f"].call_tool("echo", {"text": "x"})
+            handle.call_tool("echo", {"text": "x"})
         one_line(raised.value, "'f'")
 
 

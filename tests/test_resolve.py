@@ -192,7 +192,7 @@ def test_the_binding_warns_once_per_composition(runtime):
 
 
 def test_only_the_composition_and_session_build_operations():
-    """No module but catalogue/composition.py (Composition) and session.py (Session) uses advertise()."""
+    """No module but catalogue/composition.py (Composition) uses advertise()."""
     package = os.path.dirname(albedo_actors.__file__)
     users = set()
     for folder, _dirs, files in os.walk(package):
@@ -207,7 +207,7 @@ def test_only_the_composition_and_session_build_operations():
                 imported = isinstance(node, ast.ImportFrom) and any(alias.name == "advertise" for alias in node.names)
                 if named or imported:
                     users.add(os.path.relpath(path, package))
-    assert users == {os.path.join("catalogue", "composition.py"), "session.py"}
+    assert users == {os.path.join("catalogue", "composition.py")}
 
 
 # -- the command line's --hidden ---------------------------------------------------------------

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from albedo_actors.config import load
+from albedo_actors.config import McpConfig, load
 from albedo_actors.errors import ConfigError, SettingsConflict
-from albedo_actors.session import Session
+from albedo_actors.runtime import Runtime
 from albedo_actors.settings import SecretInput, ServerChanges, ServerSpec, Settings, suggest_name
 from helpers import FAULT_SERVER
 from servers.fault_http_server import FaultHTTPServer
@@ -65,8 +65,9 @@ def document(home) -> dict:
 def server_env(home, store, name: str) -> dict:
     """Open the server as the service does (credentials from the store) and call its env tool."""
     config = load(str(home))
-    with Session(config, [config.server(name)], lambda message: None, store.get_credentials) as session:
-        result = session.handles[name].call_tool("env", {})
+    only = McpConfig(home=str(home), servers=(config.server(name),))
+    with Runtime(str(home), store, config=only, enabled=True, watch=False) as runtime:
+        result = runtime.composition().handles[name].call_tool("env", {})
     return json.loads(result["content"][0]["text"])
 
 
@@ -208,8 +209,10 @@ def test_stored_bearer_token_and_header_reach_an_http_server(home, store, settin
     assert all(r.header("X-Api-Key") == "key-77" for r in posts)
     http_server.clear_records()
     config = load(str(home))
-    with Session(config, [config.server("web")], lambda message: None, store.get_credentials) as session:
-        assert "web" in session.catalogues
+    only = McpConfig(home=str(home), servers=(config.server("web"),))
+    with Runtime(str(home), store, config=only, enabled=True, watch=False) as runtime:
+        assert "web" in runtime.composition().catalogues
+        assert runtime.wait_background(30)  # advertised from its saved catalogue, dialled in the background
     assert any(r.header("Authorization") == "Bearer bearer-77" for r in http_server.requests)
 
 

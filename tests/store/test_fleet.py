@@ -13,17 +13,21 @@ HOST = textwrap.dedent(
     """
     import json, sys
     from albedo_actors.config import load
-    from albedo_actors.session import Session
+    from albedo_actors.runtime import Runtime
     from albedo_actors.store import open_store
 
     home, url = sys.argv[1], sys.argv[2] or None
     config = load(home)
     store = open_store(home, url)
     try:
-        with Session(config, list(config.enabled), print, store=store, prefer_saved=True) as session:
-            print(json.dumps(sorted(tool.name for tool in session.tools())))
+        # background=False: servers with a saved catalogue are listed from it, dialled at first use
+        with Runtime(home, store, config=config, enabled=True, background=False, watch=False) as runtime:
+            composition = runtime.composition()
+            for warning in composition.warnings:
+                print(warning)
+            print(json.dumps(sorted(tool.name for tool in composition.operations)))
             if len(sys.argv) > 3:  # then call a tool: the first call dials the server
-                print(json.dumps(session.handles["f"].call_tool("echo", {"text": "dialled"})["content"]))
+                print(json.dumps(composition.handles["f"].call_tool("echo", {"text": "dialled"})["content"]))
     finally:
         store.close()
     """
