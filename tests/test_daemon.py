@@ -272,3 +272,39 @@ def test_closing_the_lanes_fails_what_still_waits_and_ends_their_threads():
     gate.set()
     assert running.result(WAIT) is True
     closer.join(WAIT)
+
+
+# -- over streamable HTTP too (the official SDK's server, both eras) -------------------------------------
+
+
+@pytest.mark.parametrize("flags", [(), ("--legacy-only",)], ids=["modern", "legacy"])
+def test_an_http_server_beside_a_slow_stdio_one_sessions_and_lanes(tmp_path, flags):
+    from albedo_actors.config import ServerConfig
+    from helpers import SdkHttpServer
+
+    server = SdkHttpServer(*flags, record=str(tmp_path / "record.jsonl"))
+    url = server.start()
+    try:
+        home = str(tmp_path / "home")
+        servers = (fault_config("slow", call_timeout_ms=60_000), ServerConfig(name="sdk-web", type="http", url=url))
+        with Daemon(home, config=McpConfig(home=home, servers=servers)) as daemon:
+            a, b = daemon.open_session(enabled=True), daemon.open_session(enabled=True)
+            a.set_server_enabled("sdk-web", False)
+            assert servers_of(a.reload(WAIT)) == {"slow"}
+            with pytest.raises(ConfigError, match="'sdk-web' is switched off for this session"):
+                a.mcp().call("sdk-web/echo", text="off")
+            amcp = b.amcp()
+
+            async def main():
+                slow = [asyncio.ensure_future(amcp.call("slow/sleep", seconds=30)) for _ in range(8)]
+                fast = await amcp.sdk_web.echo(text="over http")
+                pending = sum(not task.done() for task in slow)
+                for task in slow:
+                    task.cancel()
+                await asyncio.gather(*slow, return_exceptions=True)
+                return fast, pending
+
+            fast, pending = asyncio.run(main())
+            assert text_of(fast.as_dict()) == "over http" and pending == 8
+    finally:
+        server.stop()
