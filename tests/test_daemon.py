@@ -227,13 +227,12 @@ def test_async_calls_to_a_slow_server_never_delay_another_server(tmp_path):
         amcp = runtime.amcp()
 
         async def main():
-            release = asyncio.Event()
             slow = [asyncio.ensure_future(amcp.call("slow/sleep", seconds=30)) for _ in range(24)]
+            await asyncio.sleep(0)  # one pass of the loop (no time): every slow call is handed over first
             fast = await amcp.call("fast/echo", text="never waits")
             pending = sum(not task.done() for task in slow)
             for task in slow:
                 task.cancel()  # unstarted ones are dropped; the rest end with the session
-            release.set()
             await asyncio.gather(*slow, return_exceptions=True)
             return fast, pending
 
@@ -297,6 +296,7 @@ def test_an_http_server_beside_a_slow_stdio_one_sessions_and_lanes(tmp_path, fla
 
             async def main():
                 slow = [asyncio.ensure_future(amcp.call("slow/sleep", seconds=30)) for _ in range(8)]
+                await asyncio.sleep(0)  # one pass of the loop (no time): every slow call is handed over first
                 fast = await amcp.sdk_web.echo(text="over http")
                 pending = sum(not task.done() for task in slow)
                 for task in slow:
