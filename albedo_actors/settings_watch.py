@@ -110,7 +110,7 @@ class ChangeWatch:
         self._revision: int | None = None
         self._wanted = 0  # reads asked for
         self._done = 0  # reads asked for that have ended (well or not)
-        self._reading_since: float | None = None  # monotonic start of the read running now
+        self._late = False  # a caller gave up on the read running now: the next ones do not wait on it
         self._failing = False
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -169,8 +169,8 @@ class ChangeWatch:
         with self._cond:
             if self._closed:
                 return self._revision
-            if self._reading_since is not None and time.monotonic() - self._reading_since > self._timeout:
-                return self._revision  # a read is stuck already (said once): no caller waits on it again
+            if self._late:
+                return self._revision  # the read running now is stuck (said once): nobody waits on it again
             self._wanted += 1
             mine = self._wanted
             if self._thread is None:
@@ -178,6 +178,7 @@ class ChangeWatch:
                 self._thread.start()
             self._cond.notify_all()
             if not self._cond.wait_for(lambda: self._done >= mine or self._closed, self._timeout):
+                self._late = True  # until the read running now ends
                 self._failed(f"it did not answer within {self._timeout:g} s")
             return self._revision
 
@@ -192,7 +193,6 @@ class ChangeWatch:
                 if self._closed:
                     return
                 target = self._wanted  # callers asking from here on wait for the next read
-                self._reading_since = time.monotonic()
             try:
                 value: int | None = int(store.revision())
                 problem = ""
@@ -200,7 +200,7 @@ class ChangeWatch:
                 value = None
                 problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             with self._cond:
-                self._reading_since = None
+                self._late = False
                 if value is not None:
                     self._revision = value
                     if self._failing:
