@@ -126,7 +126,8 @@ class ChangeWatch:
 
     def close(self) -> None:
         """Stop the reader thread (waiting for it at most a few seconds). Idempotent; a
-        stamp() after it reads the file only and keeps the last revision read."""
+        stamp() after it reads the file only and keeps the last revision read. Close the
+        watch before the store it reads (the other way round, its last reads fail)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()

@@ -337,3 +337,15 @@ def test_close_stops_the_reader_and_a_stamp_after_it_still_answers(home, watches
     stand_in.value = 4
     assert watch.stamp().store == 3  # no reader any more: the last revision read
     watch.close()  # idempotent
+
+
+def test_an_extension_switch_with_a_store_that_cannot_be_opened_is_saved_and_says_so(home, watches):
+    watch = watches(home)
+    seen = [watch.stamp()]
+    run = subprocess.run([sys.executable, "-m", "albedo_actors", "--home", str(home), "--database", "nosuch://x",
+                          "extension", "mcp", "on"], env=store_cli_env(), capture_output=True, text=True,
+                         timeout=RUN_TIMEOUT)
+    assert run.returncode == 0, run.stderr
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("albedo-mcp: warning: ") and "saved" in lines[0], lines
+    assert moved(watch, seen)
