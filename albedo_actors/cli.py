@@ -774,7 +774,20 @@ def _admin(args: argparse.Namespace) -> int:
                     # Refused before anything was sent: the service has gone; act directly.
                     logging.getLogger(__name__).info("the settings service of %s has gone; acting directly", home)
     if args.command == "extension":
-        return _extension(Settings(home, None), args)  # type: ignore[arg-type]  # the extension switches never use the store
+        if args.extension is None or args.state is None:
+            return _extension(Settings(home, None), args)  # type: ignore[arg-type]  # listing reads extensions.json only
+        # A switch bumps the store's revision, so hosts sharing the database hear it
+        # (settings_watch); a store that cannot be opened does not stop the switch.
+        try:
+            switching = open_store(home, url=args.database)
+        except StoreError as exc:
+            _warn(f"{exc}; the switch is saved in extensions.json, and hosts that share only the database "
+                  "hear of it with the next change")
+            return _extension(Settings(home, None), args)  # type: ignore[arg-type]
+        try:
+            return _extension(Settings(home, switching), args)
+        finally:
+            switching.close()
     store = open_store(home, url=args.database)
     try:
         settings = Settings(home, store)

@@ -23,6 +23,12 @@ is saved like a session's discovery (under the server's fingerprint, see
 :mod:`albedo_actors.catalogue.saved`), so the next session and ``servers`` start from it. Saves of one home are serialised by an advisory lock
 (``HOME/.extensions.lock``), so two admin processes do not interleave.
 
+Every write of ``extensions.json`` (a save, its undoing, an extension switched) then
+bumps the store's revision (:meth:`albedo_actors.store.Store.bump_revision`), and the
+store bumps it itself when a server's secrets or sign-in change: a running host hears
+every change through :class:`albedo_actors.settings_watch.ChangeWatch`, whichever process
+made it.
+
 Secret edits follow the reference's form: a blank secret (``""`` or ``None``) keeps the
 stored one, ``"-"`` removes it, anything else replaces it. Secrets go to the store
 only; ``extensions.json`` only ever names environment variables.
@@ -489,6 +495,7 @@ class Settings:
             if text is None:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.path)
+                self._bump_revision()
             else:
                 self._write_text(text)
 
@@ -506,6 +513,23 @@ class Settings:
     def _write_text(self, text: str) -> None:
         make_private_dirs(self.home)  # only what we create is 0700; an existing home keeps its mode
         replace_private(self.path, text)
+        self._bump_revision()
+
+    def _bump_revision(self) -> None:
+        """Tell running hosts that extensions.json changed, through the store's revision.
+
+        After the file is in place (a host that sees the new revision reads the new
+        file). A failure keeps the save: a host on this machine still sees the file
+        change (``ChangeWatch`` stats it); one that shares only the database hears of it
+        with the next change that bumps."""
+        bump = getattr(self.store, "bump_revision", None)
+        if bump is None:  # a store without a revision (a test's stand-in)
+            return
+        try:
+            bump()
+        except StoreError as exc:
+            logger.warning("the settings were saved, but running hosts that share the store may not hear of it "
+                           "until they see %s change: %s", self.path, exc)
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("actors", ("actors",)),
     # The settings service sits among the faces: it serves Settings and a Runtime, and
     # the CLI goes through it when one runs.
-    ("faces", ("runtime", "binding", "settings", "session", "conformance", "service", "cli", "demo", "__main__")),
+    ("faces", ("runtime", "binding", "settings", "settings_watch", "session", "conformance", "service", "cli", "demo", "__main__")),
 ]
 
 # Modules that sit lower than their folder: the store's frozen records are pure data

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from peewee import CompositeKey, Database, DoubleField, IntegerField, Model, PostgresqlDatabase, TextField
+from peewee import BigIntegerField, CompositeKey, Database, DoubleField, IntegerField, Model, PostgresqlDatabase, TextField
 
 __all__ = ["MIGRATIONS", "migrate", "applied_versions"]
 
@@ -89,7 +89,29 @@ def m0002_refresh_lease(db: Database) -> None:
     db.execute_sql("ALTER TABLE credentials ADD COLUMN refresh_until DOUBLE PRECISION")
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [m0001_initial, m0002_refresh_lease]
+def m0003_revision(db: Database) -> None:
+    """The store's revision: one row, one counter, bumped by every write that changes what
+    a session is offered (a server's configuration or secrets, a sign-in or sign-out;
+    never a routine token refresh), in the same transaction as that write.
+
+    A running host reads it (one primary-key SELECT) on session activity and reloads the
+    sessions when it moved: so a change made by another process, or another host sharing
+    the PostgreSQL database, reaches every session (``albedo_actors/settings_watch.py``).
+    """
+
+    class Revision(Model):
+        id = IntegerField(primary_key=True)
+        revision = BigIntegerField()
+
+        class Meta:
+            database = db
+            table_name = "albedo_revision"
+
+    db.create_tables([Revision], safe=False)
+    Revision.insert(id=1, revision=0).execute()
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [m0001_initial, m0002_refresh_lease, m0003_revision]
 
 
 def migrate(db: Database) -> list[int]:

@@ -10,9 +10,9 @@ classes globally.
 
 from __future__ import annotations
 
-from peewee import CompositeKey, DoubleField, Model, TextField
+from peewee import BigIntegerField, CompositeKey, DoubleField, IntegerField, Model, TextField
 
-__all__ = ["BaseModel", "CredentialRow", "CatalogueRow", "OAuthClientRow", "ALL"]
+__all__ = ["BaseModel", "CredentialRow", "CatalogueRow", "OAuthClientRow", "RevisionRow", "ALL"]
 
 
 class BaseModel(Model):
@@ -65,4 +65,15 @@ class OAuthClientRow(BaseModel):
         primary_key = CompositeKey("issuer", "redirect_uri")
 
 
-ALL = (CredentialRow, CatalogueRow, OAuthClientRow)
+class RevisionRow(BaseModel):
+    """The store's revision (migration 0003): one row (``id`` 1) whose counter every write
+    that changes what a session is offered bumps, inside that write's transaction."""
+
+    id = IntegerField(primary_key=True)
+    revision = BigIntegerField()
+
+    class Meta:
+        table_name = "albedo_revision"
+
+
+ALL = (CredentialRow, CatalogueRow, OAuthClientRow, RevisionRow)

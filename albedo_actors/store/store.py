@@ -1,4 +1,4 @@
-"""The store: credentials, saved catalogues and OAuth client registrations.
+"""The store: credentials, saved catalogues, OAuth client registrations and the revision.
 
 Owns one peewee database (SQLite at ``$ALBEDO_HOME/albedo.db`` by default, or PostgreSQL
 by URL) and every connection to it: one connection per thread that uses the store,
@@ -14,6 +14,14 @@ Durability and concurrency:
   waits and statements are bounded by ``lock_timeout``/``statement_timeout``.
 - Each write is one transaction over one row, so a process killed mid-write leaves
   the old record or the new one, never a mix.
+
+The revision (:meth:`Store.revision`, table ``albedo_revision``): one counter that every
+write changing what a session is offered bumps inside its own transaction, so a reader
+that sees the new revision sees the write too. A credentials write bumps it when the
+server's secrets or sign-in changed (:func:`visible`); a token refresh that only rotates
+the tokens does not (every running session would reload for nothing). The settings bump
+it after each write of ``extensions.json`` (:meth:`Store.bump_revision`). Saved
+catalogues, OAuth client registrations, refresh leases and re-sealing never bump it.
 
 Every failure of the database or its driver becomes :class:`StoreError` with a
 one-line message that names the operation and never a secret value.
@@ -39,11 +47,12 @@ from ..errors import StoreError
 from ..wire.jsonrpc import MAX_DEPTH, Json  # the wire's nesting bound (store may import wire: it is pure)
 from ..safefiles import FileRefused, check_not_link, make_private_dirs, open_private
 from . import migrations, sealing
-from .models import CatalogueRow, CredentialRow, OAuthClientRow
+from .models import CatalogueRow, CredentialRow, OAuthClientRow, RevisionRow
 from .records import Credentials, SavedCatalogue, thaw
 from .sealing import StoreKeys
 
-__all__ = ["open_store", "Store", "CredentialsWriter", "Lease", "MAX_CATALOGUE_BYTES", "DB_FILENAME", "BUSY_TIMEOUT_S"]
+__all__ = ["open_store", "Store", "CredentialsWriter", "Lease", "MAX_CATALOGUE_BYTES", "DB_FILENAME", "BUSY_TIMEOUT_S",
+           "visible"]
 
 log = logging.getLogger(__name__)
 
@@ -192,12 +201,16 @@ class Store:
             StoreError: the database failed.
         """
         with self._op(f"saving the credentials of {server!r}"), self._write():
-            query = CredentialRow.select(*_SEALED_CREDENTIAL_COLUMNS).where(CredentialRow.server == server)
+            query = CredentialRow.select().where(CredentialRow.server == server)
             if self._pg:
                 query = query.for_update()
-            for values in query.tuples().execute(self._db):  # never replace what the key given cannot read
-                sealing.check_overwritable(self._keys, values, f"credentials of {server!r}")
-            self._upsert_credentials(server, creds)
+            row = query.first(self._db)
+            old: Credentials | None = Credentials()
+            if row is not None:  # never replace what the key given cannot read
+                sealing.check_overwritable(self._keys, tuple(getattr(row, c) for c in _SEALED_CREDENTIALS),
+                                           f"credentials of {server!r}")
+                old = self._credentials_or_none(row)
+            self._upsert_credentials(server, creds, old)
 
     def update_credentials(self, server: str, fn: Callable[[Credentials], Credentials]) -> Credentials:
         """Read, ``fn(old)``, write back, in one transaction that holds the row; returns the new one.
@@ -240,7 +253,8 @@ class Store:
             if self._pg:
                 query = query.for_update()
             row = query.first(self._db)
-            yield self._credentials(row), CredentialsWriter(self, server, _lease(row))
+            current = self._credentials(row)
+            yield current, CredentialsWriter(self, server, _lease(row), current)
 
     def credentials_and_lease(self, server: str) -> tuple[Credentials, "Lease | None"]:
         """The server's credentials and its refresh lease, read without taking any lock.
@@ -270,9 +284,38 @@ class Store:
         with self._op(f"deleting the credentials of {server!r}"), self._write():
             row = CredentialRow.select(CredentialRow.oauth).where(CredentialRow.server == server).first(self._db)
             registered = _registration_of(self._keys, server, row.oauth if row is not None else None)
-            CredentialRow.delete().where(CredentialRow.server == server).execute(self._db)
+            if CredentialRow.delete().where(CredentialRow.server == server).execute(self._db):
+                self._bump()
             if registered is not None:
                 self._delete_clients(*registered)
+
+    # --- the revision ---------------------------------------------------------
+
+    def revision(self) -> int:
+        """The store's revision: it has moved whenever a write changed what a session is
+        offered (see the module docstring). One primary-key SELECT; takes no lock.
+
+        A failure is not logged here: the caller (``settings_watch``) reads it on every
+        session's activity and says once that it fails.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op("reading the store's revision", quiet=True):
+            cursor = self._db.execute_sql(_REVISION_SQL)  # type: ignore[no-untyped-call]
+            found = cursor.fetchone()
+            return int(found[0]) if found is not None else 0
+
+    def bump_revision(self) -> None:
+        """Move the revision on: a change the store cannot see was made (the settings call
+        it after each write of ``extensions.json``, so a host that shares the database
+        hears it even where the file's change is slow to show).
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op("bumping the store's revision"), self._write():
+            self._bump()
 
     # --- catalogues -----------------------------------------------------------
 
@@ -595,7 +638,7 @@ class Store:
     # --- internals ------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _op(self, what: str) -> Iterator[None]:
+    def _op(self, what: str, quiet: bool = False) -> Iterator[None]:
         if self._closed:
             raise StoreError(f"store {self._where}: {what}: the store is closed")
         try:
@@ -607,11 +650,27 @@ class Store:
                 message = f"store {self._where}: {what}: refused: {exc}"
             else:
                 message = f"store {self._where}: {what} failed: {_line(exc)}; {RETRY}"
-            log.warning("%s", message)
+            if not quiet:
+                log.warning("%s", message)
             raise StoreError(message) from None
 
     def _credentials(self, row: CredentialRow | None) -> Credentials:
         return _credentials(row, self._keys)
+
+    def _credentials_or_none(self, row: CredentialRow | None) -> Credentials | None:
+        """The row's credentials, or None when they cannot be read (a write over them
+        then counts as a change)."""
+        try:
+            return self._credentials(row)
+        except StoreError:
+            return None
+
+    def _bump(self) -> None:
+        """Move the revision on, inside the caller's write transaction (last, so that on
+        PostgreSQL the one revision row is locked only until that transaction commits)."""
+        RevisionRow.insert(id=1, revision=1).on_conflict(
+            conflict_target=[RevisionRow.id],
+            update={RevisionRow.revision: RevisionRow.revision + 1}).execute(self._db)
 
     def _open_client(self, issuer: str, redirect_uri: str, text: str, strict: bool = True) -> str:
         try:
@@ -627,7 +686,9 @@ class Store:
         # applies (a deferred transaction upgrading to a writer fails at once instead).
         return self._db.atomic() if self._pg else self._db.atomic("IMMEDIATE")
 
-    def _upsert_credentials(self, server: str, creds: Credentials) -> None:
+    def _upsert_credentials(self, server: str, creds: Credentials, old: Credentials | None) -> None:
+        """Write ``creds`` over ``old`` (what the row holds now; None: unreadable), and
+        bump the revision when a session would see the difference (:func:`visible`)."""
         values: dict[str, Any] = {
             "bearer_token": creds.bearer_token,
             "header_name": creds.header[0] if creds.header else None,
@@ -648,6 +709,8 @@ class Store:
             conflict_target=[CredentialRow.server],
             update={getattr(CredentialRow, k): v for k, v in values.items()},
         ).execute(self._db)
+        if old is None or visible(old) != visible(creds):
+            self._bump()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -665,15 +728,17 @@ class CredentialsWriter:
     the refresh lease as read under the lock; ``take_lease``/``drop_lease`` change it.
     """
 
-    def __init__(self, store: Store, server: str, lease: Lease | None) -> None:
+    def __init__(self, store: Store, server: str, lease: Lease | None, current: Credentials) -> None:
         self._store = store
         self._server = server
         self.lease = lease
+        self._current = current  # what the row holds now, in this transaction
 
     def __call__(self, new: Credentials) -> None:
         if not isinstance(new, Credentials):
             raise TypeError("holding_credentials: put takes Credentials")
-        self._store._upsert_credentials(self._server, new)
+        self._store._upsert_credentials(self._server, new, self._current)
+        self._current = new
 
     def take_lease(self, owner: str, until: float) -> None:
         CredentialRow.update(refresh_owner=owner, refresh_until=float(until)) \
@@ -687,6 +752,25 @@ class CredentialsWriter:
                 .where((CredentialRow.server == self._server) & (CredentialRow.refresh_owner == owner)) \
                 .execute(self._store._db)
             self.lease = None
+
+
+# The keys of an OAuth record (auth/record.py) that a token refresh rotates and no session
+# sees: a write that changes only these does not move the revision.
+ROTATING_OAUTH_KEYS = frozenset({"access_token", "refresh_token", "expires_at", "obtained_at", "updated_at", "dpop_key"})
+
+_REVISION_SQL = "SELECT revision FROM albedo_revision WHERE id = 1"
+
+
+def visible(credentials: Credentials) -> str:
+    """What a session can tell of ``credentials``, as one comparable string: the secrets,
+    and the OAuth record without the tokens a refresh rotates (its state, account, scope,
+    client and URL stay in). Two credentials with the same ``visible`` offer a session
+    the same; a sign-in or sign-out changes it, a routine token refresh does not."""
+    oauth = None
+    if credentials.oauth is not None:
+        oauth = {key: value for key, value in thaw(credentials.oauth).items() if key not in ROTATING_OAUTH_KEYS}
+    return json.dumps([credentials.bearer_token, list(credentials.header) if credentials.header else None,
+                       dict(credentials.env), oauth], sort_keys=True, default=str)
 
 
 def _lease(row: CredentialRow | None) -> Lease | None:

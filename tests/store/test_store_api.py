@@ -114,11 +114,11 @@ def test_oauth_client_round_trip_per_issuer_and_redirect(stores):
 
 def test_migrations_run_once_and_are_recorded(stores):
     first = stores()
-    assert first.migrations_applied == (1, 2)
-    assert first.schema_versions() == [1, 2]
+    assert first.migrations_applied == (1, 2, 3)
+    assert first.schema_versions() == [1, 2, 3]
     second = stores()
     assert second.migrations_applied == ()
-    assert second.schema_versions() == [1, 2]
+    assert second.schema_versions() == [1, 2, 3]
 
 
 def test_secrets_never_in_repr_or_errors(stores):
