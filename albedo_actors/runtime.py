@@ -41,7 +41,7 @@ import logging
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Hashable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pykka
 
@@ -65,6 +65,7 @@ from .errors import ConfigError, SessionClosed
 
 if TYPE_CHECKING:
     from .auth.grants import IdTokenProvider
+    from .settings_watch import ChangeWatch
     from .store import Store
 
 logger = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class Daemon:
         self._id_token = id_token
         self._machine_grants = machine_grants
         self._watch_on = watch
-        self._watch: Any = None
+        self._watch: ChangeWatch | None = None
         self._registry: pykka.ActorRef | None = None
         self._refresher: pykka.ActorRef | None = None
         self._preparer: pykka.ActorRef | None = None
@@ -158,7 +159,9 @@ class Daemon:
         self._registry = ServerRegistry.start(self.home, auth=auth)
         self._preparer = RuntimePreparer.start(self._registry, self._store, background=self._background)
         if self._watch_on:
-            self._watch = _settings_stamp(self.home, self._store)
+            from .settings_watch import ChangeWatch
+
+            self._watch = ChangeWatch(self.home, self._store)
         return self
 
     def open_session(self, enabled: bool | None = None, overlays_enabled: bool | None = None, *,
@@ -236,6 +239,9 @@ class Daemon:
                 except (pykka.ActorDeadError, pykka.Timeout):
                     pass
         self._preparer = self._registry = self._refresher = None
+        if self._watch is not None:
+            self._watch.close()  # its reader thread, before the host closes the store
+            self._watch = None
         self._events.stop()
 
     # -- for the sessions -------------------------------------------------------------------------
@@ -270,7 +276,7 @@ class Session:
         assert daemon._preparer is not None and daemon._registry is not None
         self._ref: pykka.ActorRef | None = SessionComposer.start(
             daemon._preparer, daemon._registry, daemon._source, enabled=enabled, overlays_enabled=overlays_enabled,
-            clock=daemon._clock, on_changed=notify, stamp=daemon._watch,
+            clock=daemon._clock, on_changed=notify, stamp=daemon._watch.stamp if daemon._watch is not None else None,
         )
 
     def __enter__(self) -> Session:
@@ -610,22 +616,6 @@ class _Events:
                 callback(argument)
             except Exception:  # noqa: BLE001 - the host's callback: logged, never the daemon's end
                 logger.exception("the host's on_changed callback failed")
-
-
-def _settings_stamp(home: str, store: Store | None) -> Callable[[], Hashable]:
-    """A cheap token of the settings: ``extensions.json``'s identity and size and time."""
-    import os
-
-    path = os.path.join(home, "extensions.json")
-
-    def stamp() -> Hashable:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-    return stamp
 
 
 __all__ = ["Daemon", "Runtime", "Session"]

@@ -47,7 +47,6 @@ activity only (a turn starts or ends), not per tool call.
 from __future__ import annotations
 
 import errno
-import hashlib
 import logging
 import os
 import threading
@@ -241,6 +240,8 @@ def _content(path: str) -> object:
     except OSError as exc:
         return ("unreadable", exc.errno or errno.EIO)
     try:
+        import hashlib  # at the first file to hash: a host with no extensions.json never loads it
+
         digest = hashlib.blake2b(digest_size=20)
         while True:
             chunk = os.read(fd, 1 << 16)
