@@ -6,6 +6,7 @@ token endpoint hangs (``/admin/hold-refresh``) until the test lets it go.
   while the refresh is still held: it did not wait for it.
 - The refresh goes on in the TokenRefresher; once the endpoint answers, the next call
   gets its token without another token request.
+- Stopping a runtime whose refresher is stuck on that endpoint returns promptly.
 
 Every wait is on an event or the server's counters, bounded; the only timing asserted
 is that stopping is prompt, which is the behaviour itself.
@@ -13,12 +14,14 @@ is that stopping is prompt, which is the behaviour itself.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
-from albedo_actors.config import ServerConfig
+from albedo_actors.config import ServerConfig, load
 from albedo_actors.errors import TimedOut
+from albedo_actors.runtime import Runtime
 from albedo_actors.wire.deadline import Deadline
 
 from auth.kit import Kit
@@ -26,6 +29,7 @@ from helpers import text_of
 
 NAME = "guarded"
 WAIT_S = 60.0  # a bound on every wait, never an expected duration
+HELD_REFRESH_S = 10.0  # AuthHttp's own bound on a token request (auth/http.py TIMEOUT_S)
 
 
 @pytest.fixture
@@ -131,3 +135,36 @@ def test_a_dial_that_outlasts_the_calls_deadline_ends_at_it_and_goes_on_for_the_
 
     served.release_refresh()
     assert text_of(handle.call_tool("echo", {"text": "again"}, timeout=WAIT_S)) == "again"
+
+
+def test_stopping_a_runtime_never_waits_for_a_hung_token_request(served, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    document = {"enabled": {"mcp": True},
+                "mcp": {"servers": {NAME: {"type": "http", "url": served.url, "startupTimeoutMs": 15000,
+                                           "callTimeoutMs": 2000}}}}
+    (home / "extensions.json").write_text(json.dumps(document))
+    served.advertise_lifetime(0)
+    kit = Kit(str(home), NAME)
+    try:
+        kit.sign_in(config_of(served))
+        runtime = Runtime(str(home), kit.store, config=load(str(home)))
+        runtime.start()
+        try:
+            mcp = runtime.mcp()
+            assert text_of(mcp.call(f"{NAME}/echo", text="open").as_dict()) == "open"
+            served.hold_refresh()
+            with pytest.raises(TimedOut) as raised:
+                mcp.call(f"{NAME}/echo", text="x")
+            assert_not_sent(raised.value, 2)
+            wait_until(lambda: served.stats()["refresh_held"] == 1, "the held refresh")  # the refresher's request hangs
+        finally:
+            started = time.monotonic()
+            runtime.stop()
+            stopped = time.monotonic() - started
+        # Prompt: the hung request was abandoned, not waited out (it would end by itself
+        # only after HELD_REFRESH_S, and the refresher used to wait up to REFRESH_WAIT_S).
+        assert stopped < HELD_REFRESH_S / 2, f"stopping took {stopped:.1f} s"
+        assert served.stats()["refresh_held"] == 1
+    finally:
+        kit.close()
