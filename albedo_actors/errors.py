@@ -19,7 +19,9 @@
      │    │    ├── NeedsSignIn    3   the server wants a (new) OAuth sign-in: not run
      │    │    │    └── RefreshDeferred  3   a refresh that cannot be done now; tokens kept
      │    │    └── SessionExpired 3   an older server ended the HTTP session (404)
-     │    ├── TimedOut            5   no answer in time; the request was cancelled
+     │    ├── TimedOut            5   no answer in time; the request was cancelled, or
+     │    │                           (``sent`` False) never sent: a dial or an auth step
+     │    │                           before it did not finish by the call's deadline
      │    ├── UnknownOutcome      4   the request was sent, then the connection was lost
      │    │    └── HttpServerFailed  4   an HTTP 5xx without a JSON-RPC error
      │    ├── ProtocolViolation   4   the server sent something that is not valid MCP
@@ -172,7 +174,27 @@ class NeedsSignIn(Unavailable):
 
 
 class TimedOut(ServerError):
-    """No answer within the timeout; the request was dropped and cancelled."""
+    """No answer by the call's deadline.
+
+    ``sent`` True: the request was sent, then dropped and cancelled (it may have run).
+    ``sent`` False: it never ran, so it is safe to try again: a step before it (the dial,
+    a token refresh or a sign-in, named by ``step``) was still running at the deadline.
+    That step goes on without the call (a refresh finishes for the next call).
+    """
+
+    def __init__(self, server: str, message: str, *, sent: bool = True, step: str | None = None) -> None:
+        super().__init__(server, message)
+        self.sent = sent
+        self.step = step
+
+    @classmethod
+    def unsent(cls, server: str, method: str, step: str, seconds: float, *, refused: bool = False) -> TimedOut:
+        """``method`` never ran: ``step`` did not finish within the call's ``seconds``.
+
+        ``refused``: the server refused it first (a 401 or 403 before a new token), so it
+        reached the server but did not run; otherwise it was not sent at all."""
+        what = "did not run" if refused else "was not sent"
+        return cls(server, f"{method} {what}: {step} did not finish within {seconds:g} s; try again", sent=False, step=step)
 
 
 class UnknownOutcome(ServerError):

@@ -180,6 +180,27 @@ class OAuthServer(_ServerProcess):
 
         requests.post(self.base + "/admin/revoke-refresh", timeout=10).raise_for_status()
 
+    def advertise_lifetime(self, seconds: int | None) -> None:
+        """Token answers from now on say ``expires_in`` ``seconds`` (None: the real lifetime);
+        the tokens stay valid as long as ever."""
+        import requests
+
+        params = {"seconds": str(seconds)} if seconds is not None else {}
+        requests.post(self.base + "/admin/advertise-lifetime", params=params, timeout=10).raise_for_status()
+
+    def hold_refresh(self) -> None:
+        """From now on every refresh_token request hangs (a token endpoint that does not
+        answer) until :meth:`release_refresh`."""
+        import requests
+
+        requests.post(self.base + "/admin/hold-refresh", timeout=10).raise_for_status()
+
+    def release_refresh(self) -> None:
+        """Every held refresh (and every later one) goes on as usual."""
+        import requests
+
+        requests.post(self.base + "/admin/release-refresh", timeout=10).raise_for_status()
+
     def forget_client(self, client_id: str | None = None) -> int:
         """The server forgets ``client_id`` (default: every client registered through
         /register), as one restarted with an in-memory client store would; how many."""

@@ -10,6 +10,7 @@ import pytest
 from albedo_actors.config import ServerConfig, parse
 from albedo_actors.connection.progress import CallProgress, ProgressReport, Reporter, new_token, parse_report
 from albedo_actors.errors import ConfigError
+from albedo_actors.wire.deadline import Deadline
 
 
 def test_a_report_keeps_finite_numbers_and_escapes_and_bounds_its_message():
@@ -39,12 +40,25 @@ def test_progress_moves_the_deadline_never_past_the_cap():
     assert untouched.timed_out("s", "tools/call") == "tools/call got no answer within 5 s; it was cancelled"
 
 
-def test_a_mover_is_told_each_new_deadline():
-    progress = CallProgress(new_token(), timeout=10.0, cap=100.0)
-    seen = []
-    progress.moved = seen.append
+def test_a_call_progress_is_a_bound_that_progress_moves():
+    start = Deadline.after(10.0)
+    progress = CallProgress(new_token(), timeout=10.0, cap=100.0, start=start)
+    assert progress.at == start.at and progress.seconds == 10.0 and not progress.expired
+    assert 0 < progress.remaining() <= 10.0
     progress.note(ProgressReport("s", 1.0, None, None))
-    assert seen == [progress.deadline]
+    assert progress.at == progress.deadline >= start.at
+    assert Deadline.after(1000.0).min(progress) == Deadline(progress.at, 10.0)  # taken as it stands
+
+
+def test_a_deadline_is_an_immutable_instant():
+    deadline = Deadline.after(5.0)
+    assert deadline.seconds == 5.0 and 0 < deadline.remaining() <= 5.0 and not deadline.expired
+    with pytest.raises(AttributeError):
+        deadline.at = 0.0  # type: ignore[misc]
+    passed = Deadline.after(-1.0)
+    assert passed.expired and passed.remaining() == 0.0 and passed.seconds == 0.0
+    assert deadline.min(passed) is passed and passed.min(deadline) is passed and deadline.min(None) is deadline
+    assert deadline.within(1000.0) is deadline and deadline.within(0.5).seconds == 0.5
 
 
 def test_tokens_are_unique():

@@ -40,11 +40,12 @@ from ..catalogue import Catalogue
 from ..config import ServerConfig
 from ..connection.stdio_link import launch_spec
 from ..connection import Connection, Handlers, discover, open_http, open_stdio
-from ..errors import AlbedoError, SessionExpired, Unavailable, UnknownOutcome
+from ..errors import AlbedoError, SessionExpired, TimedOut, Unavailable, UnknownOutcome
 from ..connection.channel import Link, Pending
 from ..connection.progress import CallProgress, ProgressReport, Reporter, new_token
 from ..transport.stdio import LaunchSpec
 from ..wire import mcp
+from ..wire.deadline import Deadline
 from .reply import Message, Request, chain, fail, fail_queued, resolve, set_field
 
 if TYPE_CHECKING:
@@ -657,11 +658,14 @@ class ServerHandle:
         return self._ask(self._proxy.status())
 
     def call_tool(self, tool: str, arguments: dict[str, Any] | None = None, timeout: float | None = None,
-                  on_progress: Callable[[ProgressReport], None] | None = None) -> dict[str, Any]:
+                  on_progress: Callable[[ProgressReport], None] | None = None, *,
+                  deadline: Deadline | None = None) -> dict[str, Any]:
         """Call one tool; return its CallToolResult. A tool error (``isError``) is a result.
 
-        The request carries a progress token: each ``notifications/progress`` for it
-        moves the deadline to ``timeout`` (``callTimeoutMs``) from then, never past
+        ``deadline``: the call's one deadline (else ``timeout`` seconds from now); a dial,
+        a token refresh or sign-in and the exchange all end at it. With neither, a dial
+        has its own ``startupTimeoutMs`` and the call ``callTimeoutMs`` after it. The request carries a progress token: each ``notifications/progress`` for it
+        moves the deadline to ``timeout`` (the deadline's seconds) from then, never past
         ``maxCallTimeoutMs`` from the start. ``on_progress`` gets the latest report (a
         :class:`~albedo_actors.connection.progress.ProgressReport`) at most
         REPORTS_PER_SECOND times a second, on a thread of this call's own; what it
@@ -671,13 +675,16 @@ class ServerHandle:
             Unavailable: the request never left (not connected, could not dial).
             TimedOut: no answer within ``callTimeoutMs`` (of the last progress, or
                 within ``maxCallTimeoutMs`` in all); the server was sent a cancellation.
+                With ``sent`` False the request never ran: the dial or the auth step
+                was still running at the deadline (a refresh goes on for the next call).
             UnknownOutcome: the connection was lost after the request was sent.
             RemoteError, ProtocolViolation: the server refused or answered badly.
         """
-        return self.call_tool_and_deadline(tool, arguments, timeout, on_progress)[0]
+        return self.call_tool_and_deadline(tool, arguments, timeout, on_progress, deadline=deadline)[0]
 
     def call_tool_and_deadline(self, tool: str, arguments: dict[str, Any] | None = None, timeout: float | None = None,
-                               on_progress: Callable[[ProgressReport], None] | None = None) -> tuple[dict[str, Any], float]:
+                               on_progress: Callable[[ProgressReport], None] | None = None, *,
+                               deadline: Deadline | None = None) -> tuple[dict[str, Any], float]:
         """:meth:`call_tool`, and the call's deadline (``time.monotonic()``) as it stood
         when the answer came: ``callTimeoutMs`` from the start or from the last progress,
         never past the cap. What is done with the result on the call's behalf (checking
@@ -689,31 +696,54 @@ class ServerHandle:
         params: dict[str, Any] = {"name": tool}
         if arguments is not None:
             params["arguments"] = arguments
-        connection = self._connection(None)
-        limit = self.config.call_timeout if timeout is None else timeout
+        connection, deadline = self._dialled("tools/call", timeout, deadline)
+        limit = deadline.seconds
         reporter = Reporter([on_progress], name=f"mcp-progress-{self.name}") if on_progress is not None else None
-        progress = CallProgress(new_token(), limit, self.config.max_call_timeout, reporter)  # the cap: at least ``limit``
+        # The call's deadline from here on, moved by progress; the cap: at least ``limit``.
+        progress = CallProgress(new_token(), limit, self.config.max_call_timeout, reporter, start=deadline)
         if reporter is not None:
             reporter.progress = progress
         try:
-            return connection.request("tools/call", params, limit, progress=progress), progress.deadline
+            return connection.request("tools/call", params, progress=progress), progress.deadline
         finally:
             if reporter is not None:
                 reporter.close()
 
-    def read_resource(self, uri: str, timeout: float | None = None) -> dict[str, Any]:
-        return self.request("resources/read", {"uri": uri}, timeout)
+    def read_resource(self, uri: str, timeout: float | None = None, *, deadline: Deadline | None = None) -> dict[str, Any]:
+        return self.request("resources/read", {"uri": uri}, timeout, deadline=deadline)
 
-    def get_prompt(self, name: str, arguments: dict[str, str] | None = None, timeout: float | None = None) -> dict[str, Any]:
+    def get_prompt(self, name: str, arguments: dict[str, str] | None = None, timeout: float | None = None, *,
+                   deadline: Deadline | None = None) -> dict[str, Any]:
         params: dict[str, Any] = {"name": name}
         if arguments:
             params["arguments"] = arguments
-        return self.request("prompts/get", params, timeout)
+        return self.request("prompts/get", params, timeout, deadline=deadline)
 
-    def request(self, method: str, params: dict[str, Any] | None, timeout: float | None = None) -> dict[str, Any]:
-        """Any request, era-correct, on the caller's thread (see :meth:`call_tool`)."""
-        connection = self._connection(None)
-        return connection.request(method, params, self.config.call_timeout if timeout is None else timeout)
+    def request(self, method: str, params: dict[str, Any] | None, timeout: float | None = None, *,
+                deadline: Deadline | None = None) -> dict[str, Any]:
+        """Any request, era-correct, on the caller's thread, ending at ``deadline`` (else
+        ``timeout`` seconds from now) as :meth:`call_tool` does."""
+        connection, deadline = self._dialled(method, timeout, deadline)
+        return connection.request(method, params, deadline=deadline)
+
+    def _dialled(self, method: str, timeout: float | None, deadline: Deadline | None) -> tuple[Connection, Deadline]:
+        """The live connection and the call's one deadline.
+
+        Given a ``deadline`` (or a ``timeout``, which makes one from now) the dial on the
+        call's path ends at it too. Given neither, a dial has its own startupTimeoutMs and
+        the call its whole callTimeoutMs after it (issue 11: a call that finds its server
+        still starting is not cut short by the start).
+
+        Raises:
+            Unavailable, TimedOut: as :meth:`_connection`.
+        """
+        if deadline is None and timeout is None:
+            connection = self._connection(None)
+            return connection, Deadline.after(self.config.call_timeout)
+        if deadline is None:
+            assert timeout is not None
+            deadline = Deadline.after(timeout)
+        return self._connection(deadline, method), deadline
 
     def stop(self, timeout: float = STOP_TIMEOUT + 5.0) -> None:
         """Close the connection (the server process ends) and stop the actor."""
@@ -747,7 +777,17 @@ class ServerHandle:
         done.set(True)
         return done
 
-    def _connection(self, timeout: float | None) -> Connection:
+    def _connection(self, timeout: float | Deadline | None, method: str | None = None) -> Connection:
+        """The live connection, dialled first when there is none.
+
+        ``timeout``: seconds to wait for the dial (None: startupTimeoutMs and a second),
+        or the call's :class:`Deadline` for ``method``: the wait ends at the earlier of the
+        two, and the dial goes on in the client without the call.
+
+        Raises:
+            Unavailable: the dial failed or took longer than startupTimeoutMs.
+            TimedOut: (``sent`` False) the call's deadline came first; ``method`` was not sent.
+        """
         live = self._live
         if live is not None and live.alive:
             return live  # the hot path: no hop through the actor's mailbox
@@ -756,11 +796,15 @@ class ServerHandle:
             self._ref.tell(asked)  # starts the actor on the first dial
         except pykka.ActorDeadError:
             raise Unavailable(self.name, "the client has stopped") from None
-        wait = self.config.startup_timeout + 1.0 if timeout is None else timeout
+        call = timeout if isinstance(timeout, Deadline) else None
+        own = self.config.startup_timeout + 1.0 if isinstance(timeout, Deadline) or timeout is None else timeout
+        wait = own if call is None else min(own, call.remaining())
         try:
             self._live = asked.reply.result(timeout=wait)
             return self._live
         except concurrent.futures.TimeoutError:
+            if call is not None and wait < own:
+                raise TimedOut.unsent(self.name, method or "the request", "connecting to the server", call.seconds) from None
             raise Unavailable(self.name, f"did not connect within {wait:g} s") from None
         except concurrent.futures.CancelledError:
             raise Unavailable(self.name, "the connection attempt was abandoned") from None

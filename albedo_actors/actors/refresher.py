@@ -12,6 +12,11 @@ owns, never in its mailbox (:func:`refresh_held`).
 The refresh itself, under the row's refresh lease, is
 :func:`albedo_actors.auth.refresh.refresh_held`; the per-server face an HTTP link
 uses is :class:`albedo_actors.auth.server_auth.ServerAuth`.
+
+Stopping never waits for a hung token endpoint: ``on_stop`` abandons every token
+request in flight (its socket is shut down, :meth:`AuthHttp.abort`), fails their waiters
+with "the token refresher has stopped", and waits for the worker threads at most
+:data:`STOP_JOIN_S` in all (they are daemon threads, and end once their request does).
 """
 
 from __future__ import annotations
@@ -20,13 +25,14 @@ import concurrent.futures
 import dataclasses
 import os
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import pykka
 
 from ..auth.discovery import Challenge
 from ..auth.http import AuthHttp
-from ..auth.refresh import REFRESH_WAIT_S, default_http, refresh_held
+from ..auth.refresh import default_http, refresh_held
 from ..auth.server_auth import RefreshFn, ServerAuth
 from ..config import ServerConfig
 from ..errors import AuthError
@@ -38,6 +44,7 @@ if TYPE_CHECKING:
     from ..auth.grants import IdTokenProvider
 
 STOPPED = "the token refresher has stopped"
+STOP_JOIN_S = 2.0  # for every refresh thread in all, once their token requests were abandoned
 
 __all__ = ["Refresh", "TokenRefresher", "oauth_for", "refresh_by"]
 
@@ -53,6 +60,9 @@ class TokenRefresher(pykka.ThreadingActor):
         self._http_factory = http_factory or default_http
         self._inflight: dict[tuple[str, str | None], concurrent.futures.Future] = {}
         self._threads: set[threading.Thread] = set()
+        self._clients_lock = threading.Lock()  # the worker threads add and drop their clients
+        self._clients: dict[threading.Thread, AuthHttp] = {}  # the HTTP client of each refresh in flight
+        self._stopping = False
         self.requests = 0  # token requests made (tests and benchmarks read it)
 
     def _refresh(self, server: ServerConfig, seen: str | None, reply: concurrent.futures.Future) -> None:
@@ -80,23 +90,47 @@ class TokenRefresher(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         fail_queued(self, lambda message: AuthError(message.server.name if isinstance(message, Refresh) else "?", STOPPED))
+        with self._clients_lock:
+            self._stopping = True
+            clients = list(self._clients.values())
+        for client in clients:
+            client.abort()  # a hung token endpoint: its read returns now
+        for key, future in list(self._inflight.items()):
+            if not future.done():  # its waiters hear now; the thread's own result comes too late
+                try:
+                    future.set_exception(AuthError(key[0], STOPPED))
+                except concurrent.futures.InvalidStateError:
+                    pass  # it finished just now
+        until = time.monotonic() + STOP_JOIN_S
         for thread in list(self._threads):
-            thread.join(REFRESH_WAIT_S)
+            thread.join(max(0.0, until - time.monotonic()))
 
     # -- the worker thread ------------------------------------------------------------------
 
     def _work(self, server: ServerConfig, seen: str | None, future: concurrent.futures.Future) -> None:
         requested = False
         try:
-            record, requested = refresh_held(self._store, server, seen, self._environ, self._http_factory)
-            future.set_result(record)
+            record, requested = refresh_held(self._store, server, seen, self._environ, self._tracked_http)
+            _settle(future, result=record)
         except BaseException as exc:  # delivered to every waiter; nothing escapes the thread
-            future.set_exception(exc if isinstance(exc, Exception) else AuthError(server.name, "the refresh was interrupted"))
+            _settle(future, error=exc if isinstance(exc, Exception) else AuthError(server.name, "the refresh was interrupted"))
         finally:
+            with self._clients_lock:
+                self._clients.pop(threading.current_thread(), None)
             try:
                 self.actor_ref.tell(_Finished((server.name, server.url), future, threading.current_thread(), requested))
             except pykka.ActorDeadError:
                 pass
+
+    def _tracked_http(self, server: ServerConfig) -> AuthHttp:
+        """The refresh's HTTP client (worker thread), known to ``on_stop`` until the refresh ends."""
+        client = self._http_factory(server)
+        with self._clients_lock:
+            self._clients[threading.current_thread()] = client
+            stopping = self._stopping
+        if stopping:
+            client.abort()
+        return client
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Refresh):
@@ -129,6 +163,17 @@ class _Finished:
     future: concurrent.futures.Future
     thread: threading.Thread
     requested: bool
+
+
+def _settle(future: concurrent.futures.Future, *, result: Any = None, error: BaseException | None = None) -> None:
+    """Resolve ``future`` unless a stop failed it first."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except concurrent.futures.InvalidStateError:
+        pass
 
 
 def refresh_by(refresher: pykka.ActorRef) -> RefreshFn:

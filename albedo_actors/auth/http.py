@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -133,6 +134,9 @@ class AuthHttp:
         self._timeout = timeout
         self._guard = guard
         self._tls: ssl.SSLContext | None = None
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None  # the exchange in progress, for abort()
+        self._aborted = False
 
     def get(self, url: str, accept: str = "application/json", headers: dict[str, str] | None = None) -> AuthReply:
         return self._send("GET", url, {"Accept": accept, **(headers or {})}, None)
@@ -148,6 +152,24 @@ class AuthHttp:
 
     def close(self) -> None:
         """Nothing is kept between requests; kept for the context-manager use."""
+
+    def abort(self) -> None:
+        """From any thread: end the exchange in progress now (its socket is shut down, so
+        a blocked read returns at once) and refuse every later one. Its caller gets
+        :class:`AuthHttpError`; a stopping owner never waits for a hung token endpoint."""
+        with self._lock:
+            self._aborted = True
+            sock = self._sock
+        if sock is not None:
+            _shut(sock)
+
+    def _held(self, sock: socket.socket | None) -> None:
+        """``sock`` is the exchange's now (None: it ended); shut at once if aborted."""
+        with self._lock:
+            self._sock = sock
+            aborted = self._aborted
+        if aborted and sock is not None:
+            _shut(sock)
 
     def __enter__(self) -> "AuthHttp":
         return self
@@ -168,6 +190,8 @@ class AuthHttp:
         scheme, host, port, netloc, target = self._target(url)
         sock: socket.socket | None = None
         try:
+            if self._aborted:
+                raise AuthHttpError(url, "the request was abandoned: its owner is stopping")
             try:
                 if self._guard is not None:
                     self._guard.check_name(host)
@@ -177,8 +201,10 @@ class AuthHttp:
             except AddressRefused as exc:
                 raise AuthHttpError(url, exc.reason, transient=False) from None
             sock = self._connect(addresses, deadline)
+            self._held(sock)
             if scheme == "https":
                 sock = self._wrap(sock, host, deadline)
+                self._held(sock)
             sock.settimeout(deadline.left())
             sock.sendall(self._request(method, netloc, target, headers, body))
             response = http.client.HTTPResponse(_ResponseSocket(sock, deadline), method=method)  # type: ignore[arg-type]
@@ -193,8 +219,11 @@ class AuthHttp:
         except http.client.HTTPException as exc:
             raise AuthHttpError(url, f"broke off its answer ({type(exc).__name__})") from None
         except (OSError, ValueError) as exc:
+            if self._aborted:
+                raise AuthHttpError(url, "the request was abandoned: its owner is stopping") from None
             raise AuthHttpError(url, f"could not be reached ({type(exc).__name__})") from None
         finally:
+            self._held(None)
             if sock is not None:
                 try:
                     sock.close()
@@ -311,6 +340,15 @@ class AuthHttp:
             www_authenticate=", ".join(challenges) if challenges else None,
             dpop_nonce=response.getheader("DPoP-Nonce"),
         )
+
+
+def _shut(sock: socket.socket) -> None:
+    import socket
+
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # closed meanwhile
 
 
 def _default_bundle() -> str | None:

@@ -19,7 +19,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..config import ServerConfig
-from ..errors import AlbedoError, AuthError, NeedsSignIn, RefreshDeferred, StoreError
+from ..errors import AlbedoError, AuthError, NeedsSignIn, RefreshDeferred, StoreError, TimedOut
+from ..wire.deadline import Bound
 from . import discovery, dpop
 from .discovery import Challenge
 from .record import OAuthRecord, from_credentials, usable
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 MACHINE_GRANTS = ("client_credentials", "jwt-bearer")
 MAX_AUTHORIZATIONS = 3  # interactive sign-ins in a row for one request (step-up loops end)
 KEY_LOST = "its DPoP key is missing or unreadable, so its DPoP-bound token is not sent; sign in again"
+REFRESHING = "refreshing the token"  # the steps a call's deadline may end (TimedOut.step)
+SIGNING_IN = "signing in"
 
 
 class RefreshFn(Protocol):
@@ -81,21 +84,28 @@ class ServerAuth:
 
     # -- what the link asks --------------------------------------------------------------------
 
-    def headers(self, method: str, url: str) -> dict[str, str]:
+    def headers(self, method: str, url: str, deadline: Bound | None = None) -> dict[str, str]:
         """The auth headers of one HTTP request (``method`` to ``url``), the token refreshed
         first when it is expiring; empty without a token.
+
+        A refresh is waited for until the call's ``deadline`` at most (None: the refresh's
+        own bound); it goes on in the refresher after that, for the next call.
 
         A Bearer token: ``Authorization: Bearer <token>``. A DPoP-bound token (RFC 9449 7.1):
         ``Authorization: DPoP <token>`` and a fresh ``DPoP`` proof for this very request
         (``htm``, ``htu``, ``ath``, the origin's nonce). A bound token whose key is missing or
         unreadable is never sent (the server then needs a sign-in).
+
+        Raises:
+            TimedOut: (``sent`` False, ``step`` :data:`REFRESHING`) the refresh did not
+                finish by ``deadline``.
         """
         record = self._current()
         if record is None or record.state != "signed_in" or not record.access_token:
             return {}
         if record.expiring():
             try:
-                fresh = self._refresh(record.access_token)
+                fresh = self._refresh(record.access_token, deadline)
             except NeedsSignIn:
                 fresh = None if record.expiring(time.time() - 60) else record
             if fresh is None or not fresh.access_token:
@@ -119,13 +129,19 @@ class ServerAuth:
         origin when it is well-formed; True then."""
         return dpop.NONCES.put(url, nonce)
 
-    def unauthorized(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
+    def unauthorized(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int,
+                     deadline: Bound | None = None) -> str:
         """After a 401: the header to post again with, or raise :class:`NeedsSignIn`.
 
         A token that was sent is refreshed once (``attempt`` 0); then, or when none was
         sent, the server needs a sign-in: the challenge is recorded (its
         ``resource_metadata`` and ``scope`` guide the sign-in) and the interactive
         sign-in runs when there is one, at most :data:`MAX_AUTHORIZATIONS` times.
+
+        Raises:
+            NeedsSignIn: no token to post again with.
+            TimedOut: (``sent`` False) the refresh, or waiting for another sign-in, did
+                not finish by the call's ``deadline``; it goes on for the next call.
         """
         seen = _sent_token(sent)
         why = "the server refused the token" if seen else "the server asks for a sign-in"
@@ -138,17 +154,19 @@ class ServerAuth:
                 why = KEY_LOST
         if seen is not None and attempt == 0:
             try:
-                record = self._refresh(seen)
+                record = self._refresh(seen, deadline)
             except RefreshDeferred as exc:
                 raise NeedsSignIn(self.server.name, exc.why, method) from None
             except NeedsSignIn:
                 record = None
             if record is not None and record.state == "signed_in" and record.access_token and record.access_token != seen:
                 return _authorization(record)
-        return self._sign_in(challenge, method, attempt, why, seen)
+        return self._sign_in(challenge, method, attempt, why, seen, deadline=deadline)
 
-    def forbidden(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
-        """After a 403 ``insufficient_scope``: record the step-up; sign in again or raise."""
+    def forbidden(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int,
+                  deadline: Bound | None = None) -> str:
+        """After a 403 ``insufficient_scope``: record the step-up; sign in again or raise
+        (as :meth:`unauthorized`)."""
         seen = _sent_token(sent)
         record = self._current(force=True)
         if (record is not None and record.state == "signed_in" and record.access_token
@@ -163,12 +181,13 @@ class ServerAuth:
             return r.replace(step_up=wanted)
 
         self._update(step_up)
-        return self._sign_in(None, method, attempt, f"the server needs more scope ({wanted or 'unnamed'})", seen, keep_tokens=True)
+        return self._sign_in(None, method, attempt, f"the server needs more scope ({wanted or 'unnamed'})", seen,
+                             keep_tokens=True, deadline=deadline)
 
     # -- internals ------------------------------------------------------------------------------
 
     def _sign_in(self, challenge: Challenge | None, method: str, attempt: int, why: str, seen: str | None,
-                 keep_tokens: bool = False) -> str:
+                 keep_tokens: bool = False, deadline: Bound | None = None) -> str:
         if challenge is not None:
             self._update(lambda r: r.replace(resource_metadata=challenge.resource_metadata or r.resource_metadata,
                                              challenge_scope=challenge.scope or r.challenge_scope),
@@ -186,7 +205,10 @@ class ServerAuth:
             if attempt >= MAX_AUTHORIZATIONS and self._authorize is not None:
                 why = f"{why}; gave up after {MAX_AUTHORIZATIONS} sign-ins for one request"
             raise NeedsSignIn(self.server.name, why, method, step_up=keep_tokens)
-        if not self._signing_in.acquire(timeout=REFRESH_WAIT_S + 300):
+        wait = REFRESH_WAIT_S + 300
+        if not self._signing_in.acquire(timeout=wait if deadline is None else min(wait, deadline.remaining())):
+            if deadline is not None and deadline.expired:
+                raise self._late(SIGNING_IN, deadline)
             raise NeedsSignIn(self.server.name, f"{why}; another sign-in is taking too long", method)
         try:
             record = self._current(force=True)
@@ -226,10 +248,26 @@ class ServerAuth:
         self._update(lost)
         return None
 
-    def _refresh(self, seen: str | None) -> OAuthRecord | None:
+    def _late(self, step: str, deadline: Bound) -> TimedOut:
+        """The call's deadline came while ``step`` ran (it goes on without the call)."""
+        return TimedOut(self.server.name, f"nothing was sent: {step} did not finish within {deadline.seconds:g} s; try again",
+                        sent=False, step=step)
+
+    def _refresh(self, seen: str | None, deadline: Bound | None = None) -> OAuthRecord | None:
+        """The record after a refresh of ``seen`` by the refresher (single flight).
+
+        Waits until ``deadline`` at most (never longer than REFRESH_WAIT_S); the refresh
+        itself is the refresher's and goes on after that, for the next call.
+
+        Raises:
+            NeedsSignIn, RefreshDeferred, TimedOut (``deadline`` came first).
+        """
+        wait = REFRESH_WAIT_S if deadline is None else min(REFRESH_WAIT_S, deadline.remaining())
         try:
-            record = self._refresh_token(self.server, seen).result(timeout=REFRESH_WAIT_S)
+            record = self._refresh_token(self.server, seen).result(timeout=wait)
         except concurrent.futures.TimeoutError:
+            if deadline is not None and wait < REFRESH_WAIT_S:
+                raise self._late(REFRESHING, deadline) from None
             raise NeedsSignIn(self.server.name, "the token refresh took too long") from None
         except concurrent.futures.CancelledError:
             raise NeedsSignIn(self.server.name, "the token refresh was abandoned") from None

@@ -36,6 +36,7 @@ from typing import Any, Callable, Protocol
 
 from ..errors import ProtocolViolation, RemoteError, ServerError, TimedOut, Unavailable, UnknownOutcome
 from ..wire import jsonrpc, mcp
+from ..wire.deadline import Bound, Deadline
 from ..wire.jsonrpc import Json, WireError
 from .progress import CallProgress, parse_report
 
@@ -55,11 +56,13 @@ class Link(Protocol):
     (:class:`~.http_link.HttpLink`). A connection uses its link through this alone: it
     never asks which transport it has."""
 
-    def send_request(self, pending: Pending, message: dict[str, Any], deadline: float | None = None) -> None:
+    def send_request(self, pending: Pending, message: dict[str, Any], deadline: Bound | None = None) -> None:
         """Send a request; raise LinkClosed if nothing was sent.
 
-        ``deadline`` (``time.monotonic()``): the caller waits for the answer until then
-        on this thread, so the link may do the exchange here; None: return at once."""
+        ``deadline`` (the call's one deadline): the caller waits for the answer until then
+        on this thread, so the link may do the exchange here; None: return at once.
+        Whatever the link does for the request (an auth step, the exchange) ends at it;
+        while a step before the send runs, the link names it in ``pending.unsent``."""
 
     def send_other(self, message: dict[str, Any]) -> None:
         """Send a notification or a response; raise LinkClosed if it could not be sent."""
@@ -105,13 +108,16 @@ class Link(Protocol):
 class Pending:
     """One request awaiting its answer. Resolved exactly once, by whoever pops it."""
 
-    __slots__ = ("id", "method", "size", "progress", "_lock", "_result", "_error", "_waker")
+    __slots__ = ("id", "method", "size", "progress", "unsent", "_lock", "_result", "_error", "_waker")
 
     def __init__(self, id_: int, method: str, waker: threading.Event | None, progress: CallProgress | None = None) -> None:
         self.id = id_
         self.method = method
         self.size = 0  # bytes of the answer on the wire, once resolved (0: not known)
         self.progress = progress  # its call's moving deadline, when progress can extend it
+        # The step the link runs before the request is sent (a token refresh), and whether
+        # the server refused it first (a 401): while set, a timeout says it did not run.
+        self.unsent: tuple[str, bool] | None = None
         self._lock = threading.Lock()
         self._lock.acquire()
         self._result: dict[str, Any] = {}
@@ -187,7 +193,7 @@ class RpcChannel:
     # -- requests ------------------------------------------------------------------
 
     def start(self, method: str, params: dict[str, Any] | None, waker: threading.Event | None = None,
-              deadline: float | None = None, progress: CallProgress | None = None) -> Pending:
+              deadline: Bound | None = None, progress: CallProgress | None = None) -> Pending:
         """Send a request; return its pending entry.
 
         ``deadline``: the caller will wait for the answer until then (see
@@ -254,23 +260,33 @@ class RpcChannel:
             return self._wait_moving(pending, progress, cancel)
         if not pending.wait(timeout):
             if self._pending.pop(pending.id, None) is not None:
-                if cancel:
-                    self._attached().cancel(pending)
-                else:
-                    self._attached().forget(pending)
+                self._give_up(pending, cancel, timeout)
                 raise TimedOut(self.server, f"{pending.method} got no answer within {timeout:g} s; it was cancelled")
             pending.wait(1.0)  # answered as we gave up: it was resolved just now
         return pending.outcome()
+
+    def _give_up(self, pending: Pending, cancel: bool, seconds: float) -> None:
+        """The wait for ``pending`` (taken from the table) ended at its deadline: cancel it,
+        or, when a step before its send was still running, drop it and say so.
+
+        Raises:
+            TimedOut: with ``sent`` False, when the request was never sent.
+        """
+        unsent = pending.unsent
+        if unsent is not None:  # nothing runs on the server to cancel: the step goes on without us
+            self._attached().forget(pending)
+            raise TimedOut.unsent(self.server, pending.method, unsent[0], seconds, refused=unsent[1])
+        if cancel:
+            self._attached().cancel(pending)
+        else:
+            self._attached().forget(pending)
 
     def _wait_moving(self, pending: Pending, progress: CallProgress, cancel: bool) -> dict[str, Any]:
         while not pending.wait(progress.deadline - time.monotonic()):
             if progress.deadline > time.monotonic():
                 continue  # progress moved the deadline while we waited
             if self._pending.pop(pending.id, None) is not None:
-                if cancel:
-                    self._attached().cancel(pending)
-                else:
-                    self._attached().forget(pending)
+                self._give_up(pending, cancel, progress.timeout)
                 raise TimedOut(self.server, progress.timed_out(self.server, pending.method))
             pending.wait(1.0)  # answered as we gave up: it was resolved just now
             break
@@ -278,7 +294,7 @@ class RpcChannel:
 
     def request(self, method: str, params: dict[str, Any] | None, timeout: float) -> dict[str, Any]:
         """Send a request and wait for its result (see :meth:`start`, :meth:`wait`)."""
-        return self.wait(self.start(method, params, deadline=time.monotonic() + timeout), timeout)
+        return self.wait(self.start(method, params, deadline=Deadline.after(timeout)), timeout)
 
     def drop(self, pending: Pending) -> None:
         """Forget a request whose answer no longer matters (it is not cancelled)."""

@@ -52,11 +52,13 @@ from typing import Any, Callable, Protocol
 
 from ..auth import discovery as auth_discovery
 from ..auth.discovery import Challenge
-from ..errors import HttpRefused, HttpServerFailed, NeedsSignIn, ProtocolViolation, SessionExpired, Unavailable, UnknownOutcome
+from ..errors import (HttpRefused, HttpServerFailed, NeedsSignIn, ProtocolViolation, SessionExpired, TimedOut, Unavailable,
+                      UnknownOutcome)
 from .channel import LinkClosed, Pending, RpcChannel
 from ..transport.http import ACCEPT_BOTH, Exchange, HttpFailed, HttpTransport, Reply, decode_message
 from ..wire import headers as mcp_headers
 from ..wire import jsonrpc, mcp
+from ..wire.deadline import Bound, Deadline
 from ..wire.jsonrpc import Json, WireError
 from ..wire.sse import SseParser
 
@@ -75,25 +77,33 @@ LISTEN_WINDOW = 600.0  # seconds; at most LISTEN_WINDOW_OPENINGS openings within
 LISTEN_WINDOW_OPENINGS = 60
 LISTEN_OPEN_WAIT = 2.0  # for the first opening's answer before the connection is used
 MAX_AUTH_ROUNDS = 4  # one refresh and three sign-ins, then the request fails
+# What a call's TimedOut names when its deadline came during the link's auth step.
+PREPARING = "refreshing the token"
+AUTHORIZING = "signing in / refreshing the token"
+CONNECTING = "connecting to the server"
 
 
 class LinkAuth(Protocol):
     """The OAuth of one server as its link uses it, from the link's worker threads
     (implemented by :class:`albedo_actors.auth.server_auth.ServerAuth`)."""
 
-    def headers(self, method: str, url: str) -> dict[str, str]:
+    def headers(self, method: str, url: str, deadline: Bound | None = None) -> dict[str, str]:
         """The auth headers (``Authorization``, and a ``DPoP`` proof for a DPoP-bound token)
         of one ``method`` request to ``url``; empty to send none. Called once per HTTP
-        request: a proof is never reused."""
+        request: a proof is never reused. A refresh it waits for ends at ``deadline``
+        (:class:`~albedo_actors.errors.TimedOut`, ``sent`` False) and goes on without it."""
 
     def dpop_nonce(self, url: str, nonce: str) -> bool:
         """A response carried ``DPoP-Nonce`` (RFC 9449 9); True when it was kept."""
 
-    def unauthorized(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
+    def unauthorized(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int,
+                     deadline: Bound | None = None) -> str:
         """After a 401 to a request that sent ``sent``: the header to post it again
-        with, or raise :class:`~albedo_actors.errors.NeedsSignIn`."""
+        with, or raise :class:`~albedo_actors.errors.NeedsSignIn` (or ``TimedOut`` at
+        ``deadline``, as :meth:`headers`)."""
 
-    def forbidden(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int) -> str:
+    def forbidden(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int,
+                  deadline: Bound | None = None) -> str:
         """After a 403 ``insufficient_scope``: as :meth:`unauthorized`, for a step-up."""
 
 
@@ -124,34 +134,37 @@ class HttpLink:
 
     # -- Link protocol (called by the channel) ------------------------------------------------
 
-    def send_request(self, pending: Pending, message: dict[str, Any], deadline: float | None = None) -> None:
+    def send_request(self, pending: Pending, message: dict[str, Any], deadline: Bound | None = None) -> None:
         """POST a request. With a ``deadline`` (the caller waits for the answer) the
         exchange starts on the caller's thread, and a JSON answer is read there too, by
         the deadline: no hand-off to a worker. A stream (SSE), a sign-in round or any
-        exchange without a deadline runs on a worker of the link."""
+        exchange without a deadline runs on a worker of the link.
+
+        The auth step (a token refresh before the POST, the 401/403/nonce rounds) ends at
+        the call's deadline wherever it runs: the request then fails with
+        :class:`TimedOut` saying it was not sent, and the refresh goes on for the next call."""
         progress = pending.progress
+        bound = deadline if deadline is not None else progress  # the call's deadline, wherever its steps run
         if progress is not None and deadline is not None and self.era == "legacy" and self._listener is not None \
                 and self._listener.is_alive():
             # Progress may come on the session's listening stream while this thread is
             # blocked reading the answer, whose read could not follow the moved deadline:
             # a worker reads it, and the caller's wait (which follows it) bounds it.
             deadline = None
-        exchange = Exchange(deadline)
-        if progress is not None:
-            progress.moved = _Mover(exchange) if deadline is not None else None
+        exchange = Exchange(deadline)  # a CallProgress moves it: the exchange re-reads it before each read
         with self._lock:
             if self._closing.is_set():
                 raise LinkClosed()
             self._exchanges[pending.id] = exchange
             if deadline is None:
                 try:
-                    self._pool.submit(self._run_request, pending, message, exchange)
+                    self._pool.submit(self._run_request, pending, message, exchange, bound)
                 except RuntimeError:  # the pool was shut down meanwhile
                     self._exchanges.pop(pending.id, None)
                     raise LinkClosed() from None
                 return
         try:
-            self._inline(pending, message, exchange)
+            self._inline(pending, message, exchange, deadline)
         except Exception as exc:  # a bug must not leave the request waiting forever
             logger.exception("server %r: the HTTP exchange for %s failed unexpectedly", self._server, pending.method)
             self._channel.fail(pending, UnknownOutcome(self._server, f"the exchange failed ({type(exc).__name__})"))
@@ -217,7 +230,7 @@ class HttpLink:
         """End the session (DELETE) and wait for the workers and the listener (``timeout``: 5 s)."""
         timeout = 5.0 if timeout is None else timeout
         if self.session_id is not None and self.era == "legacy":
-            self._delete_session(self.session_id)
+            self._delete_session(self.session_id, Deadline.after(min(timeout, DELETE_TIMEOUT)))
         if self._listener is not None and self._listener is not threading.current_thread():
             self._listener.join(timeout)
         self._pool.shutdown(wait=True)
@@ -311,41 +324,66 @@ class HttpLink:
         except LinkClosed:
             pass
 
-    def _run_request(self, pending: Pending, message: dict[str, Any], exchange: Exchange,
+    def _run_request(self, pending: Pending, message: dict[str, Any], exchange: Exchange, bound: Bound | None,
                      reply: Reply | None = None, headers: dict[str, str] | None = None) -> None:
         try:
-            self._exchange(pending, message, exchange, reply, headers)
+            self._exchange(pending, message, exchange, bound, reply, headers)
         except Exception as exc:  # a bug must not leave the request waiting forever
             logger.exception("server %r: the HTTP exchange for %s failed unexpectedly", self._server, pending.method)
             self._channel.fail(pending, UnknownOutcome(self._server, f"the exchange failed ({type(exc).__name__})"))
         finally:
             self._exchanges.pop(pending.id, None)
 
-    def _inline(self, pending: Pending, message: dict[str, Any], exchange: Exchange) -> None:
+    def _inline(self, pending: Pending, message: dict[str, Any], exchange: Exchange, bound: Bound) -> None:
         """The first POST of a request on the caller's thread (see :meth:`send_request`).
 
         Past the deadline the request is left pending: the caller's wait then times it
         out and cancels it as the era wants, as it does when a worker is slow."""
-        headers = self._headers_for(message)
+        headers = self._prepared(pending, message, bound, PREPARING)
+        if headers is None:
+            self._exchanges.pop(pending.id, None)
+            return
         reply = self._post(pending, message, exchange, headers)
         if reply is None:
             self._exchanges.pop(pending.id, None)
             return
         if (self._auth is not None and reply.status in (401, 403)) or reply.is_sse:
             # A sign-in may take minutes and a stream may last: a worker reads on, and
-            # only the caller's wait bounds it from now on.
-            _unbound(pending, exchange)
+            # only the caller's wait (and the call's deadline, for the auth step and a
+            # resumption) bounds it from now on.
+            exchange.unbind()
             try:
-                self._pool.submit(self._run_request, pending, message, exchange, reply, headers)
+                self._pool.submit(self._run_request, pending, message, exchange, bound, reply, headers)
                 return
             except RuntimeError:  # closing: the pending request has failed already
                 reply.close()
                 self._exchanges.pop(pending.id, None)
                 return
         try:
-            self._answered(pending, message, exchange, reply)
+            self._answered(pending, message, exchange, reply, bound)
         finally:
             self._exchanges.pop(pending.id, None)
+
+    def _prepared(self, pending: Pending, message: dict[str, Any], bound: Bound | None, step: str,
+                  refused: bool = False) -> dict[str, str] | None:
+        """The headers of ``message``'s next POST; None when ``pending`` has failed or was
+        given up meanwhile (its caller's deadline came during the auth step: nothing is
+        sent then). While the headers are made (a token refresh may be waited for) the
+        pending request names ``step``, so a caller's wait that ends first says it was
+        not sent (``refused``: the server refused it before, so it did not run)."""
+        pending.unsent = (step, refused)
+        try:
+            headers = self._headers_for(message, bound)
+        except TimedOut as exc:  # the auth's refresh, at the call's deadline: it goes on without us
+            seconds = bound.seconds if bound is not None else 0.0
+            self._channel.fail(pending, TimedOut.unsent(self._server, pending.method, exc.step or step, seconds,
+                                                        refused=refused))
+            return None
+        # Cleared before looking: a caller that gave up after this sees it and cancels.
+        pending.unsent = None
+        if not self._channel.is_pending(pending):
+            return None  # its caller gave up while it was made, saying it was not sent
+        return headers
 
     def _post(self, pending: Pending, message: dict[str, Any], exchange: Exchange, headers: dict[str, str]) -> Reply | None:
         """POST ``message``; None when it failed (``pending`` has failed then, or, past
@@ -355,20 +393,26 @@ class HttpLink:
             self._nonce_from(reply)
             return reply
         except HttpFailed as exc:
-            if exc.timed_out and exchange.deadline is not None:
+            deadline = exchange.deadline
+            if exc.timed_out and deadline is not None:
+                if not exc.sent:  # the connection did not open by the deadline: say nothing was sent
+                    self._channel.fail(pending, TimedOut.unsent(self._server, pending.method, CONNECTING, deadline.seconds))
                 return None
             error = UnknownOutcome if exc.sent else Unavailable
             tail = "; it may or may not have run" if exc.sent else f"; {pending.method} was not sent"
             self._channel.fail(pending, error(self._server, f"{exc}{tail}"))
             return None
 
-    def _exchange(self, pending: Pending, message: dict[str, Any], exchange: Exchange,
+    def _exchange(self, pending: Pending, message: dict[str, Any], exchange: Exchange, bound: Bound | None,
                   reply: Reply | None = None, headers: dict[str, str] | None = None) -> None:
         attempt = 0
         nonce_retried = False
+        refused = False  # the server refused it once (a 401 or 403): it did not run
         while True:
             if reply is None:
-                headers = self._headers_for(message)
+                headers = self._prepared(pending, message, bound, AUTHORIZING if refused else PREPARING, refused)
+                if headers is None:
+                    return
                 reply = self._post(pending, message, exchange, headers)
                 if reply is None:
                     return
@@ -378,20 +422,20 @@ class HttpLink:
                 if nonce is not None:
                     if not nonce:
                         return  # failed: asked again, or without a usable nonce
-                    nonce_retried, reply = True, None  # RFC 9449 9: once more, with the nonce
+                    nonce_retried, reply, refused = True, None, True  # RFC 9449 9: once more, with the nonce
                     continue
-            if not self._authorize_again(pending, reply, headers.get("Authorization"), attempt):
+            if not self._authorize_again(pending, reply, headers.get("Authorization"), attempt, bound):
                 if not self._channel.is_pending(pending):
                     return  # it failed as needing a sign-in
                 break
             attempt += 1
             nonce_retried = False  # a new token: its server may ask for a nonce once more
-            reply = None
+            reply, refused = None, True
             if self._closing.is_set() or not self._channel.is_pending(pending):
                 return
-        self._answered(pending, message, exchange, reply)
+        self._answered(pending, message, exchange, reply, bound)
 
-    def _answered(self, pending: Pending, message: dict[str, Any], exchange: Exchange, reply: Reply) -> None:
+    def _answered(self, pending: Pending, message: dict[str, Any], exchange: Exchange, reply: Reply, bound: Bound | None) -> None:
         """The server answered ``message`` (no more sign-in rounds): read the answer."""
         if pending.method == "initialize" and 200 <= reply.status < 300:
             session_id = reply.headers.get("mcp-session-id") or None
@@ -406,19 +450,24 @@ class HttpLink:
             self.session_id = session_id
         if 200 <= reply.status < 300 and reply.status != 202:
             if reply.is_sse:
-                self._read_stream(pending, reply, exchange)
+                self._read_stream(pending, reply, exchange, bound)
             else:
                 self._read_json(pending, reply)
             return
         self._refused(pending, reply)
 
-    def _authorize_again(self, pending: Pending, reply: Reply, sent: str | None, attempt: int) -> bool:
+    def _authorize_again(self, pending: Pending, reply: Reply, sent: str | None, attempt: int, bound: Bound | None) -> bool:
         """After a 401, or a 403 ``insufficient_scope``: True to post the request again.
 
         The request did not run. A refused token is refreshed once; then (or with no
         token) the server needs a sign-in, done here only when the host gave an
         interactive one (at most ``MAX_AUTHORIZATIONS`` in a row); else the request
         fails with NeedsSignIn. Any other answer is left to the caller (False).
+
+        The refresh (or the wait for another sign-in) ends at the call's ``bound``: the
+        request then fails with TimedOut saying it did not run. While it runs the pending
+        request names the step, so a caller's wait that ends first says the same; a
+        sign-in that runs on goes on without the call (the next call gets its token).
         """
         if self._auth is None or reply.status not in (401, 403) or attempt > MAX_AUTH_ROUNDS:
             return False
@@ -426,13 +475,21 @@ class HttpLink:
         if reply.status == 403 and (challenge is None or challenge.error != "insufficient_scope"):
             return False
         reply.close()
+        pending.unsent = (AUTHORIZING, True)  # cleared by _prepared, once the headers are made
         try:
             if reply.status == 401:
-                self._auth.unauthorized(sent, challenge, pending.method, attempt)
+                self._auth.unauthorized(sent, challenge, pending.method, attempt, bound)
             else:
-                self._auth.forbidden(sent, challenge, pending.method, attempt)
+                self._auth.forbidden(sent, challenge, pending.method, attempt, bound)
         except NeedsSignIn as exc:
+            pending.unsent = None
             self._channel.fail(pending, exc)
+            return False
+        except TimedOut as exc:
+            pending.unsent = None
+            seconds = bound.seconds if bound is not None else 0.0
+            self._channel.fail(pending, TimedOut.unsent(self._server, pending.method, exc.step or AUTHORIZING, seconds,
+                                                        refused=True))
             return False
         return True
 
@@ -469,9 +526,10 @@ class HttpLink:
             if nonce is not None:
                 self._auth.dpop_nonce(self._url, nonce)
 
-    def _auth_header(self, headers: dict[str, str], method: str = "POST") -> dict[str, str]:
+    def _auth_header(self, headers: dict[str, str], method: str = "POST", deadline: Bound | None = None) -> dict[str, str]:
+        """``headers`` with the auth's; a refresh it waits for ends at ``deadline`` (TimedOut)."""
         if self._auth is not None:
-            headers.update(self._auth.headers(method, self._url))
+            headers.update(self._auth.headers(method, self._url, deadline))
         return headers
 
     def _read_json(self, pending: Pending, reply: Reply) -> None:
@@ -493,7 +551,11 @@ class HttpLink:
         if self._channel.is_pending(pending):
             self._channel.fail(pending, ProtocolViolation(self._server, f"answered {pending.method} without its response"))
 
-    def _read_stream(self, pending: Pending, reply: Reply, exchange: Exchange) -> None:
+    def _read_stream(self, pending: Pending, reply: Reply, exchange: Exchange, bound: Bound | None) -> None:
+        """Read ``pending``'s SSE answer to its response, resuming (legacy) as the module
+        docstring says. Only the caller's wait bounds the read itself (it aborts the
+        exchange at the deadline); the wait before a resumption, and its token refresh,
+        end at the call's ``bound``."""
         parser = SseParser(max_retry_ms=RESUME_MAX_MS)
         last_id: str | None = None
         quiet_resumptions = 0
@@ -535,11 +597,17 @@ class HttpLink:
                     pending, UnknownOutcome(self._server, f"{problem}; {RESUME_LIMIT} resumptions brought nothing new; it may or may not have run")
                 )
                 return
-            delay = parser.retry_ms if parser.retry_ms is not None else RESUME_DEFAULT_MS
-            if self._closing.wait(min(delay, RESUME_MAX_MS) / 1000) or exchange.aborted:
+            delay = min(parser.retry_ms if parser.retry_ms is not None else RESUME_DEFAULT_MS, RESUME_MAX_MS) / 1000
+            if bound is not None:
+                if bound.remaining() <= delay:
+                    return  # it could not resume before the call's deadline: the caller's wait ends it
+                delay = min(delay, bound.remaining())
+            if self._closing.wait(delay) or exchange.aborted:
                 return
             try:
-                headers = self._stream_headers(last_id)
+                headers = self._stream_headers(last_id, bound)
+            except TimedOut:
+                return  # the call's deadline came during a token refresh: the caller's wait ends it
             except mcp_headers.InvalidHeaderValue as exc:
                 self._channel.fail(pending, ProtocolViolation(
                     self._server, f"sent an SSE event id that {exc}, so its stream cannot be resumed; "
@@ -608,11 +676,15 @@ class HttpLink:
         self.session_id = None
         self.close("the server ended the session (HTTP 404)")
 
-    def _delete_session(self, session_id: str) -> None:
-        headers = self._auth_header({"Mcp-Session-Id": session_id, "MCP-Protocol-Version": self.version, **self._static_headers},
-                                    "DELETE")
+    def _delete_session(self, session_id: str, deadline: Deadline) -> None:
+        """End the session, by ``deadline``: closing never waits for a token refresh."""
         try:
-            reply = self._transport.send("DELETE", headers, Exchange(), read_timeout=DELETE_TIMEOUT)
+            headers = self._auth_header({"Mcp-Session-Id": session_id, "MCP-Protocol-Version": self.version,
+                                         **self._static_headers}, "DELETE", deadline)
+        except TimedOut:
+            return  # the server ends an idle session itself
+        try:
+            reply = self._transport.send("DELETE", headers, Exchange(deadline))
             self._nonce_from(reply)
             reply.close()
         except HttpFailed:
@@ -620,8 +692,14 @@ class HttpLink:
 
     # -- headers ------------------------------------------------------------------------------------
 
-    def _headers_for(self, message: dict[str, Any]) -> dict[str, str]:
-        headers = self._auth_header({"Content-Type": "application/json", "Accept": ACCEPT_BOTH, **self._static_headers})
+    def _headers_for(self, message: dict[str, Any], deadline: Bound | None = None) -> dict[str, str]:
+        """The headers of one POST of ``message``.
+
+        Raises:
+            TimedOut: a token refresh did not finish by ``deadline``.
+        """
+        headers = self._auth_header({"Content-Type": "application/json", "Accept": ACCEPT_BOTH, **self._static_headers},
+                                    deadline=deadline)
         method = message.get("method")
         if self.era == "legacy":
             if self.session_id is not None:
@@ -643,14 +721,15 @@ class HttpLink:
                 headers.update(mcp_headers.param_headers(paths, params.get("arguments")))
         return headers
 
-    def _stream_headers(self, last_event_id: str | None = None) -> dict[str, str | bytes]:
+    def _stream_headers(self, last_event_id: str | None = None, deadline: Bound | None = None) -> dict[str, str | bytes]:
         """Headers of a GET stream; ``Last-Event-ID`` when resuming after that id.
 
         Raises:
             InvalidHeaderValue: the id cannot go into a header.
+            TimedOut: a token refresh did not finish by ``deadline``.
         """
         headers: dict[str, str | bytes] = {**self._auth_header(
-            {"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers}, "GET")}
+            {"Accept": "text/event-stream", "MCP-Protocol-Version": self.version, **self._static_headers}, "GET", deadline)}
         if self.session_id is not None:
             headers["Mcp-Session-Id"] = self.session_id
         if last_event_id:  # WHATWG: an empty last event ID string sends no header
@@ -749,33 +828,6 @@ class HttpLink:
             if pending is not None:
                 self._channel.drop(pending)
         return heard, parser.retry_ms, False
-
-
-class _Mover:
-    """Moves an exchange's deadline with its call's progress while the caller's thread
-    reads it (a body read in chunks re-reads the deadline before each), until a worker
-    takes the exchange over without a deadline (:func:`_unbound`)."""
-
-    __slots__ = ("exchange", "lock")
-
-    def __init__(self, exchange: Exchange) -> None:
-        self.exchange = exchange
-        self.lock = threading.Lock()
-
-    def __call__(self, deadline: float) -> None:
-        with self.lock:
-            if self.exchange.deadline is not None:
-                self.exchange.deadline = deadline
-
-
-def _unbound(pending: Pending, exchange: Exchange) -> None:
-    """From now on only the caller's wait bounds ``exchange``: progress moves it no more."""
-    mover = pending.progress.moved if pending.progress is not None else None
-    if isinstance(mover, _Mover) and mover.exchange is exchange:
-        with mover.lock:
-            exchange.unbind()
-    else:
-        exchange.unbind()
 
 
 def _real_notification(message: Json) -> bool:

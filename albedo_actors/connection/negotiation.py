@@ -42,6 +42,7 @@ from .progress import CallProgress
 from .stdio_link import StdioLink
 from ..transport.stdio import LaunchFailed, LaunchSpec, StdioTransport
 from ..wire import jsonrpc, mcp
+from ..wire.deadline import Bound, Deadline
 from ..wire.mcp import Negotiated, Verdict
 
 if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
@@ -99,13 +100,15 @@ class Connection:
         """Era-correct params: modern requests carry the per-request ``_meta``."""
         return mcp.modern_params(params, self.version, self.channel.capabilities) if self.modern else params
 
-    def request(self, method: str, params: dict[str, Any] | None, timeout: float, sizes: list[int] | None = None,
-                progress: CallProgress | None = None) -> dict[str, Any]:
+    def request(self, method: str, params: dict[str, Any] | None, timeout: float | None = None, sizes: list[int] | None = None,
+                progress: CallProgress | None = None, deadline: Bound | None = None) -> dict[str, Any]:
         """Send one request and return its complete result.
 
+        ``deadline``: the call's one deadline (else ``timeout`` seconds from now); every
+        round of the request, the link's auth step and the exchange end at it.
         ``sizes``, when given, gets the wire size in bytes of every answer read.
         ``progress``: its token goes in ``_meta.progressToken``, and each progress
-        notification for it moves the deadline (``timeout`` is then its own).
+        notification for it moves the deadline (it is then the call's deadline).
 
         A modern ``input_required`` result is retried under a new id with its
         ``requestState``, at most MAX_STATE_ROUNDS times (2026-07-28
@@ -123,25 +126,26 @@ class Connection:
             params["_meta"] = {**(params.get("_meta") or {}), "progressToken": progress.token}
             self.channel.track(progress)
             try:
-                return self._request(method, params, timeout, sizes, progress)
+                return self._request(method, params, progress, sizes, progress)
             finally:
                 self.channel.untrack(progress)
-        return self._request(method, params, timeout, sizes, None)
+        if deadline is None:
+            if timeout is None:
+                raise TypeError("a request needs a timeout or a deadline")
+            deadline = Deadline.after(timeout)
+        return self._request(method, params, deadline, sizes, None)
 
-    def _request(self, method: str, params: dict[str, Any] | None, timeout: float, sizes: list[int] | None,
+    def _request(self, method: str, params: dict[str, Any] | None, deadline: Bound, sizes: list[int] | None,
                  progress: CallProgress | None) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
         params = self.params(params)
         for _round in range(MAX_STATE_ROUNDS + 1):
-            if progress is not None:
-                deadline = progress.deadline
             pending = self.channel.start(method, params, deadline=deadline, progress=progress)
             try:
-                result = self.channel.wait(pending, max(0.0, deadline - time.monotonic()))
-            except TimedOut:
-                if progress is not None:
+                result = self.channel.wait(pending, deadline.remaining())
+            except TimedOut as exc:
+                if progress is not None or not exc.sent:
                     raise
-                raise TimedOut(self.server, f"{method} got no answer within {timeout:g} s; it was cancelled") from None
+                raise TimedOut(self.server, f"{method} got no answer within {deadline.seconds:g} s; it was cancelled") from None
             if sizes is not None:
                 sizes.append(pending.size or len(jsonrpc.encode(result)))
             if not self.modern:

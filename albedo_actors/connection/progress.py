@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any, Callable, NamedTuple
 
+from ..wire.deadline import Bound
 from ..wire.text import printable
 
 logger = logging.getLogger(__name__)
@@ -79,24 +80,44 @@ def _number(value: Any) -> float | None:
 class CallProgress:
     """One call's progress: its token, its moving deadline and hard cap, its latest report.
 
-    :meth:`note` runs on the reader thread; the caller's wait reads :attr:`deadline`.
-    ``moved`` (set by a link that bounds the exchange on the caller's thread) is told the
-    new deadline each time it moves.
+    A :class:`~albedo_actors.wire.deadline.Bound`: the call's one deadline, which
+    :meth:`note` (on the reader thread) moves; whoever waits for the call (the channel,
+    a link reading the answer on the caller's thread) reads :attr:`at` again before each
+    wait and so follows it. Made from the call's :class:`~albedo_actors.wire.deadline.Deadline`
+    (``start``), its first instant is that deadline's: a dial or an auth step before the
+    request was sent has spent part of it.
     """
 
-    __slots__ = ("token", "timeout", "started", "cap", "deadline", "extensions", "latest", "moved", "_reporter")
+    __slots__ = ("token", "timeout", "started", "cap", "deadline", "extensions", "latest", "_reporter")
 
-    def __init__(self, token: str, timeout: float, cap: float, reporter: Reporter | None = None) -> None:
+    def __init__(self, token: str, timeout: float, cap: float, reporter: Reporter | None = None,
+                 start: Bound | None = None) -> None:
         now = time.monotonic()
         self.token = token
         self.timeout = timeout
         self.started = now
         self.cap = now + max(cap, timeout)
-        self.deadline = now + timeout
+        self.deadline = min(start.at, self.cap) if start is not None else now + timeout
         self.extensions = 0  # progress notifications that moved the deadline
         self.latest: ProgressReport | None = None
-        self.moved: Callable[[float], None] | None = None
         self._reporter = reporter
+
+    # -- the Bound protocol (wire/deadline.py) --------------------------------------------
+
+    @property
+    def at(self) -> float:
+        return self.deadline
+
+    @property
+    def seconds(self) -> float:
+        return self.timeout
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    @property
+    def expired(self) -> bool:
+        return time.monotonic() >= self.deadline
 
     def note(self, report: ProgressReport) -> None:
         """A progress notification for this call arrived (reader thread; O(1))."""
@@ -104,9 +125,6 @@ class CallProgress:
         if deadline > self.deadline:
             self.deadline = deadline
             self.extensions += 1
-            moved = self.moved
-            if moved is not None:
-                moved(deadline)
         self.latest = report
         if self._reporter is not None:
             self._reporter.poke()

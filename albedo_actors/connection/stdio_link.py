@@ -15,6 +15,7 @@ from ..errors import ConfigError, Unavailable
 from ..safefiles import make_private_dirs
 from ..transport.stdio import LaunchSpec, StdioTransport, TransportClosed, WriteTimeout
 from ..wire import jsonrpc, mcp
+from ..wire.deadline import Bound
 from .channel import WRITE_TIMEOUT, LinkClosed, Pending, RpcChannel
 
 if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
@@ -91,7 +92,7 @@ class StdioLink:
         self._closed_errors = closed_errors
         self._negotiated: mcp.Negotiated | None = None  # until the opening decides; what is sent does not depend on it
 
-    def send_request(self, pending: Pending, message: dict[str, Any], deadline: float | None = None) -> None:
+    def send_request(self, pending: Pending, message: dict[str, Any], deadline: Bound | None = None) -> None:
         # ``deadline`` (the call's) does not bound a pipe write: WRITE_TIMEOUT does.
         try:
             self.transport.send(jsonrpc.encode(message), WRITE_TIMEOUT)

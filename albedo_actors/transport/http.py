@@ -36,6 +36,7 @@ import time
 import urllib.parse
 from typing import Any, Iterator, Mapping
 
+from ..wire.deadline import Bound
 from ..wire.headers import field_value_problem
 from ..wire.jsonrpc import MAX_MESSAGE_BYTES, Json, WireError, parse_line
 from ..wire.sse import SseEvent, SseParser, SseTooLarge
@@ -62,11 +63,13 @@ class HttpFailed(Exception):
 class Exchange:
     """One HTTP exchange that another thread may abort.
 
-    ``deadline`` (a ``time.monotonic()`` value, or None) bounds the whole exchange,
-    not each read: a server that drips its answer a byte at a time still ends at it.
+    ``deadline`` (the call's :class:`~albedo_actors.wire.deadline.Bound`, or None) bounds
+    the whole exchange, not each read: a server that drips its answer a byte at a time
+    still ends at it. Its instant is read again before each read, so a deadline that
+    progress moves is followed.
     """
 
-    def __init__(self, deadline: float | None = None) -> None:
+    def __init__(self, deadline: Bound | None = None) -> None:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self.aborted = False
@@ -105,9 +108,10 @@ class Exchange:
         Raises:
             HttpFailed: the deadline has passed.
         """
-        if self.deadline is None:
+        deadline = self.deadline
+        if deadline is None:
             return None
-        left = self.deadline - time.monotonic()
+        left = deadline.at - time.monotonic()
         if left <= 0:
             raise HttpFailed("no answer in time", sent=self.sent, timed_out=True)
         return left
@@ -381,7 +385,9 @@ class HttpTransport:
         except BaseException as exc:
             conn.close()
             if isinstance(exc, TimeoutError):
-                raise HttpFailed(f"could not connect within {connect_timeout:g} s", sent=False) from None
+                # At the exchange's deadline (it bounded the connect) this is its timeout.
+                raise HttpFailed(f"could not connect within {connect_timeout:g} s", sent=False,
+                                 timed_out=connect_timeout < CONNECT_TIMEOUT) from None
             if isinstance(exc, (OSError, http.client.HTTPException, ValueError)):
                 raise HttpFailed(_connection_reason(exc), sent=False) from None
             raise

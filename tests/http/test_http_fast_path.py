@@ -18,6 +18,7 @@ import pytest
 from albedo_actors.config import ServerConfig
 from albedo_actors.transport import http as transport_http
 from albedo_actors.transport.http import Exchange, HttpFailed, HttpTransport
+from albedo_actors.wire.deadline import Deadline
 from helpers import text_of
 
 WAIT = 10.0
@@ -172,7 +173,7 @@ def test_a_body_dripped_a_byte_at_a_time_ends_at_the_exchanges_deadline(raw_serv
     outcome: list[BaseException] = []
 
     def exchange() -> None:
-        reply = transport.send("POST", {"Content-Type": "application/json"}, Exchange(time.monotonic() + 0.5), body=b"{}")
+        reply = transport.send("POST", {"Content-Type": "application/json"}, Exchange(Deadline.after(0.5)), body=b"{}")
         try:
             reply.body()
         except HttpFailed as exc:
@@ -192,7 +193,7 @@ def test_an_exchange_past_its_deadline_is_not_sent(raw_server):
     server = raw_server(lambda conn, stop: None)
     transport = HttpTransport(server.url)
     with pytest.raises(HttpFailed) as caught:
-        transport.send("POST", {}, Exchange(time.monotonic() - 1), body=b"{}")
+        transport.send("POST", {}, Exchange(Deadline(time.monotonic() - 1, 1.0)), body=b"{}")
     transport.close()
     assert caught.value.timed_out and not caught.value.sent
 

@@ -91,6 +91,13 @@ Endpoints (``{issuer}`` is the issuer URL, ``{ip}`` is its path, "" by default):
   of every refresh that succeeded).
 * ``POST /admin/expire`` (no auth) - every access token issued so far is expired now.
 * ``POST /admin/revoke-refresh`` (no auth) - every refresh token is invalidated.
+* ``POST /admin/advertise-lifetime?seconds=N`` (no auth) - token answers issued from
+  now on say ``expires_in`` N (the tokens stay valid for ``--token-lifetime``); 0 makes
+  a client refresh before every request. Without ``seconds``: the real lifetime again.
+* ``POST /admin/hold-refresh`` (no auth) - from now on every ``refresh_token`` grant
+  request hangs (a token endpoint that does not answer) until ``POST
+  /admin/release-refresh``, which lets every held one (and later ones) go on as usual.
+  ``refresh_held`` in ``/stats`` counts the requests that were held.
 * ``POST /admin/forget-client`` (no auth; ``?client_id=ID``, else every client
   registered through ``/register``) - the server forgets the client, as one restarted
   with an in-memory client store or cleaning up stale registrations does: its
@@ -106,6 +113,7 @@ or logged.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -188,6 +196,7 @@ class Stats:
         self.unknown_client_authorizations = 0
         self.registration_reads = 0
         self.refresh_client_ids: list[str] = []
+        self.refresh_held = 0  # refresh_token requests held by /admin/hold-refresh
 
     def as_json(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -211,6 +220,8 @@ class ServerConfig:
     cc_clients: set[str] = field(default_factory=set)
     # pre-configured confidential clients that may use either secret method
     flexible_secret_clients: set[str] = field(default_factory=set)
+    # the expires_in token answers give (/admin/advertise-lifetime); None: the real lifetime
+    advertised_lifetime: int | None = None
 
     @property
     def all_scopes(self) -> list[str]:
@@ -291,7 +302,8 @@ class MemoryProvider:
             )
         return OAuthToken(
             access_token=access,
-            expires_in=self.config.token_lifetime,
+            expires_in=self.config.token_lifetime if self.config.advertised_lifetime is None
+            else self.config.advertised_lifetime,
             scope=" ".join(scopes),
             refresh_token=refresh_token,
         )
@@ -389,6 +401,7 @@ class TokenEndpoint:
         self.seen_jtis: set[str] = set()
         self.dpop: Dpop | None = None
         self.jwt_bearer: JwtBearerGrant | None = None  # --jwt-bearer-issuer / --id-jag-issuer
+        self.released: asyncio.Event | None = None  # set: refreshes go on; unset: they hang (/admin/hold-refresh)
 
     async def authenticate(self, request: Request, form: dict[str, str]) -> OAuthClientInformationFull:
         auth_header = request.headers.get("authorization", "")
@@ -496,6 +509,10 @@ class TokenEndpoint:
         grant_type = form.get("grant_type")
         if grant_type in self.stats.token_requests:
             self.stats.token_requests[grant_type] += 1
+        released = self.released
+        if grant_type == "refresh_token" and released is not None and not released.is_set():
+            self.stats.refresh_held += 1
+            await released.wait()  # a hung token endpoint, until /admin/release-refresh
         if "client_assertion" in form:
             self.stats.client_assertion_jtis.append(_unverified_jti(form["client_assertion"]))
         if "scope" in form:
@@ -1189,6 +1206,21 @@ def build_app(args: argparse.Namespace, port: int):
     async def forget_client(request: Request) -> Response:
         return JSONResponse({"forgotten": provider.forget_client(request.query_params.get("client_id"))})
 
+    async def advertise_lifetime(request: Request) -> Response:
+        seconds = request.query_params.get("seconds")
+        config.advertised_lifetime = int(seconds) if seconds else None
+        return JSONResponse({"advertised": config.advertised_lifetime})
+
+    async def hold_refresh(request: Request) -> Response:
+        token_endpoint.released = asyncio.Event()
+        return JSONResponse({"holding": True})
+
+    async def release_refresh(request: Request) -> Response:
+        released = token_endpoint.released
+        if released is not None:
+            released.set()
+        return JSONResponse({"held": stats.refresh_held})
+
     well_known_as = "/.well-known/oauth-authorization-server" + issuer_path
     routes = [
         *create_protected_resource_routes(
@@ -1204,6 +1236,9 @@ def build_app(args: argparse.Namespace, port: int):
         Route("/admin/expire", expire, methods=["POST"]),
         Route("/admin/revoke-refresh", revoke_refresh, methods=["POST"]),
         Route("/admin/forget-client", forget_client, methods=["POST"]),
+        Route("/admin/hold-refresh", hold_refresh, methods=["POST"]),
+        Route("/admin/advertise-lifetime", advertise_lifetime, methods=["POST"]),
+        Route("/admin/release-refresh", release_refresh, methods=["POST"]),
     ]
     auth_app = Starlette(routes=routes)
 

@@ -9,15 +9,15 @@ caller's "timed out" (tests/test_progress.py)."""
 from __future__ import annotations
 
 import socket
-import time
 
 from albedo_actors.transport.http import Exchange
+from albedo_actors.wire.deadline import Deadline
 
 
 def test_unbind_drops_the_deadline_and_the_sockets_timeout_from_it():
     ours, theirs = socket.socketpair()
     try:
-        exchange = Exchange(time.monotonic() + 5)
+        exchange = Exchange(Deadline.after(5))
         exchange.attach(ours)
         exchange.bound_read()
         assert 0 < ours.gettimeout() <= 5
@@ -34,7 +34,7 @@ def test_unbind_drops_the_deadline_and_the_sockets_timeout_from_it():
 def test_unbind_keeps_a_reads_own_bound():
     ours, theirs = socket.socketpair()
     try:
-        exchange = Exchange(time.monotonic() + 5)
+        exchange = Exchange(Deadline.after(5))
         exchange.idle_timeout = 30.0  # as send(read_timeout=30) records it
         exchange.attach(ours)
         ours.settimeout(1.0)  # what send set from the deadline
