@@ -70,6 +70,7 @@ from .actors.reply import CLOSED, ask
 from .catalogue.composition import Composition, perform
 from .catalogue.naming import Advertised
 from .errors import ConfigError, NeedsSignIn, SessionClosed, TimedOut, Unavailable
+from .wire.deadline import Deadline
 
 if TYPE_CHECKING:
     from .connection.progress import ProgressReport
@@ -177,10 +178,17 @@ class Mcp:
         return sorted({*super().__dir__(), *python_names(self._composition())})
 
     def call(self, name: str, /, arguments: Mapping[str, Any] | None = None, *,
-             on_progress: Callable[[ProgressReport], None] | None = None, **kwargs: Any) -> Record:
+             on_progress: Callable[[ProgressReport], None] | None = None, deadline: Deadline | float | None = None,
+             **kwargs: Any) -> Record:
         """Call an operation by advertised name or ``server/tool``; return its result record.
 
-        ``arguments``: the operation's arguments as one mapping; ``kwargs`` are merged in.
+        ``arguments``: the operation's arguments as one mapping; ``kwargs`` are merged in
+        (a tool argument named ``on_progress`` or ``deadline`` goes in ``arguments``).
+        ``deadline``: the call's one deadline, a :class:`~albedo_actors.wire.deadline.Deadline`
+        or seconds from now: the dial, a token refresh or sign-in, the exchange and the
+        output check all end at it (one still signing in at it raises TimedOut saying
+        nothing was sent). None: the server's own bounds (startupTimeoutMs for a dial,
+        then callTimeoutMs, which its progress may extend).
         ``on_progress(report)``: a tool's progress (``report.progress``, ``.total``,
         ``.message`` escaped and bounded, ``.line()``), the latest at most ten times a
         second, on a thread of the call's own (never the caller's); what it raises is
@@ -198,7 +206,7 @@ class Mcp:
         if name == SEARCH_TOOL:  # the model's tool search: answered here, never sent to a server
             return Record(composition.call_search(_arguments(name, arguments, kwargs)))
         item, handle = composition.resolve(name)
-        return self._perform(composition, item, handle, _arguments(name, arguments, kwargs), on_progress)
+        return self._perform(composition, item, handle, _arguments(name, arguments, kwargs), on_progress, _deadline(deadline))
 
     def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
         """The ``limit`` operations that best match ``query`` (BM25 over names,
@@ -219,12 +227,12 @@ class Mcp:
     # -- internals ---------------------------------------------------------------------------
 
     def _perform(self, composition: Composition, item: Advertised, handle: Any, args: dict[str, Any],
-                 on_progress: Callable[[ProgressReport], None] | None) -> Record:
+                 on_progress: Callable[[ProgressReport], None] | None, deadline: Deadline | None = None) -> Record:
         """The one call pipeline (catalogue/composition.py's perform), with the session's
         progress events and its sign-in notice around it."""
         report = self._reporter(item, on_progress) if item.kind == "tool" else None
         try:
-            done = perform(composition, item, handle, args, on_progress=report)
+            done = perform(composition, item, handle, args, on_progress=report, deadline=deadline)
         except (pykka.ActorDeadError, pykka.Timeout):  # the server's client, never pykka's error
             raise Unavailable(item.server, "its client stopped or did not answer; nothing was sent: try again") from None
         except NeedsSignIn as exc:
@@ -349,10 +357,12 @@ class AsyncMcp:
         return sorted({*super().__dir__(), *python_names(self._sync._composition())})
 
     async def call(self, name: str, /, arguments: Mapping[str, Any] | None = None, *,
-                   on_progress: Callable[[ProgressReport], None] | None = None, **kwargs: Any) -> Record:
+                   on_progress: Callable[[ProgressReport], None] | None = None, deadline: Deadline | float | None = None,
+                   **kwargs: Any) -> Record:
         """Call an operation; its result record (see :meth:`Mcp.call`). ``on_progress`` is
         called as there, on the call's own thread, not the event loop's (use
-        ``loop.call_soon_threadsafe`` in it to reach the loop)."""
+        ``loop.call_soon_threadsafe`` in it to reach the loop). A call waiting in its lane
+        waits no longer than its deadline (or the server's callTimeoutMs)."""
         import asyncio  # loaded already under a running loop; a sync-only host never loads it
 
         sync = self._sync
@@ -361,8 +371,10 @@ class AsyncMcp:
             return Record(composition.call_search(_arguments(name, arguments, kwargs)))
         item, handle = composition.resolve(name)
         args = _arguments(name, arguments, kwargs)
-        bound = handle.config.call_timeout  # a call waiting in its lane waits no longer than it would for its answer
-        future = self._lanes.submit(item.server, time.monotonic() + bound, sync._perform, composition, item, handle, args, on_progress)
+        ends = _deadline(deadline)
+        # A call waiting in its lane waits no longer than it would for its answer.
+        not_after = ends.at if ends is not None else time.monotonic() + handle.config.call_timeout
+        future = self._lanes.submit(item.server, not_after, sync._perform, composition, item, handle, args, on_progress, ends)
         return await asyncio.wrap_future(future)
 
     async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
@@ -503,6 +515,14 @@ def python_names(composition: Composition) -> dict[str, str]:
 
 def _in_session(composition: Composition, server: str) -> bool:
     return server in composition.handles or server in composition.left_out or composition.mcp_off
+
+
+def _deadline(deadline: Deadline | float | None) -> Deadline | None:
+    if deadline is None or isinstance(deadline, Deadline):
+        return deadline
+    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not deadline > 0:
+        raise ConfigError(f"a call's deadline is a Deadline or a number of seconds above 0, not {deadline!r}")
+    return Deadline.after(deadline)
 
 
 def _arguments(name: str, arguments: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -137,6 +137,7 @@ from .errors import (
 )
 from .catalogue.naming import Advertised, server_prefix
 from .catalogue.composition import perform
+from .wire.deadline import Deadline
 from .actors.reply import CLOSED
 from .runtime import Runtime
 from .wire.text import json_text, printable
@@ -181,6 +182,9 @@ def _parser() -> argparse.ArgumentParser:
     call.add_argument("name", metavar="NAME", help="an advertised name (mcp_SERVER_TOOL_HASH, as 'tools' prints it) or SERVER/TOOL")
     call.add_argument("--args", default=None, metavar="JSON", help="the arguments, a JSON object")
     call.add_argument("--json", action="store_true", help="print the CallToolResult as JSON")
+    call.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                      help="the call's one deadline, counted from now: a dial on the call's path, signing in and the call "
+                           "all end by it (default: the server's startupTimeoutMs, then its callTimeoutMs)")
     call.add_argument("--hidden", action="store_true",
                       help="call a tool even though it is kept from the model (its inputSchema was left out as "
                            "invalid or too large); a tool disabled in extensions.json is never called")
@@ -347,7 +351,20 @@ def _runtime(config: McpConfig, store: Store | None) -> Runtime:
     return Runtime(config.home, store, config=config, background=False, enabled=True, watch=False)
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 86_400:  # NaN and infinities fail too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds between 0 and 86400")
+    return value
+
+
 def _call(args: argparse.Namespace) -> int:
+    # The call's one deadline starts here, before the runtime opens: starting the
+    # server, a sign-in and the call itself all end by it.
+    args.deadline = Deadline.after(args.timeout) if args.timeout is not None else None
     arguments = _arguments(args.args)
     config = load(resolve_home(args.home))
     if "/" in args.name:
@@ -392,7 +409,7 @@ def _call_in(args: argparse.Namespace, chosen_config: McpConfig, store: Store | 
         try:
             # The one call pipeline (catalogue/composition.py): issue 16's output check,
             # ended by the call's deadline (issue 23).
-            done = perform(session, chosen, handle, arguments or {}, on_progress=progress)
+            done = perform(session, chosen, handle, arguments or {}, on_progress=progress, deadline=args.deadline)
         finally:
             if progress is not None:
                 progress.clear()  # the reporter has ended: nothing writes after this

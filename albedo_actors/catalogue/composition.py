@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Protocol
 
 from ..config import Advertise, ServerConfig
 from ..errors import AlbedoError, ConfigError, NeedsSignIn, Unavailable
+from ..wire.deadline import Deadline
 from ..wire.text import printable
 from .model import Catalogue
 from .naming import GET_PROMPT, MAX_DESCRIPTION, READ_RESOURCE, Advertised, advertise, advertised_name, bound_description, server_prefix
@@ -43,11 +44,13 @@ class Handle(Protocol):
     name: str
 
     def call_tool_and_deadline(self, tool: str, arguments: dict[str, Any] | None = None, timeout: float | None = None,
-                               on_progress: Callable[[ProgressReport], None] | None = None) -> tuple[dict[str, Any], float]: ...
+                               on_progress: Callable[[ProgressReport], None] | None = None, *,
+                               deadline: Deadline | None = None) -> tuple[dict[str, Any], float]: ...
 
-    def read_resource(self, uri: str, timeout: float | None = None) -> dict[str, Any]: ...
+    def read_resource(self, uri: str, timeout: float | None = None, *, deadline: Deadline | None = None) -> dict[str, Any]: ...
 
-    def get_prompt(self, name: str, arguments: dict[str, str] | None = None, timeout: float | None = None) -> dict[str, Any]: ...
+    def get_prompt(self, name: str, arguments: dict[str, str] | None = None, timeout: float | None = None, *,
+                   deadline: Deadline | None = None) -> dict[str, Any]: ...
 
     def stop_async(self) -> Any: ...
 
@@ -438,8 +441,12 @@ def operation_arguments(item: Advertised, arguments: Mapping[str, Any]) -> None:
 
 
 def perform(composition: Composition, item: Advertised, handle: Handle, arguments: dict[str, Any], *,
-            on_progress: Callable[[ProgressReport], None] | None = None, timeout: float | None = None) -> Performed:
+            on_progress: Callable[[ProgressReport], None] | None = None, deadline: Deadline | None = None) -> Performed:
     """Run one resolved operation (``composition.resolve``'s pair) on its client.
+
+    ``deadline``: the call's one deadline (wire/deadline.py): a dial, a token refresh or
+    sign-in, the exchange and the output check all end at it. None: the server's own
+    bounds (a dial within startupTimeoutMs, then the call within callTimeoutMs).
 
     A tool call is checked against the tool's outputSchema by its own deadline
     (catalogue/schemas.py; never blocking the result), and counts as the session's
@@ -453,13 +460,13 @@ def perform(composition: Composition, item: Advertised, handle: Handle, argument
     operation_arguments(item, arguments)
     composition.used(item)  # recently used: in the next turn's set when over budget
     if item.kind == READ_RESOURCE:
-        return Performed(handle.read_resource(arguments["uri"], timeout))
+        return Performed(handle.read_resource(arguments["uri"], deadline=deadline))
     if item.kind == GET_PROMPT:
         extra = arguments.get("arguments")
-        return Performed(handle.get_prompt(arguments["name"], dict(extra) if extra is not None else None, timeout))
-    result, deadline = handle.call_tool_and_deadline(item.operation, arguments, timeout, on_progress=on_progress)
+        return Performed(handle.get_prompt(arguments["name"], dict(extra) if extra is not None else None, deadline=deadline))
+    result, ends = handle.call_tool_and_deadline(item.operation, arguments, on_progress=on_progress, deadline=deadline)
     # issue 16: checked against its outputSchema, never blocked; issue 23: by the call's deadline
-    checked = check_result(composition.catalogues.get(item.server), item.operation, result, deadline)
+    checked = check_result(composition.catalogues.get(item.server), item.operation, result, ends)
     return Performed(result, checked.errors, checked.warning)
 
 

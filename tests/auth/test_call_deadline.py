@@ -168,3 +168,34 @@ def test_stopping_a_runtime_never_waits_for_a_hung_token_request(served, tmp_pat
         assert served.stats()["refresh_held"] == 1
     finally:
         kit.close()
+
+
+def test_the_bindings_deadline_reaches_the_token_refresh_sync_and_async(served, tmp_path):
+    """The deadline travels from the binding (``deadline=``) down to the auth step."""
+    import asyncio
+
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    document = {"enabled": {"mcp": True},
+                "mcp": {"servers": {NAME: {"type": "http", "url": served.url, "startupTimeoutMs": 15000,
+                                           "callTimeoutMs": 15000}}}}
+    (home / "extensions.json").write_text(json.dumps(document))
+    served.advertise_lifetime(0)
+    kit = Kit(str(home), NAME)
+    try:
+        kit.sign_in(config_of(served))
+        with Runtime(str(home), kit.store, config=load(str(home))) as runtime:
+            mcp, amcp = runtime.mcp(), runtime.amcp()
+            assert text_of(mcp.call(f"{NAME}/echo", text="open").as_dict()) == "open"
+            served.hold_refresh()
+            served.advertise_lifetime(None)
+            with pytest.raises(TimedOut) as raised:
+                mcp.call(f"{NAME}/echo", text="x", deadline=1)  # callTimeoutMs is 15 s: the deadline wins
+            assert_not_sent(raised.value)
+            with pytest.raises(TimedOut) as raised:
+                asyncio.run(amcp.call(f"{NAME}/echo", text="x", deadline=Deadline.after(1)))
+            assert_not_sent(raised.value)
+            served.release_refresh()
+            assert text_of(mcp.call(f"{NAME}/echo", text="again", deadline=WAIT_S).as_dict()) == "again"
+    finally:
+        kit.close()
