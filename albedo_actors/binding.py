@@ -70,6 +70,7 @@ from .actors.reply import CLOSED, ask
 from .catalogue.composition import Composition, perform
 from .catalogue.naming import Advertised
 from .errors import ConfigError, NeedsSignIn, SessionClosed, TimedOut, Unavailable
+from .connection.progress import Cancel
 from .wire.deadline import Deadline
 
 if TYPE_CHECKING:
@@ -227,12 +228,13 @@ class Mcp:
     # -- internals ---------------------------------------------------------------------------
 
     def _perform(self, composition: Composition, item: Advertised, handle: Any, args: dict[str, Any],
-                 on_progress: Callable[[ProgressReport], None] | None, deadline: Deadline | None = None) -> Record:
+                 on_progress: Callable[[ProgressReport], None] | None, deadline: Deadline | None = None,
+                 cancel: Cancel | None = None) -> Record:
         """The one call pipeline (catalogue/composition.py's perform), with the session's
         progress events and its sign-in notice around it."""
         report = self._reporter(item, on_progress) if item.kind == "tool" else None
         try:
-            done = perform(composition, item, handle, args, on_progress=report, deadline=deadline)
+            done = perform(composition, item, handle, args, on_progress=report, deadline=deadline, cancel=cancel)
         except (pykka.ActorDeadError, pykka.Timeout):  # the server's client, never pykka's error
             raise Unavailable(item.server, "its client stopped or did not answer; nothing was sent: try again") from None
         except NeedsSignIn as exc:
@@ -323,9 +325,10 @@ class AsyncMcp:
     waits on another server: each runs on a thread of its server's own lane (at most
     ``calls_per_server`` in flight; more wait in order, within their call's timeout).
     ``asyncio.gather(..., return_exceptions=True)`` keeps what succeeded. Cancelling an
-    awaited call that has not started drops it; one already sent runs to its own end
-    (the issue's cancel-as-timeout is for the deadline work). :meth:`close` (a Session
-    does it) ends the lanes' threads."""
+    awaited call drops it when it still waits in its lane (it is never sent), and
+    cancels its MCP request the way a timeout does when it runs (stdio and 2025-11-25
+    HTTP: ``notifications/cancelled``; modern HTTP: its stream is closed).
+    :meth:`close` (a Session does it) ends the lanes' threads."""
 
     def __init__(self, composer: pykka.ActorRef, warn: Any = None, *, calls_per_server: int = CALLS_PER_SERVER) -> None:
         self._sync = Mcp(composer, warn)
@@ -374,8 +377,16 @@ class AsyncMcp:
         ends = _deadline(deadline)
         # A call waiting in its lane waits no longer than it would for its answer.
         not_after = ends.at if ends is not None else time.monotonic() + handle.config.call_timeout
-        future = self._lanes.submit(item.server, not_after, sync._perform, composition, item, handle, args, on_progress, ends)
-        return await asyncio.wrap_future(future)
+        cancel = Cancel()
+        future = self._lanes.submit(item.server, not_after, sync._perform, composition, item, handle, args, on_progress, ends, cancel)
+        try:
+            return await asyncio.shield(asyncio.wrap_future(future))
+        except asyncio.CancelledError:
+            # The awaiting task was cancelled: a call still waiting in its lane is dropped
+            # (never sent); one running is cancelled the way a timeout cancels it.
+            if not future.cancel():
+                cancel.cancel()
+            raise
 
     async def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
         """The operations that best match ``query`` (see :meth:`Mcp.search`)."""

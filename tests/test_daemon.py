@@ -308,3 +308,53 @@ def test_an_http_server_beside_a_slow_stdio_one_sessions_and_lanes(tmp_path, fla
             assert text_of(fast.as_dict()) == "over http" and pending == 8
     finally:
         server.stop()
+
+
+# -- cancelling an awaited call ---------------------------------------------------------------------------
+
+
+def wait_for(condition, what: str) -> None:
+    """Poll ``condition`` (a server's record file), bounded by WAIT."""
+    import time
+
+    until = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < until, f"{what} did not happen within {WAIT} s"
+        time.sleep(0.02)
+
+
+def test_cancelling_an_awaited_call_cancels_its_request_as_a_timeout_does(tmp_path):
+    from albedo_actors.binding import AsyncMcp
+    from helpers import read_record
+
+    record = tmp_path / "record.jsonl"
+    home = str(tmp_path / "home")
+    servers = (fault_config("slow", "--record", str(record), call_timeout_ms=60_000),)
+    with Runtime(home, config=McpConfig(home=home, servers=servers), enabled=True) as runtime:
+        amcp = AsyncMcp(runtime._composer, calls_per_server=1)  # one call in flight: the next waits in the lane
+
+        def calls() -> list[dict]:
+            return [m for m in read_record(record) if m.get("method") == "tools/call"]
+
+        async def main():
+            running = asyncio.ensure_future(amcp.call("slow/sleep", seconds=30))
+            waiting = asyncio.ensure_future(amcp.call("slow/sleep", seconds=30))
+            await asyncio.sleep(0)  # one pass of the loop (no time): both are handed over
+            await asyncio.to_thread(wait_for, lambda: len(calls()) == 1, "the first call reaching the server")
+            waiting.cancel()
+            running.cancel()
+            outcomes = await asyncio.gather(running, waiting, return_exceptions=True)
+            return outcomes, await amcp.call("slow/echo", text="the lane is free")
+
+        try:
+            outcomes, after = asyncio.run(main())
+        finally:
+            amcp.close()
+        assert all(isinstance(outcome, asyncio.CancelledError) for outcome in outcomes)
+        (sent,) = calls()[:1]
+        wait_for(lambda: any(m.get("method") == "notifications/cancelled" for m in read_record(record)),
+                 "notifications/cancelled")
+        cancelled = [m for m in read_record(record) if m.get("method") == "notifications/cancelled"]
+        assert [m["params"]["requestId"] for m in cancelled] == [sent["id"]]
+        assert [m["params"]["arguments"] for m in calls()] == [{"seconds": 30}, {"text": "the lane is free"}]  # the waiting one never went
+        assert text_of(after.as_dict()) == "the lane is free"

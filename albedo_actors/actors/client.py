@@ -42,7 +42,7 @@ from ..connection.stdio_link import launch_spec
 from ..connection import Connection, Handlers, discover, open_http, open_stdio
 from ..errors import AlbedoError, SessionExpired, TimedOut, Unavailable, UnknownOutcome
 from ..connection.channel import Link, Pending
-from ..connection.progress import CallProgress, ProgressReport, Reporter, new_token
+from ..connection.progress import CallProgress, Cancel, ProgressReport, Reporter, new_token
 from ..transport.stdio import LaunchSpec
 from ..wire import mcp
 from ..wire.deadline import Deadline
@@ -659,8 +659,12 @@ class ServerHandle:
 
     def call_tool(self, tool: str, arguments: dict[str, Any] | None = None, timeout: float | None = None,
                   on_progress: Callable[[ProgressReport], None] | None = None, *,
-                  deadline: Deadline | None = None) -> dict[str, Any]:
+                  deadline: Deadline | None = None, cancel: Cancel | None = None) -> dict[str, Any]:
         """Call one tool; return its CallToolResult. A tool error (``isError``) is a result.
+
+        ``cancel`` (a :class:`~albedo_actors.connection.progress.Cancel`): ``cancel.cancel()``
+        from any thread gives the call up; it is cancelled as a timeout cancels it, and
+        this raises TimedOut (one not yet sent is never sent).
 
         ``deadline``: the call's one deadline (else ``timeout`` seconds from now); a dial,
         a token refresh or sign-in and the exchange all end at it. With neither, a dial
@@ -680,11 +684,11 @@ class ServerHandle:
             UnknownOutcome: the connection was lost after the request was sent.
             RemoteError, ProtocolViolation: the server refused or answered badly.
         """
-        return self.call_tool_and_deadline(tool, arguments, timeout, on_progress, deadline=deadline)[0]
+        return self.call_tool_and_deadline(tool, arguments, timeout, on_progress, deadline=deadline, cancel=cancel)[0]
 
     def call_tool_and_deadline(self, tool: str, arguments: dict[str, Any] | None = None, timeout: float | None = None,
                                on_progress: Callable[[ProgressReport], None] | None = None, *,
-                               deadline: Deadline | None = None) -> tuple[dict[str, Any], float]:
+                               deadline: Deadline | None = None, cancel: Cancel | None = None) -> tuple[dict[str, Any], float]:
         """:meth:`call_tool`, and the call's deadline (``time.monotonic()``) as it stood
         when the answer came: ``callTimeoutMs`` from the start or from the last progress,
         never past the cap. What is done with the result on the call's behalf (checking
@@ -700,7 +704,7 @@ class ServerHandle:
         limit = deadline.seconds
         reporter = Reporter([on_progress], name=f"mcp-progress-{self.name}") if on_progress is not None else None
         # The call's deadline from here on, moved by progress; the cap: at least ``limit``.
-        progress = CallProgress(new_token(), limit, self.config.max_call_timeout, reporter, start=deadline)
+        progress = CallProgress(new_token(), limit, self.config.max_call_timeout, reporter, start=deadline, cancel=cancel)
         if reporter is not None:
             reporter.progress = progress
         try:

@@ -45,7 +45,7 @@ class Handle(Protocol):
 
     def call_tool_and_deadline(self, tool: str, arguments: dict[str, Any] | None = None, timeout: float | None = None,
                                on_progress: Callable[[ProgressReport], None] | None = None, *,
-                               deadline: Deadline | None = None) -> tuple[dict[str, Any], float]: ...
+                               deadline: Deadline | None = None, cancel: Any = None) -> tuple[dict[str, Any], float]: ...
 
     def read_resource(self, uri: str, timeout: float | None = None, *, deadline: Deadline | None = None) -> dict[str, Any]: ...
 
@@ -441,12 +441,14 @@ def operation_arguments(item: Advertised, arguments: Mapping[str, Any]) -> None:
 
 
 def perform(composition: Composition, item: Advertised, handle: Handle, arguments: dict[str, Any], *,
-            on_progress: Callable[[ProgressReport], None] | None = None, deadline: Deadline | None = None) -> Performed:
+            on_progress: Callable[[ProgressReport], None] | None = None, deadline: Deadline | None = None,
+            cancel: Any = None) -> Performed:
     """Run one resolved operation (``composition.resolve``'s pair) on its client.
 
     ``deadline``: the call's one deadline (wire/deadline.py): a dial, a token refresh or
     sign-in, the exchange and the output check all end at it. None: the server's own
     bounds (a dial within startupTimeoutMs, then the call within callTimeoutMs).
+    ``cancel``: a tool call's way to be given up (connection/progress.py's Cancel).
 
     A tool call is checked against the tool's outputSchema by its own deadline
     (catalogue/schemas.py; never blocking the result), and counts as the session's
@@ -464,7 +466,8 @@ def perform(composition: Composition, item: Advertised, handle: Handle, argument
     if item.kind == GET_PROMPT:
         extra = arguments.get("arguments")
         return Performed(handle.get_prompt(arguments["name"], dict(extra) if extra is not None else None, deadline=deadline))
-    result, ends = handle.call_tool_and_deadline(item.operation, arguments, on_progress=on_progress, deadline=deadline)
+    result, ends = handle.call_tool_and_deadline(item.operation, arguments, on_progress=on_progress, deadline=deadline,
+                                                 cancel=cancel)
     # issue 16: checked against its outputSchema, never blocked; issue 23: by the call's deadline
     checked = check_result(composition.catalogues.get(item.server), item.operation, result, ends)
     return Performed(result, checked.errors, checked.warning)

@@ -108,7 +108,7 @@ class Link(Protocol):
 class Pending:
     """One request awaiting its answer. Resolved exactly once, by whoever pops it."""
 
-    __slots__ = ("id", "method", "size", "progress", "unsent", "_lock", "_result", "_error", "_waker")
+    __slots__ = ("id", "method", "size", "progress", "unsent", "interrupted", "_lock", "_result", "_error", "_waker")
 
     def __init__(self, id_: int, method: str, waker: threading.Event | None, progress: CallProgress | None = None) -> None:
         self.id = id_
@@ -118,6 +118,7 @@ class Pending:
         # The step the link runs before the request is sent (a token refresh), and whether
         # the server refused it first (a 401): while set, a timeout says it did not run.
         self.unsent: tuple[str, bool] | None = None
+        self.interrupted = False  # its caller gave it up (progress.Cancel): the waiter cancels it
         self._lock = threading.Lock()
         self._lock.acquire()
         self._result: dict[str, Any] = {}
@@ -209,12 +210,30 @@ class RpcChannel:
         if self._closed_reason is not None:
             self._pending.pop(pending.id, None)
             raise Unavailable(self.server, f"not connected ({self._closed_reason}); {method} was not sent")
+        cancel = progress.cancel if progress is not None else None
+        if cancel is not None:
+            if cancel.cancelled:  # given up before it was sent: it is not sent
+                self._pending.pop(pending.id, None)
+                raise TimedOut(self.server, f"{method} was not sent: its caller gave it up", sent=False)
+            cancel.bind(lambda: self.interrupt(pending))
         try:
             self._attached().send_request(pending, jsonrpc.request(pending.id, method, params), deadline)
         except LinkClosed:
             self._pending.pop(pending.id, None)
             raise Unavailable(self.server, f"the connection closed before {method} was sent") from None
         return pending
+
+    def interrupt(self, pending: Pending) -> None:
+        """Its caller gave ``pending`` up (any thread; no blocking I/O here): an exchange
+        reading its answer is aborted and the caller's wait ends at once; the waiting
+        thread then cancels the request as a timeout does (:meth:`wait`)."""
+        if self._pending.pop(pending.id, None) is None:
+            return  # answered (or given up) already
+        pending.interrupted = True
+        if self._link is not None:
+            self._link.forget(pending)  # HTTP: the exchange is aborted (a socket shut); stdio: nothing
+        pending.resolve(error=TimedOut(self.server, f"{pending.method} was given up by its caller; the server was told "
+                                                    "to cancel it"))
 
     def reserve(self, method: str, waker: threading.Event | None = None) -> Pending:
         """Register a request that the caller sends itself (e.g. a held-open listen)."""
@@ -257,7 +276,11 @@ class RpcChannel:
         """
         progress = pending.progress
         if progress is not None:
-            return self._wait_moving(pending, progress, cancel)
+            try:
+                return self._wait_moving(pending, progress, cancel)
+            finally:
+                if progress.cancel is not None:
+                    progress.cancel.bind(None)
         if not pending.wait(timeout):
             if self._pending.pop(pending.id, None) is not None:
                 self._give_up(pending, cancel, timeout)
@@ -290,6 +313,11 @@ class RpcChannel:
                 raise TimedOut(self.server, progress.timed_out(self.server, pending.method))
             pending.wait(1.0)  # answered as we gave up: it was resolved just now
             break
+        if pending.interrupted:  # its caller gave it up: cancelled here, on the caller's thread, as at a timeout
+            try:
+                self._give_up(pending, cancel, progress.timeout)
+            except TimedOut:
+                pass  # a step before the send was still running: nothing ran, nothing to cancel
         return pending.outcome()
 
     def request(self, method: str, params: dict[str, Any] | None, timeout: float) -> dict[str, Any]:

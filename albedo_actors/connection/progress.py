@@ -77,6 +77,41 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+class Cancel:
+    """A caller's way to give up one running call (an awaited call that was cancelled).
+
+    Made by the caller and handed to the call (``ServerHandle.call_tool(cancel=...)``);
+    :meth:`cancel` may come from any thread (the event loop's), at any time, once or
+    more. The channel that sends the request binds its interrupt here (:meth:`bind`):
+    it ends the caller's wait at once and the waiting thread cancels the request the way
+    a timeout does (stdio and 2025-11-25 HTTP: ``notifications/cancelled``; modern HTTP:
+    the request's stream is closed). A call given up before it was sent is not sent.
+    The hook does no blocking I/O on the canceller's thread.
+    """
+
+    __slots__ = ("cancelled", "_hook", "_lock")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._hook: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            hook = self._hook
+        if hook is not None:
+            hook()
+
+    def bind(self, hook: Callable[[], None] | None) -> None:
+        """Run ``hook`` when the call is given up (at once if it was already); None unbinds."""
+        with self._lock:
+            self._hook = hook
+            now = self.cancelled and hook is not None
+        if now:
+            hook()  # type: ignore[misc]  # checked above: not None
+
+
 class CallProgress:
     """One call's progress: its token, its moving deadline and hard cap, its latest report.
 
@@ -88,10 +123,13 @@ class CallProgress:
     request was sent has spent part of it.
     """
 
-    __slots__ = ("token", "timeout", "started", "cap", "deadline", "extensions", "latest", "_reporter")
+    __slots__ = ("token", "timeout", "started", "cap", "deadline", "extensions", "latest", "_reporter", "cancel")
 
     def __init__(self, token: str, timeout: float, cap: float, reporter: Reporter | None = None,
-                 start: Bound | None = None) -> None:
+                 start: Bound | None = None, cancel: Cancel | None = None) -> None:
+        # ``cancel``: the caller's way to give the call up (it travels with the call to
+        # the channel, as this deadline does).
+        self.cancel = cancel
         now = time.monotonic()
         self.token = token
         self.timeout = timeout
