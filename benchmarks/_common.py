@@ -378,7 +378,6 @@ def finish_options(
     opts: argparse.Namespace,
     defaults: tuple[int, int, int, int],
     quick: tuple[int, int, int, int],
-    clients: tuple[str, ...] = CLIENTS,
 ) -> list[str]:
     """Fill in the defaults (``quick`` ones with ``--quick``), check, pin; return the clients wanted."""
     for key, value in zip(("calls", "total", "rounds", "warmup"), quick if opts.quick else defaults):
@@ -387,8 +386,8 @@ def finish_options(
     if min(opts.calls, opts.total, opts.inflight, opts.rounds) < 1 or opts.warmup < 0:
         parser.error("--calls, --total, --inflight and --rounds must be positive")
     wanted = [c.strip() for c in opts.clients.split(",") if c.strip()]
-    if not wanted or set(wanted) - set(clients):
-        parser.error(f"--clients takes a comma-separated subset of {','.join(clients)}")
+    if not wanted or set(wanted) - set(CLIENTS):
+        parser.error("--clients takes a comma-separated subset of ours,sdk,raw")
     if opts.pin is not None:
         os.sched_setaffinity(0, {opts.pin})  # inherited by every process started from here
     return wanted
@@ -408,9 +407,8 @@ def report(
     *,
     title: str,
     connect_note: str = "process start to tools/list answered",
-    clients: tuple[str, ...] = CLIENTS,
 ) -> None:
-    names = [n for n in clients if n in figs]
+    names = [n for n in CLIENTS if n in figs]
     print()
     print(
         f"{title}; python {platform.python_version()}, "

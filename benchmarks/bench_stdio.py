@@ -9,10 +9,6 @@ ours  ``albedo_actors`` :class:`ServerHandle` (actor front, blocking calls from 
 sdk   the official Python SDK (``mcp``): ``stdio_client`` + ``ClientSession`` on
       asyncio, opened with ``session.discover()`` (``initialize`` as a fallback),
       which is what ``mcp.Client(mode="auto")`` does. Modern era on this server.
-hop   ours with the lone caller's lead switched off (``transport.stdio.LEAD``): every
-      answer is read by the transport's thread, which wakes the waiting caller, as
-      before the lead existed. Only with ``--clients`` naming it (``ours,hop,raw``):
-      the lead's before and after, measured in one run against the same raw client.
 raw   a minimal pipe client written here: ``subprocess.Popen``, one JSON line out
       and one line in per call, the same per-request ``_meta`` as ours (modern
       era by default, ``--raw-era legacy`` for the ``initialize`` handshake).
@@ -57,7 +53,6 @@ from albedo_actors.config import ServerConfig
 
 SERVER = os.path.join(REPO, "albedo_actors", "demo", "server.py")
 SERVER_ARGS = ("-I", SERVER, "--era", "dual")
-CLIENTS = ("ours", "hop", "sdk", "raw")
 DEFAULTS = (2000, 5000, 5, 300)  # calls, total, rounds, warmup
 QUICK = (200, 500, 2, 50)
 
@@ -145,22 +140,6 @@ class RawClient:
         self.proc.stdout.close()
 
 
-class HopBench(_common.OursBench):
-    """Ours with the lead switched off: its transport's thread reads every answer."""
-
-    name = "hop"
-
-    async def open(self) -> None:
-        from albedo_actors.transport import stdio
-
-        # Read when the transport's thread starts, which connect() waits for.
-        stdio.LEAD, lead = False, stdio.LEAD
-        try:
-            await super().open()
-        finally:
-            stdio.LEAD = lead
-
-
 class RawBench:
     name = "raw"
 
@@ -203,10 +182,9 @@ async def run_benches(opts: argparse.Namespace, home: str, wanted: list[str]) ->
     makers = {
         "raw": lambda: RawBench(opts),
         "ours": lambda: _common.OursBench(ours_config, home),  # the server runs behind our launcher
-        "hop": lambda: HopBench(ours_config, home),
         "sdk": lambda: _common.SdkBench(lambda: stdio_client(sdk_params)),
     }
-    benches = [makers[name]() for name in ("raw", "ours", "hop", "sdk") if name in wanted]
+    benches = [makers[name]() for name in ("raw", "ours", "sdk") if name in wanted]
     return await _common.run_rounds(opts, benches, servers=_demo_servers)
 
 
@@ -233,14 +211,7 @@ def _server_processes() -> set[int]:
 
 
 def report(figs: dict[str, Figures], opts: argparse.Namespace, elapsed: float) -> None:
-    _common.report(figs, opts, elapsed, title="stdio benchmark: demo server --era dual, tools/call echo", clients=CLIENTS)
-    if "hop" in figs and "raw" in figs:
-        ours, hop, raw = figs.get("ours"), figs["hop"], figs["raw"]
-        line = f"hop/raw={_common.ratio(hop.median_us(), raw.median_us())}"
-        if ours is not None:
-            line = (f"ours/raw={_common.ratio(ours.median_us(), raw.median_us())} {line} "
-                    f"ours/hop={_common.ratio(ours.median_us(), hop.median_us())}")
-        print(f"LONE CALLER latency (median) {line}   (target: ours/raw <= 1.1x)")
+    _common.report(figs, opts, elapsed, title="stdio benchmark: demo server --era dual, tools/call echo")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--raw-era", choices=("modern", "legacy"), default="modern", help="how the raw client opens")
     _common.add_pin_option(parser)
     opts = parser.parse_args(argv)
-    wanted = _common.finish_options(parser, opts, DEFAULTS, QUICK, clients=CLIENTS)
+    wanted = _common.finish_options(parser, opts, DEFAULTS, QUICK)
 
     before = _server_processes()
     started = time.perf_counter()

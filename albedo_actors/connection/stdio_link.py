@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import os
-import time
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..config import INHERITED_ENV, ServerConfig
@@ -93,28 +92,11 @@ class StdioLink:
         self._negotiated: mcp.Negotiated | None = None  # until the opening decides; what is sent does not depend on it
 
     def send_request(self, pending: Pending, message: dict[str, Any], deadline: float | None = None) -> None:
-        """Write the request. With a ``deadline`` the caller waits for the answer on this
-        thread: when nobody else reads the server's output, it reads its answer here
-        (and hands on whatever else comes first), until it is in or the deadline (moved
-        by progress) passes, so the call costs no wake-up of another thread
-        (transport/stdio.py, "a lone caller"). ``deadline`` does not bound the pipe
-        write: WRITE_TIMEOUT does."""
-        transport = self.transport
+        # ``deadline`` (the call's) does not bound a pipe write: WRITE_TIMEOUT does.
         try:
-            transport.send(jsonrpc.encode(message), WRITE_TIMEOUT)
+            self.transport.send(jsonrpc.encode(message), WRITE_TIMEOUT)
         except self._closed_errors:
             raise LinkClosed() from None
-        # The lead is taken after the write, never held while a write waits for the
-        # server to read its input (it might be waiting for its output to be read).
-        if deadline is None or not transport.take_lead():
-            return
-        try:
-            progress = pending.progress
-            while transport.read_until(lambda: pending.done, deadline if progress is None else progress.deadline):
-                if pending.done or progress is None or progress.deadline <= time.monotonic():
-                    break  # answered, or the deadline (which progress did not move) passed
-        finally:
-            transport.give_back()
 
     def send_other(self, message: dict[str, Any]) -> None:
         try:

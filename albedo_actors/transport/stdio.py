@@ -34,31 +34,6 @@ Every process started ends:
   is gone (while the server lives, a helper that called ``setsid()`` is still its
   child). A helper that called ``setsid()`` and whose parent has ended is not found.
 
-A lone caller reads its own answer (Linux, where there is ``epoll``): the thread
-hands the server's output to ``on_line`` while nobody else waits on it, but a caller
-that has written a request and waits for the answer may take the output over
-(:meth:`StdioTransport.lead`) and read it on its own thread until its answer is in,
-handing every line to ``on_line`` in order as the thread would. That spares the
-call a wake-up of the thread and one of the caller (benchmarks/bench_stdio.py
-``--clients ours,hop,raw`` measures it against the thread reading). The rules that
-keep it safe:
-
-- one reader at a time: only the holder of ``_read_lock`` reads the output, feeds
-  the framer or calls ``on_line``; the thread holds it only for one read and its
-  lines, never while it waits; a caller holds it while it waits for its answer;
-- the thread stands aside without being woken: a caller takes the output out of the
-  thread's ``epoll`` set when it takes the lead, and puts it back when it hands it
-  back (``epoll`` allows that while the thread waits), both under ``_watch_lock``,
-  so the set holds the output exactly when no caller leads;
-- a caller that cannot take the lead at once (another caller leads, or the thread is
-  reading) waits on its pending request as before, and the leader or the thread
-  reads its answer; so concurrent calls, notifications and the server's own requests
-  arrive as before, whoever reads;
-- the lead is bounded by the caller's deadline; the end of the output (or output
-  that cannot be used), when a caller reads it, is handed to the thread (through a
-  wake-up pipe), which ends the connection and reports it as before: a caller never
-  closes a descriptor, and no caller leads after the end.
-
 Knows nothing of actors or JSON-RPC: the owner parses lines.
 """
 
@@ -99,9 +74,6 @@ GROUP_WAIT = 1.0  # for killed members of the server's group to be gone
 # to it through the spec pipe (see launcher.py), so no secret is in its environ.
 LAUNCHER_ENV: dict[str, str] = {}
 _IN = select.POLLIN | select.POLLHUP | select.POLLERR
-# Callers may read their own answers only where another thread can take a descriptor out
-# of the set the transport's thread waits on (module docstring).
-LEAD = hasattr(select, "epoll")
 
 
 class TransportClosed(Exception):
@@ -150,19 +122,6 @@ class StdioTransport:
         self._closing = False
         self._local_reason: str | None = None
         self._thread: threading.Thread | None = None
-        # Reading the server's output (module docstring, "a lone caller"): who reads, and
-        # whether the thread's set watches it. Set up by the thread when it starts.
-        self._read_lock = threading.Lock()  # held by whoever reads the output
-        self._watch_lock = threading.Lock()  # the output's place in the thread's set, and _out_done
-        self._framer = LineFramer()  # used by the holder of _read_lock only
-        self._epoll: Any = None  # the thread's select.epoll while callers may lead
-        self._out_fd = -1
-        self._out_watched = False  # the output is in the thread's set (no caller leads)
-        self._out_done = False  # the output ended (or is unusable): nobody reads it any more
-        self._out_problem: str | None = None  # why, when a caller found it unusable
-        self._lead_end: tuple[str | None] | None = None  # the leading caller read the end: (problem,)
-        self._lead_poll: Any = None  # a select.poll of the output, for the caller that leads
-        self._wake_w = -1  # a caller that found the output's end tells the thread here
         self._status_buffer = b""  # what followed the first status line
         self._exit_status: dict[str, Any] | None = None  # the launcher's {"exit": ...} line
         self._pidfd: int | None = None
@@ -261,60 +220,6 @@ class StdioTransport:
             # More came while we wrote, from callers who found the lock taken: whoever
             # takes the lock next writes them (we, unless another caller is quicker).
         # Another caller holds the lock: it flushes the outbox before it lets go.
-
-    def take_lead(self) -> bool:
-        """Become the one reader of the server's output, before writing a request whose
-        answer this thread will wait for (module docstring, "a lone caller"); then
-        :meth:`read_until`, and :meth:`give_back` in every case.
-
-        False, having changed nothing, when another reads the output now (a caller
-        leading, or the thread in the middle of a read) or it has ended: the caller
-        waits for its answer as before.
-        """
-        with self._watch_lock:
-            if self._epoll is None or self._out_done or not self._read_lock.acquire(blocking=False):
-                return False
-            if self._out_watched:
-                self._epoll.unregister(self._out_fd)
-                self._out_watched = False
-            return True
-
-    def read_until(self, done: Callable[[], bool], deadline: float) -> bool:
-        """Having the lead: read the output on this thread until ``done()`` or ``deadline``.
-
-        Every line read goes to ``on_line``, in order, as the transport's thread would
-        hand it on, whoever it is for. Returns False when the output ended or cannot be
-        used (the thread is told at :meth:`give_back` and ends the connection); never
-        raises for the server's doing.
-        """
-        poll = self._lead_poll.poll
-        while not done():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return True
-            if poll(remaining * 1000):
-                ended, problem = self._read_out()
-                if ended:
-                    self._lead_end = (problem,)
-                    return False
-        return True
-
-    def give_back(self) -> None:
-        """The leading caller is done: the thread reads the output again or, when the
-        output ended while the caller read it, is woken to end the connection."""
-        end, self._lead_end = self._lead_end, None
-        with self._watch_lock:
-            if end is not None:
-                self._out_done, self._out_problem = True, end[0]
-            self._read_lock.release()
-            if not self._out_done and self._epoll is not None and not self._out_watched:
-                self._epoll.register(self._out_fd, _IN)
-                self._out_watched = True
-            if end is not None and self._wake_w >= 0:
-                try:
-                    os.write(self._wake_w, b"\0")
-                except OSError:
-                    pass  # a byte is already waiting: the thread will look
 
     def close(self, reason: str = "closed") -> None:
         """Begin closing: the launcher ends the server (EOF, then SIGTERM, then SIGKILL).
@@ -453,61 +358,6 @@ class StdioTransport:
             except OSError:
                 pass
 
-    # -- internals: reading the output (by the thread or a leading caller) --------
-
-    def _read_out(self) -> tuple[bool, str | None]:
-        """One read of the output, its complete lines handed to ``on_line`` (the caller
-        holds ``_read_lock``). Returns (ended, problem): ended True when the output
-        ended (problem None) or cannot be used (problem says why)."""
-        try:
-            chunk = os.read(self._out_fd, READ_CHUNK)
-        except BlockingIOError:
-            return False, None  # read by a caller that led meanwhile
-        except OSError as exc:
-            return True, f"could not be read ({exc.strerror})"
-        if not chunk:
-            return True, None
-        try:
-            for line in self._framer.feed(chunk):
-                self._on_line(line)
-        except FrameTooLarge as exc:
-            return True, f"sent {exc}"
-        except Exception as exc:  # noqa: BLE001 - on_line's bug: the thread must live to reap
-            logger.error("server %r: handling its output failed (%s)", self._name, type(exc).__name__, exc_info=True)
-            return True, f"sent output this client could not handle ({type(exc).__name__})"
-        return False, None
-
-    def _setup_reading(self, out_fd: int, poller: Any) -> int:
-        """Make the output readable by the thread and by leading callers; the descriptor
-        of the wake-up pipe the thread watches (-1 without ``epoll``)."""
-        os.set_blocking(out_fd, False)  # a reader woken for bytes another took must not block
-        self._out_fd = out_fd
-        if not LEAD:
-            with self._watch_lock:
-                poller.register(out_fd, _IN)
-                self._out_watched = True
-            return -1
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        lead_poll = select.poll()
-        lead_poll.register(out_fd, _IN)
-        poller.register(wake_r, _IN)
-        with self._watch_lock:
-            poller.register(out_fd, _IN)
-            self._out_watched = True
-            self._lead_poll, self._wake_w, self._epoll = lead_poll, wake_w, poller
-        return wake_r
-
-    def _stop_reading(self, poller: Any) -> None:
-        """The output ended or is unusable: no caller leads from now on, and the thread's
-        set no longer watches it (called again once the thread acts on it: no-op)."""
-        with self._watch_lock:
-            self._out_done = True
-            watched, self._out_watched = self._out_watched, False
-            if watched:
-                poller.unregister(self._out_fd)
-
     # -- internals: the thread ---------------------------------------------------
 
     def _read_status(self, deadline: float) -> dict[str, Any]:
@@ -539,19 +389,12 @@ class StdioTransport:
         """
         started = self._started()
         launcher, out_fd, status_fd = started.launcher, started.stdout_fd, started.stderr_fd
-        read_lock, watch_lock = self._read_lock, self._watch_lock
-        if LEAD:
-            poller: Any = select.epoll()
-
-            def poll(timeout: float | None) -> list[tuple[int, int]]:
-                return poller.poll(-1 if timeout is None else timeout / 1000)  # type: ignore[no-any-return]
-        else:
-            poller = select.poll()
-
-            def poll(timeout: float | None) -> list[tuple[int, int]]:
-                return poller.poll(timeout)  # type: ignore[no-any-return]
+        on_line = self._on_line
+        framer = LineFramer()
+        poller = select.poll()
+        poller.register(out_fd, _IN)
         poller.register(status_fd, _IN)
-        wake_fd = self._setup_reading(out_fd, poller)
+        poll = poller.poll
         status_buffer, self._status_buffer = self._status_buffer, b""
         out_open = status_open = True
         reported = False
@@ -565,30 +408,23 @@ class StdioTransport:
                 # Nothing is due while the server talks (the hot path): wait without a timeout.
                 timeout = None if out_open and not self._orphan_step else self._poll_timeout(None if reported else report_by, pidfd_watched)
                 for fd, _event in poll(timeout):
-                    if fd == out_fd or fd == wake_fd:
-                        if fd == wake_fd:
-                            _drain(wake_fd)
-                            with watch_lock:
-                                if not (self._out_done and out_open):
-                                    continue
-                            problem = self._out_problem  # a leading caller read the end
-                        elif not read_lock.acquire(blocking=False):
-                            # A caller is taking the lead: it takes the output out of the set.
-                            with watch_lock:
-                                pass
-                            continue
-                        else:
-                            try:
-                                ended, problem = self._read_out()
-                                if ended:
-                                    self._stop_reading(poller)
-                            finally:
-                                read_lock.release()
-                            if not ended:
+                    if fd == out_fd:
+                        try:
+                            chunk = os.read(out_fd, READ_CHUNK)
+                            if chunk:
+                                for line in framer.feed(chunk):
+                                    on_line(line)
                                 continue
+                        except FrameTooLarge as exc:
+                            problem = f"sent {exc}"
+                        except OSError as exc:
+                            problem = f"could not be read ({exc.strerror})"
+                        except Exception as exc:  # noqa: BLE001 - on_line's bug: the thread must live to reap
+                            logger.error("server %r: handling its output failed (%s)", self._name, type(exc).__name__, exc_info=True)
+                            problem = f"sent output this client could not handle ({type(exc).__name__})"
                         # The server's output ended (or is unusable).
                         out_open = False
-                        self._stop_reading(poller)
+                        poller.unregister(out_fd)
                         self._release(launcher.stdout)
                         local = self._local_reason is not None and problem is None
                         if problem is not None:
@@ -640,14 +476,6 @@ class StdioTransport:
                 # SIGKILLed helpers take a moment to die: closed is closed when they are gone.
                 _wait_group_gone(self.server_pid, GROUP_WAIT)
         finally:
-            with watch_lock:
-                self._out_done, self._epoll, self._lead_poll = True, None, None
-                wake_w, self._wake_w = self._wake_w, -1
-            for fd in (wake_fd, wake_w):
-                if fd >= 0:
-                    os.close(fd)
-            if LEAD:
-                poller.close()
             if self._pidfd is not None:
                 os.close(self._pidfd)
                 self._pidfd = None
@@ -776,15 +604,6 @@ class _Started:
     launcher: subprocess.Popen[bytes]
     stdout_fd: int
     stderr_fd: int
-
-
-def _drain(fd: int) -> None:
-    """Read whatever waits in the non-blocking pipe ``fd``."""
-    try:
-        while os.read(fd, 64):
-            pass
-    except OSError:  # BlockingIOError: empty
-        pass
 
 
 def _status_of(line: bytes) -> dict[str, Any]:
