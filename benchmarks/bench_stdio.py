@@ -211,7 +211,8 @@ def _server_processes() -> set[int]:
 
 
 def report(figs: dict[str, Figures], opts: argparse.Namespace, elapsed: float) -> None:
-    _common.report(figs, opts, elapsed, title="stdio benchmark: demo server --era dual, tools/call echo")
+    _common.report(figs, opts, elapsed, title="stdio benchmark: demo server --era dual, tools/call echo",
+                   targets="ours/raw <= 1.1x (issue 24), ours/sdk < 1x")
 
 
 def main(argv: list[str] | None = None) -> int:

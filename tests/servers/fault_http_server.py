@@ -145,6 +145,14 @@ Flags (each is also a keyword of ``FaultHTTPServer``/``configure``)
 --session-id-value VALUE      ``initialize`` answers ``Mcp-Session-Id: VALUE`` (VALUE's
                               characters are the header's bytes, Latin-1) instead of a uuid;
                               the session is known under VALUE
+--initialize-version V        a legacy ``initialize`` is answered with protocolVersion V
+                              whatever the client asked for (an older revision, or one
+                              nobody knows); the session is negotiated at V
+--discover-error JSON         a POSTed ``server/discover`` (either era) is answered with HTTP
+                              400 and a JSON-RPC error whose ``code``/``message``/``data``
+                              are this object's (e.g. ``{"code": -32020, "message": "..."}``),
+                              before any header check
+--discover-error-times K      only the first K ``server/discover`` POSTs get it (default: all)
 --record FILE                 (script only) append every request and event as a JSON line
 
 Tools: ``echo``, ``add``, ``time`` (demo); ``hang`` (never answers: the request
@@ -272,6 +280,9 @@ class FaultOptions:
     listen_sends: str | None = None
     event_id_prefix: str = ""
     session_id_value: str | None = None
+    initialize_version: str | None = None
+    discover_error: dict[str, Any] | None = None
+    discover_error_times: int | None = None
 
     def check(self) -> None:
         if self.listen_sends not in (None, *LISTEN_SENDS):
@@ -284,7 +295,9 @@ class FaultOptions:
             raise ValueError(f"oversized must be content-length or chunked, not {self.oversized!r}")
         if self.redirect_status not in (301, 302, 303, 307, 308):
             raise ValueError(f"redirect_status must be a redirect status, not {self.redirect_status!r}")
-        for name in ("cut_stream", "cut_times", "session_404_after", "list_changed_every"):
+        if self.discover_error is not None and not isinstance(self.discover_error.get("code"), int):
+            raise ValueError(f"discover_error must be an object with an integer code, not {self.discover_error!r}")
+        for name in ("cut_stream", "cut_times", "session_404_after", "list_changed_every", "discover_error_times"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < (1 if name == "list_changed_every" else 0)):
                 raise ValueError(f"{name} must be a non-negative integer, not {value!r}")
@@ -953,6 +966,7 @@ class FaultHTTPServer(_HTTPServerBase):
         self._sessions: dict[str, _Session] = {}
         self._listens: dict[_Stream, Any] = {}  # open modern listen streams -> request id
         self._cuts = 0
+        self._discover_errors = 0
         self._modern_requests = 0
         self._listen_sent = 0
 
@@ -970,6 +984,8 @@ class FaultHTTPServer(_HTTPServerBase):
                 self._modern = _Engine(self, new.era if new.era != "legacy" else "dual")
             if "cut_stream" in options or "cut_times" in options:
                 self._cuts = 0
+            if "discover_error" in options or "discover_error_times" in options:
+                self._discover_errors = 0
             self.options = new
 
     @property
@@ -1100,10 +1116,24 @@ class FaultHTTPServer(_HTTPServerBase):
         if not isinstance(message, dict):
             h.send_json(400, self._error(None, INVALID_REQUEST, "Invalid Request: one JSON object per POST"))
             return
+        if message.get("method") == "server/discover" and "id" in message and self._discover_error_due(opts):
+            error = dict(opts.discover_error or {})
+            h.send_json(400, {"jsonrpc": "2.0", "id": message["id"],
+                              "error": {"message": "discover refused", **error}})
+            return
         if self._is_modern(h, message, opts):
             self._post_modern(h, message, opts)
         else:
             self._post_legacy(h, message, opts)
+
+    def _discover_error_due(self, opts: FaultOptions) -> bool:
+        if opts.discover_error is None:
+            return False
+        with self._lock:
+            if opts.discover_error_times is not None and self._discover_errors >= opts.discover_error_times:
+                return False
+            self._discover_errors += 1
+            return True
 
     @staticmethod
     def _is_modern(h: _Handler, message: dict, opts: FaultOptions) -> bool:
@@ -1294,6 +1324,8 @@ class FaultHTTPServer(_HTTPServerBase):
         if response is None or "result" not in response:
             h.send_json(200 if response else 400, response or self._error(message.get("id"), INVALID_REQUEST, "?"))
             return
+        if opts.initialize_version is not None:
+            response["result"]["protocolVersion"] = opts.initialize_version
         session = _Session(opts.session_id_value or uuid.uuid4().hex, engine, response["result"]["protocolVersion"])
         engine.session = session
         with self._lock:
@@ -1633,6 +1665,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--listen-sends", choices=LISTEN_SENDS)
     parser.add_argument("--event-id-prefix", default="", metavar="TEXT")
     parser.add_argument("--session-id-value", metavar="VALUE")
+    parser.add_argument("--initialize-version", metavar="V")
+    parser.add_argument("--discover-error", type=json.loads, metavar="JSON")
+    parser.add_argument("--discover-error-times", type=int, metavar="K")
     parser.add_argument("--record", metavar="FILE")
     return parser.parse_args(argv)
 

@@ -28,6 +28,9 @@ Flags:
 --delay-start SECONDS        sleep before reading stdin
 --exit-on METHOD             exit (status 1, no answer) when a request for METHOD
                              arrives, e.g. ``tools/list``: a discovery cut short
+--initialize-version V       answer ``initialize`` with protocolVersion V whatever the
+                             client asked for (an older revision, or one nobody knows);
+                             the session then works as usual
 
 Tools (besides the demo's echo, add, time):
 
@@ -117,6 +120,7 @@ class FaultServer(DemoServer):
             self.supported_versions = version_list(options.unsupported_versions)
         self.record = open(options.record, "ab", buffering=0) if options.record else None
         self.exit_on = options.exit_on
+        self.initialize_version = options.initialize_version
         self.messages_seen = 0
         self.muted = False  # set by noline: the output stream is left stuck
         self.sleeping: dict[str | int, Request] = {}  # sleep calls still running
@@ -163,6 +167,12 @@ class FaultServer(DemoServer):
                 requested = meta.get(META_VERSION) if isinstance(meta, dict) else None
                 return self.unsupported_version(id, requested)
         return super().handle_request(id, method, params)
+
+    def handle_initialize(self, id: str | int, params: dict) -> dict:
+        response = super().handle_initialize(id, params)
+        if self.initialize_version is not None and "result" in response:
+            response["result"]["protocolVersion"] = self.initialize_version
+        return response
 
     def handle_notification(self, method: str, params: dict) -> None:
         request_id = params.get("requestId")
@@ -394,6 +404,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stderr-and-exit", type=int, metavar="N")
     parser.add_argument("--delay-start", type=float, metavar="SECONDS")
     parser.add_argument("--exit-on", metavar="METHOD")
+    parser.add_argument("--initialize-version", metavar="V")
     return parser.parse_args(argv)
 
 
