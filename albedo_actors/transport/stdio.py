@@ -306,7 +306,10 @@ class StdioTransport:
                         raise WriteTimeout() from None
                     return
             except OSError:  # BrokenPipeError and the like
-                self._close_locked("the server closed its input")
+                # The server's doing (it ended, or closed its stdin): the end is reported
+                # as the server's, with its exit status and stderr once the launcher tells
+                # them, never as "closed its input" (which raced that report under load).
+                self._close_locked(None)
                 if sent < end:
                     raise TransportClosed() from None
                 return
