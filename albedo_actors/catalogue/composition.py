@@ -451,7 +451,9 @@ def perform(composition: Composition, item: Advertised, handle: Handle, argument
     kind = item.kind
     if kind != "tool":
         operation_arguments(item, arguments)
-    composition.used(item)  # recently used: in the next turn's set when over budget
+    usage = composition.usage  # composition.used(item), one call fewer on the hot path
+    if usage is not None:
+        usage.used(item.name)  # recently used: in the next turn's set when over budget
     if kind == "tool":  # the hot path first: every step here is paid by each call (bench_binding.py)
         result, deadline = handle.call_tool_and_deadline(item.operation, arguments, timeout, on_progress)
         # issue 16: checked against its outputSchema, never blocked; issue 23: by the call's deadline
