@@ -44,6 +44,7 @@ import marshal
 import pickle
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -53,6 +54,7 @@ from typing import Any, Callable
 import _common  # benchmarks/_common.py; it also puts the checkout first on sys.path
 from _common import ARGS, REPO, check_echo, processes_running, progress, ratio, report_leftovers, timed_calls
 
+import albedo_actors
 from albedo_actors.binding import Mcp
 from albedo_actors.catalogue.composition import Composition
 from albedo_actors.catalogue.naming import Advertised
@@ -132,8 +134,45 @@ def measure(home: str, operations: int, opts: argparse.Namespace) -> tuple[list[
             for name in order:
                 gc.collect()
                 timed[name].extend(timed_calls(clients[name], opts.calls))
-        listing = copies(mcp, composition, opts) if operations == SIZES[-1] else {}
+        listing = copies(mcp, composition, opts) if operations == SIZES[-1] and not opts.child else {}
         return timed["binding"], timed["handle"], listing
+
+
+def same_run(opts: argparse.Namespace) -> dict[int, dict[str, float]]:
+    """binding/handle of this checkout (ours) and of ``--baseline`` (before), each
+    measured in a fresh child process per size and round, the two taking turns; printed
+    as a table, and returned as the median of each one's per-child ratios by size."""
+    print()
+    print(f"before/after in the same run: ours = {REPO}, before = {opts.baseline}; {opts.rounds} child runs each per size,"
+          f" alternating, each {opts.calls * 2} calls per client")
+    ratios: dict[int, dict[str, list[float]]] = {size: {"ours": [], "before": []} for size in SIZES}
+    added: dict[int, dict[str, list[float]]] = {size: {"ours": [], "before": []} for size in SIZES}
+    for r in range(opts.rounds):
+        for size in SIZES:
+            for who in (("ours", "before") if r % 2 == 0 else ("before", "ours")):
+                progress(f"same run: round {r + 1}, {size} operations, {who}")
+                env = dict(os.environ, ALBEDO_BENCH_PACKAGE=opts.baseline if who == "before" else REPO)
+                out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", str(size), "--calls", str(opts.calls),
+                                      "--rounds", "2", "--warmup", str(opts.warmup)],
+                                     env=env, capture_output=True, text=True, check=True, timeout=300)
+                got = json.loads(out.stdout.strip().splitlines()[-1])
+                expected = os.path.join(opts.baseline if who == "before" else REPO, "albedo_actors")
+                if os.path.realpath(got["package"]) != os.path.realpath(expected):
+                    raise RuntimeError(f"the {who} child measured {got['package']}, not {expected}")
+                ratios[size][who].append(got["binding"] / got["handle"])
+                added[size][who].append(got["binding"] - got["handle"])
+    header = f"{'operations':>10} {'before b/h':>11} {'ours b/h':>9} {'before added us':>16} {'ours added us':>14}"
+    print(header)
+    print("-" * len(header))
+    medians = {}
+    for size in SIZES:
+        m = {who: statistics.median(ratios[size][who]) for who in ("before", "ours")}
+        a = {who: statistics.median(added[size][who]) for who in ("before", "ours")}
+        medians[size] = m
+        print(f"{size:>10} {m['before']:>10.2f}x {m['ours']:>8.2f}x {a['before']:>16.1f} {a['ours']:>14.1f}")
+    print("(b/h: binding/handle, the median over the child runs of each run's own ratio)")
+    print()
+    return medians
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,12 +182,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=None, help="warm-up calls per client (default 200)")
     parser.add_argument("--copies", type=int, default=None, help="times each way of handing out the tool list is timed (default 30)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 100 calls, 2 rounds, 50 warm-up calls, 6 copies")
+    parser.add_argument("--baseline", metavar="DIR", default=None,
+                        help="also measure binding/handle of the checkout in DIR, in the same run (see README.rst)")
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)  # one --baseline measurement
     opts = parser.parse_args(argv)
     for key, full, quick in (("calls", 500, 100), ("rounds", 6, 2), ("warmup", 200, 50), ("copies", 30, 6)):
         if getattr(opts, key) is None:
             setattr(opts, key, quick if opts.quick else full)
     if min(opts.calls, opts.rounds, opts.copies) < 1 or opts.warmup < 0:
         parser.error("--calls, --rounds and --copies must be positive")
+    if opts.child is not None:
+        with tempfile.TemporaryDirectory(prefix="bench-binding-") as home:
+            binding, handle, _ = measure(home, opts.child, opts)
+        print(json.dumps({"package": os.path.dirname(albedo_actors.__file__),
+                          "binding": statistics.median(binding) / 1000, "handle": statistics.median(handle) / 1000}))
+        return 0
+    if opts.baseline is not None:
+        opts.baseline = os.path.abspath(opts.baseline)
+        if not os.path.isfile(os.path.join(opts.baseline, "albedo_actors", "__init__.py")):
+            parser.error(f"--baseline {opts.baseline}: no albedo_actors package there")
     servers = lambda: processes_running(DEMO) | processes_running(TOOLS_SERVER)  # noqa: E731
     before, threads_before = servers(), set(threading.enumerate())
     started = time.perf_counter()
@@ -189,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"   copying {SIZES[-1]} schemas: deepcopy/marshal={cost['deepcopy/marshal']} pickle/marshal={cost['pickle/marshal']} "
           f"json/marshal={cost['json/marshal']}")
     print()
+    paired = same_run(opts) if opts.baseline else {}
     print("RATIOS " + " ".join(f"binding/handle@{o}={ratio(b, h)}" for o, b, h in rows) + f" flat={ratio(last[1], first[1])} "
+          + "".join(f"before_binding/handle@{o}={p['before']:.2f}x ours_binding/handle@{o}={p['ours']:.2f}x " for o, p in paired.items())
           + " ".join(f"{k}={v}" for k, v in cost.items())
           + f" tools_ms={listing['tools()']:.3f} model_operations_ms={listing['model_operations()']:.3f}")
     print(f"(medians over {opts.calls * opts.rounds} timed calls per client and size; run took {time.perf_counter() - started:.1f} s)")
