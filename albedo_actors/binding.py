@@ -249,7 +249,7 @@ class Mcp:
                     pass  # the session closed meanwhile: nothing to leave it out of
             raise
         finally:
-            if report is not None:
+            if report is not None and report._call:  # a report came: tell the composer it ended
                 report.end()
         if done.warning is not None:
             self._warn(done.warning)
@@ -290,7 +290,7 @@ class _Reporter:
             self._on_progress(progress)
 
     def end(self) -> None:
-        if self._call:
+        if self._call:  # the call path checks it first (one call fewer for a call without progress)
             try:
                 self._composer.tell(ToolProgress(self._call, self._name, None))
             except pykka.ActorDeadError:

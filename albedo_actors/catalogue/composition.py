@@ -16,6 +16,7 @@ the small :class:`Handle` protocol (actors/client.py's ``ServerHandle`` is one).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import marshal
 import threading
@@ -419,6 +420,9 @@ class Performed(NamedTuple):
     warning: str | None = None
 
 
+_unchecked = functools.partial(tuple.__new__, Performed)
+
+
 def operation_arguments(item: Advertised, arguments: Mapping[str, Any]) -> None:
     """Check that ``arguments`` fit a ``read_resource`` or ``get_prompt`` operation.
 
@@ -458,7 +462,9 @@ def perform(composition: Composition, item: Advertised, handle: Handle, argument
         result, deadline = handle.call_tool_and_deadline(item.operation, arguments, timeout, on_progress)
         # issue 16: checked against its outputSchema, never blocked; issue 23: by the call's deadline
         checked = check_result(composition.catalogues.get(item.server), item.operation, result, deadline)
-        return Performed(result, checked.errors, checked.warning) if checked is not NOTHING else Performed(result)
+        if checked is NOTHING:
+            return _unchecked((result, (), None))  # Performed(result), without the Python-level __new__
+        return Performed(result, checked.errors, checked.warning)
     if kind == READ_RESOURCE:
         return Performed(handle.read_resource(arguments["uri"], timeout))
     extra = arguments.get("arguments")  # GET_PROMPT
