@@ -119,6 +119,18 @@ class Record:
         return dict(self._data)
 
 
+def _record(data: dict[str, Any], schema_errors: tuple[str, ...]) -> Record:
+    """A Record of ``data`` without copying it: a result the connection parsed for this
+    call, which nobody else holds (the call path's; ``Record(data)`` copies)."""
+    record = object.__new__(Record)
+    _set_data(record, MappingProxyType(data))
+    _set_errors(record, schema_errors)
+    return record
+
+
+_set_data, _set_errors = Record._data.__set__, Record.schemaErrors.__set__  # type: ignore[attr-defined]  # slot descriptors
+
+
 class Mcp:
     """Synchronous binding over one session's composition (read when each call starts).
 
@@ -207,7 +219,8 @@ class Mcp:
         if name == SEARCH_TOOL:  # the model's tool search: answered here, never sent to a server
             return Record(composition.call_search(_arguments(name, arguments, kwargs)))
         item, handle = composition.resolve(name)
-        return self._perform(composition, item, handle, _arguments(name, arguments, kwargs), on_progress, _deadline(deadline))
+        args = kwargs if arguments is None else _arguments(name, arguments, kwargs)  # kwargs: a fresh dict of this call's own
+        return self._perform(composition, item, handle, args, on_progress, _deadline(deadline))
 
     def search(self, query: str, limit: int = 10) -> list[dict[str, Any]]:
         """The ``limit`` operations that best match ``query`` (BM25 over names,
@@ -232,7 +245,7 @@ class Mcp:
                  cancel: Cancel | None = None) -> Record:
         """The one call pipeline (catalogue/composition.py's perform), with the session's
         progress events and its sign-in notice around it."""
-        report = self._reporter(item, on_progress) if item.kind == "tool" else None
+        report = _Reporter(self._ref, item.name, on_progress) if item.kind == "tool" else None
         try:
             done = perform(composition, item, handle, args, on_progress=report, deadline=deadline, cancel=cancel)
         except (pykka.ActorDeadError, pykka.Timeout):  # the server's client, never pykka's error
@@ -246,18 +259,15 @@ class Mcp:
                     pass  # the session closed meanwhile: nothing to leave it out of
             raise
         finally:
-            if report is not None:
+            if report is not None and report._call:  # a report came: tell the composer it ended
                 report.end()
         if done.warning is not None:
             self._warn(done.warning)
-        return Record(done.result, done.schema_errors)
-
-    def _reporter(self, item: Advertised, on_progress: Callable[[ProgressReport], None] | None) -> _Reporter:
-        return _Reporter(self._composer.actor_ref, next(_calls), item.name, on_progress)
+        return _record(done.result, done.schema_errors)
 
     def _composition(self) -> Composition:
         """The session's current composition, read from where the composer publishes it."""
-        if not self._ref.is_alive():
+        if self._ref.actor_stopped.is_set():  # not ref.is_alive(): one call fewer on every call
             raise SessionClosed(CLOSED)
         composition = self._published.composition
         if composition is not self._warned:
@@ -269,17 +279,19 @@ class Mcp:
 
 class _Reporter:
     """A tool call's progress, told to the session's composer (its owner's event) and
-    handed to the caller's ``on_progress``; :meth:`end` tells the composer it ended."""
+    handed to the caller's ``on_progress``; :meth:`end` tells the composer it ended.
+    The call's number is taken at its first report (a call without progress, the most,
+    costs this object only)."""
 
-    __slots__ = ("_composer", "_call", "_name", "_on_progress", "_told")
+    __slots__ = ("_composer", "_call", "_name", "_on_progress")
 
-    def __init__(self, composer: pykka.ActorRef, call: int, name: str,
-                 on_progress: Callable[[ProgressReport], None] | None) -> None:
-        self._composer, self._call, self._name, self._on_progress = composer, call, name, on_progress
-        self._told = False
+    def __init__(self, composer: pykka.ActorRef, name: str, on_progress: Callable[[ProgressReport], None] | None) -> None:
+        self._composer, self._name, self._on_progress = composer, name, on_progress
+        self._call = 0  # none yet: no report came
 
     def __call__(self, progress: ProgressReport) -> None:
-        self._told = True
+        if not self._call:
+            self._call = next(_calls)  # one reporter thread calls this (connection/progress.py)
         try:
             self._composer.tell(ToolProgress(self._call, self._name, progress))
         except pykka.ActorDeadError:
@@ -288,7 +300,7 @@ class _Reporter:
             self._on_progress(progress)
 
     def end(self) -> None:
-        if self._told:
+        if self._call:  # the call path checks it first (one call fewer for a call without progress)
             try:
                 self._composer.tell(ToolProgress(self._call, self._name, None))
             except pykka.ActorDeadError:
@@ -373,7 +385,7 @@ class AsyncMcp:
         if name == SEARCH_TOOL:
             return Record(composition.call_search(_arguments(name, arguments, kwargs)))
         item, handle = composition.resolve(name)
-        args = _arguments(name, arguments, kwargs)
+        args = kwargs if arguments is None else _arguments(name, arguments, kwargs)
         ends = _deadline(deadline)
         # A call waiting in its lane waits no longer than it would for its answer.
         not_after = ends.at if ends is not None else time.monotonic() + handle.config.call_timeout

@@ -32,8 +32,10 @@ from typing import Any, Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)  # run from a checkout even when the package is not installed
+# The package measured: this checkout's, or another's for a benchmark's --baseline child.
+PACKAGE = os.path.abspath(os.environ.get("ALBEDO_BENCH_PACKAGE") or REPO)
+if PACKAGE not in sys.path:
+    sys.path.insert(0, PACKAGE)  # run from a checkout even when the package is not installed
 
 import albedo_actors  # noqa: E402
 from _plain import shares, threaded_throughput  # noqa: E402,F401 - the benchmarks import them from here

@@ -95,6 +95,29 @@ def test_a_reporter_without_reports_starts_no_thread():
     assert threading.active_count() == before
 
 
+def test_a_call_makes_its_reporter_at_its_first_report_and_none_after_it_ended():
+    from albedo_actors.actors.client import _FirstReport
+
+    got, delivered = [], threading.Event()
+    first = _FirstReport(lambda report: (got.append(report.progress), delivered.set()), "s")
+    progress = CallProgress(new_token(), 60.0, 600.0, first)  # type: ignore[arg-type]
+    first.progress = progress
+    assert first._made is None  # a call without progress: no Reporter, no lock, no thread
+    progress.note(ProgressReport("s", 1.0, None, None))
+    assert delivered.wait(10) and got == [1.0]
+    made = first._made
+    progress.note(ProgressReport("s", 2.0, None, None))
+    first.close()  # delivers the latest before it returns, as a Reporter does
+    assert first._made is made and got[-1] == 2.0
+
+    before = threading.active_count()
+    late = _FirstReport(got.append, "s")
+    late.progress = CallProgress(new_token(), 60.0, 600.0, late)  # type: ignore[arg-type]
+    late.close()
+    late.progress.note(ProgressReport("s", 3.0, None, None))  # after the answer: dropped
+    assert late._made is None and threading.active_count() == before and got[-1] == 2.0
+
+
 def _server(entry):
     return parse({"mcp": {"servers": {"s": entry}}}, "/tmp/home").servers[0]
 

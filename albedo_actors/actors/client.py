@@ -702,9 +702,10 @@ class ServerHandle:
             params["arguments"] = arguments
         connection, deadline = self._dialled("tools/call", timeout, deadline)
         limit = deadline.seconds
-        reporter = Reporter([on_progress], name=f"mcp-progress-{self.name}") if on_progress is not None else None
+        reporter = _FirstReport(on_progress, self.name) if on_progress is not None else None
         # The call's deadline from here on, moved by progress; the cap: at least ``limit``.
-        progress = CallProgress(new_token(), limit, self.config.max_call_timeout, reporter, start=deadline, cancel=cancel)
+        progress = CallProgress(new_token(), limit, self.config.max_call_timeout, reporter,  # type: ignore[arg-type]  # poke() is all it uses
+                                start=deadline, cancel=cancel)
         if reporter is not None:
             reporter.progress = progress
         try:
@@ -825,6 +826,51 @@ class ServerHandle:
             raise Unavailable(self.name, "the client has stopped") from None
         except pykka.Timeout:
             raise Unavailable(self.name, "the client did not answer in time") from None
+
+
+class _FirstReport:
+    """A call's progress :class:`Reporter`, made at the call's first report.
+
+    Most calls hear no progress: for them the call path makes only this small object
+    (no lock, no name), where a Reporter would cost a lock and a string per call
+    (benchmarks/bench_binding.py). :meth:`poke` runs on the reader thread, :meth:`close`
+    on the caller's when the call ends; whichever of the two comes second closes the
+    Reporter, so none outlives its call: poke writes ``_made`` then reads ``_closed``,
+    close writes ``_closed`` then reads ``_made``, and under the GIL one sees the other.
+    """
+
+    __slots__ = ("_on_progress", "_server", "_made", "_closed", "progress")
+
+    def __init__(self, on_progress: Callable[[ProgressReport], None], server: str) -> None:
+        self._on_progress, self._server = on_progress, server
+        self._made: Reporter | None = None
+        self._closed = False
+        self.progress: CallProgress | None = None
+
+    def poke(self) -> None:
+        made = self._made
+        if made is None:
+            with _FIRST_REPORT:  # two streams may carry one call's reports (HTTP): one Reporter
+                made = self._made
+                if made is None:
+                    if self._closed:
+                        return  # a report racing the answer: dropped, as a Reporter closed first drops it
+                    made = Reporter([self._on_progress], name=f"mcp-progress-{self._server}")
+                    made.progress = self.progress
+                    self._made = made
+                    if self._closed:
+                        made.close()  # the call ended meanwhile and may not have seen it (no thread started)
+                        return
+        made.poke()
+
+    def close(self) -> None:
+        self._closed = True
+        made = self._made
+        if made is not None:
+            made.close()
+
+
+_FIRST_REPORT = threading.Lock()  # taken at a call's first progress report only
 
 
 def _as_discovery(detail: str) -> str:

@@ -16,6 +16,7 @@ the small :class:`Handle` protocol (actors/client.py's ``ServerHandle`` is one).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import marshal
 import threading
@@ -28,7 +29,7 @@ from ..wire.deadline import Deadline
 from ..wire.text import printable
 from .model import Catalogue
 from .naming import GET_PROMPT, MAX_DESCRIPTION, READ_RESOURCE, Advertised, advertise, advertised_name, bound_description, server_prefix
-from .schemas import check_result
+from .schemas import NOTHING, check_result
 
 # A tool's progress report (connection/progress.py's ProgressReport, a layer below
 # that this pure one does not name), handed on as it came.
@@ -105,7 +106,7 @@ class Composition:
     overlay_warnings: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _model: tuple[Advertised, ...] = field(init=False, repr=False, compare=False)  # both, in that order
     _by_name: Mapping[str, Advertised] = field(init=False, repr=False, compare=False)
-    _by_pair: Mapping[tuple[str, str], Advertised] = field(init=False, repr=False, compare=False)
+    _by_pair: Mapping[str, Advertised] = field(init=False, repr=False, compare=False)  # "server/operation" -> it
     # Built at first need, once (tool search): the BM25 index and the model's names.
     _index: Any = field(init=False, default=None, repr=False, compare=False)
     _model_names: Any = field(init=False, default=None, repr=False, compare=False)
@@ -131,8 +132,8 @@ class Composition:
             by_name, by_pair = base._by_name, base._by_pair
         else:
             by_name, by_pair = {item.name: item for item in operations}, {}
-            for item in operations:
-                by_pair.setdefault((item.server, item.operation), item)  # a tool named read_resource wins, as listed first
+            for item in operations:  # keyed by the text a caller writes: no split, no tuple per call
+                by_pair.setdefault(f"{item.server}/{item.operation}", item)  # a tool named read_resource wins, as listed first
         set_(self, "operations", operations)
         set_(self, "operation_warnings", tuple(warnings))
         set_(self, "overlay_operations", overlay_operations)
@@ -169,11 +170,9 @@ class Composition:
         """
         if not isinstance(name, str):
             raise ConfigError(f"an MCP operation is named by a string, not {type(name).__name__}; {listing} lists them")
-        if "/" in name:
-            server, _, operation = name.partition("/")
-            item = self._by_pair.get((server, operation))
-        else:
-            item = self._by_name.get(name)
+        # A server name has no "/" (config.py) and an advertised name none either, so
+        # "docs/search" splits at its first "/": server "docs", operation "search".
+        item = self._by_pair.get(name) if "/" in name else self._by_name.get(name)
         if item is None:
             item = self._unadvertised(name, hidden, listing, hidden_option)
         handle = self.handles.get(item.server)
@@ -424,6 +423,9 @@ class Performed(NamedTuple):
     warning: str | None = None
 
 
+_unchecked = functools.partial(tuple.__new__, Performed)
+
+
 def operation_arguments(item: Advertised, arguments: Mapping[str, Any]) -> None:
     """Check that ``arguments`` fit a ``read_resource`` or ``get_prompt`` operation.
 
@@ -459,18 +461,24 @@ def perform(composition: Composition, item: Advertised, handle: Handle, argument
         ConfigError: the arguments do not fit a read_resource or get_prompt.
         Whatever the client raises (errors.py's server errors, NeedsSignIn).
     """
-    operation_arguments(item, arguments)
-    composition.used(item)  # recently used: in the next turn's set when over budget
-    if item.kind == READ_RESOURCE:
+    kind = item.kind
+    if kind != "tool":
+        operation_arguments(item, arguments)
+    usage = composition.usage  # composition.used(item), one call fewer on the hot path
+    if usage is not None:
+        usage.used(item.name)  # recently used: in the next turn's set when over budget
+    if kind == "tool":  # the hot path first: every step here is paid by each call (bench_binding.py)
+        result, ends = handle.call_tool_and_deadline(item.operation, arguments, None, on_progress, deadline=deadline,
+                                                     cancel=cancel)
+        # issue 16: checked against its outputSchema, never blocked; issue 23: by the call's deadline
+        checked = check_result(composition.catalogues.get(item.server), item.operation, result, ends)
+        if checked is NOTHING:
+            return _unchecked((result, (), None))  # Performed(result), without the Python-level __new__
+        return Performed(result, checked.errors, checked.warning)
+    if kind == READ_RESOURCE:
         return Performed(handle.read_resource(arguments["uri"], deadline=deadline))
-    if item.kind == GET_PROMPT:
-        extra = arguments.get("arguments")
-        return Performed(handle.get_prompt(arguments["name"], dict(extra) if extra is not None else None, deadline=deadline))
-    result, ends = handle.call_tool_and_deadline(item.operation, arguments, on_progress=on_progress, deadline=deadline,
-                                                 cancel=cancel)
-    # issue 16: checked against its outputSchema, never blocked; issue 23: by the call's deadline
-    checked = check_result(composition.catalogues.get(item.server), item.operation, result, ends)
-    return Performed(result, checked.errors, checked.warning)
+    extra = arguments.get("arguments")  # GET_PROMPT
+    return Performed(handle.get_prompt(arguments["name"], dict(extra) if extra is not None else None, deadline=deadline))
 
 
 __all__ = ["OFF", "Composition", "Handle", "Performed", "Usage", "operation_arguments", "perform"]

@@ -164,11 +164,13 @@ def check_result(catalogue: Catalogue | None, tool: str, result: Mapping[str, An
     from now if that is sooner, and says so in a problem line when it stopped there.
 
     Never raises and never changes ``result``. A tool without an outputSchema (or a
-    catalogue that is None) costs a clock read and one dictionary lookup after its
-    first call.
+    catalogue that is None) costs two dictionary lookups after its first call.
     """
     if catalogue is None:
         return NOTHING
+    entry = _CACHE.get(catalogue.server)  # _kept(catalogue), inline
+    if entry is not None and entry[0] is catalogue and entry[1].get(tool) is _NO_SCHEMA:
+        return NOTHING  # the most common call: no clock read, nothing made (bench_binding.py)
     cap = time.monotonic() + MAX_CHECK_SECONDS
     until, capped = (cap, True) if deadline is None or deadline >= cap else (deadline, False)
     try:
