@@ -425,7 +425,7 @@ class Lanes:
         self._size = size
         self._linger = linger
         self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)
+        self._work: dict[str, threading.Condition] = {}  # per lane, all on the one lock: a call wakes its own lane only
         self._queues: dict[str, collections.deque] = {}
         self._running: dict[str, int] = {}  # threads of each lane (busy or idle)
         self._idle: dict[str, int] = {}
@@ -442,10 +442,11 @@ class Lanes:
         with self._lock:
             if self._closed:
                 raise SessionClosed(CLOSED)
-            self._queues.setdefault(key, collections.deque()).append((future, not_after, fn, args))
-            if self._idle.get(key, 0):
-                self._work.notify_all()
-            elif self._running.get(key, 0) < self._size:
+            queue = self._queues.setdefault(key, collections.deque())
+            queue.append((future, not_after, fn, args))
+            if self._idle.get(key, 0) >= len(queue):  # an idle thread for every call waiting: wake one
+                self._work[key].notify()
+            elif self._running.get(key, 0) < self._size:  # room in the lane: a thread of its own
                 self._running[key] = self._running.get(key, 0) + 1
                 thread = threading.Thread(target=self._serve, args=(key,), name=f"mcp-lane-{key}", daemon=True)
                 self._threads.add(thread)
@@ -457,7 +458,8 @@ class Lanes:
             self._closed = True
             waiting = [task for queue in self._queues.values() for task in queue]
             self._queues.clear()
-            self._work.notify_all()
+            for work in self._work.values():
+                work.notify_all()
             threads = list(self._threads)
         for future, _not_after, _fn, _args in waiting:
             if future.set_running_or_notify_cancel():
@@ -473,7 +475,10 @@ class Lanes:
                     queue = self._queues.get(key)
                     if not queue and not self._closed:
                         self._idle[key] = self._idle.get(key, 0) + 1
-                        self._work.wait_for(lambda: bool(self._queues.get(key)) or self._closed, timeout=self._linger)
+                        work = self._work.get(key)
+                        if work is None:
+                            work = self._work[key] = threading.Condition(self._lock)
+                        work.wait_for(lambda: bool(self._queues.get(key)) or self._closed, timeout=self._linger)
                         self._idle[key] -= 1
                         queue = self._queues.get(key)
                     if not queue:
@@ -497,6 +502,7 @@ class Lanes:
                 if not self._running[key]:
                     del self._running[key]
                     self._idle.pop(key, None)
+                    self._work.pop(key, None)
                 self._threads.discard(threading.current_thread())
 
 
