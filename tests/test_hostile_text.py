@@ -73,14 +73,19 @@ def write_config(home, servers: dict) -> None:
     (home / "extensions.json").write_text(json.dumps({"mcp": {"servers": servers}}), encoding="utf-8")
 
 
-# Runs the CLI and reports its own peak RSS (kB) on the last line of stderr.
+# Runs the CLI and reports its own peak RSS (kB) on the last line of stderr: VmHWM, the
+# high-water mark of this process's own memory. Not getrusage's ru_maxrss, which Linux
+# keeps across exec: a child forked from a pytest worker that had grown past 300 MiB
+# reported the worker's peak, not its own (a full run saw 303 MiB for a 73 MiB CLI).
 _MEASURED = (
-    "import resource, runpy, sys\n"
+    "import runpy, sys\n"
     "sys.argv = ['albedo-mcp'] + sys.argv[1:]\n"
     "try:\n"
     "    runpy.run_module('albedo_actors', run_name='__main__')\n"
     "finally:\n"
-    "    sys.stderr.write('peak-rss-kb %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    "    with open('/proc/self/status') as status:\n"
+    "        peak = next(line.split()[1] for line in status if line.startswith('VmHWM:'))\n"
+    "    sys.stderr.write('peak-rss-kb %s\\n' % peak)\n"
 )
 
 
