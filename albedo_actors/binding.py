@@ -316,13 +316,23 @@ class _ServerNamespace:
         self._server = server
 
     def __getattr__(self, tool: str) -> Any:
+        # A tool by its own name, or by its Python name (``trigger_long_running_operation``
+        # for ``trigger-long-running-operation``) when that names one tool of the server.
         if tool.startswith("_"):
             raise AttributeError(tool)
-        return lambda **arguments: self._mcp.call(f"{self._server}/{tool}", arguments)
+        return lambda **arguments: self._mcp.call(f"{self._server}/{self._tool(tool)}", arguments)
 
     def __getitem__(self, tool: str) -> Any:
-        """``mcp["docs"]["search-v2"](...)``: a tool whose name is not an identifier."""
+        """``mcp["docs"]["search-v2"](...)``: a tool by its own name, whatever it is."""
         return lambda **arguments: self._mcp.call(f"{self._server}/{tool}", arguments)
+
+    def _tool(self, attribute: str) -> str:
+        composition = (self._mcp._sync if isinstance(self._mcp, AsyncMcp) else self._mcp)._composition()
+        catalogue = composition.catalogues.get(self._server)
+        if catalogue is None or catalogue.tool(attribute):
+            return attribute
+        named = [tool["name"] for tool in catalogue.tools if isinstance(tool.get("name"), str) and python_name(tool["name"]) == attribute]
+        return named[0] if len(named) == 1 else attribute
 
     def __repr__(self) -> str:
         return f"<MCP server {self._server!r}>"

@@ -209,6 +209,23 @@ def test_every_server_name_gets_a_namespace(tmp_path):
         assert text_of(first.as_dict()) == "async" and text_of(second.as_dict()) == "key"
 
 
+def test_a_tool_is_reached_by_its_own_name_or_its_python_name(tmp_path):
+    from albedo_actors.config import ServerConfig
+
+    home = str(tmp_path / "home")
+    everything = os.path.join(os.environ.get("ALBEDO_PEERS", ""), ".bin", "mcp-server-everything")
+    if not os.path.exists(everything):
+        pytest.fail(f"the npm peer is missing: {everything} (scripts/test installs it)")
+    servers = (ServerConfig(name="server-everything", type="stdio", command=everything),)
+    with Runtime(home, config=McpConfig(home=home, servers=servers), enabled=True) as runtime:
+        mcp = runtime.mcp()
+        by_own = mcp["server-everything"]["get-sum"](a=2, b=3)
+        by_python = mcp.server_everything.get_sum(a=2, b=3)
+        assert by_own.isError is False and by_own.as_dict() == by_python.as_dict()
+        with pytest.raises(ConfigError, match="no MCP operation 'server-everything/get_nothing'"):
+            mcp.server_everything.get_nothing()
+
+
 def test_python_names_by_rule():
     assert python_name("server-everything") == "server_everything"
     assert python_name("docs.v2") == "docs_v2"

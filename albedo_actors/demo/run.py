@@ -24,7 +24,7 @@ import textwrap
 import time
 from typing import TYPE_CHECKING, Callable, TextIO
 
-from ..actors.composer import ProbesSettled, TurnEnded
+from ..actors.composer import ProbesSettled
 from ..config import McpConfig, ServerConfig
 from ..runtime import Runtime
 
@@ -155,22 +155,21 @@ def _comes_back(home: str, config: McpConfig, store: Store, say: Callable[..., N
             say(f"   left out at the start: server {name!r}: {reason}")
         os.remove(down)
         say("   It is back now; nothing happens until the session is active.")
-        composer = runtime.composer
         mcp = runtime.mcp()
         # The next turn, retryMs later, is activity: the left-out server is probed,
         # found back, and joins after that turn (never in the middle of it).
         clock.now += with_late.retry_ms / 1000
-        composer.turn_started().get(timeout=10)
+        runtime.turn_started()
         mcp.call("modern/echo", text="a turn")
         runtime.request(ProbesSettled(), timeout=JOIN_TIMEOUT)
         during = "late" in runtime.composition().catalogues
-        runtime.request(TurnEnded(), timeout=JOIN_TIMEOUT)  # the refresh it started, if any, has landed
+        runtime.turn_ended(JOIN_TIMEOUT)  # the refresh it started, if any, has landed
         current = runtime.composition()
         joined = "late" in current.catalogues and not during
         if joined:
             names = ", ".join(sorted(current.catalogues))
             say(f"   On the next turn ({with_late.retry_ms / 1000:g} s later) it was probed; it joined after that turn: the session now has {names}.")
-            say(f"   The model is told its tools changed: {composer.take_changes().get(timeout=10)}.")
+            say(f"   The model is told its tools changed: {runtime.take_changes()}.")
         else:
             say("   It did not join after the next turn.")
     say("   Closed; every server process has ended.\n")
