@@ -276,26 +276,17 @@ def sent(target, message):
 
 @contextlib.contextmanager
 def composed(home: str, *servers: ServerConfig):
-    """A session composer (opened) over its own store, registry and preparer in
-    ``home``, configured with ``servers``; everything is stopped on leaving."""
-    from albedo_actors.actors.composer import Open, SessionComposer
-    from albedo_actors.actors.preparer import RuntimePreparer
-    from albedo_actors.actors.registry import ServerRegistry
+    """A session's composer ref (opened) of a Daemon over its own store in ``home``,
+    configured with ``servers``; everything is stopped on leaving."""
     from albedo_actors.config import McpConfig
+    from albedo_actors.runtime import Daemon
     from albedo_actors.store import open_store
 
     store = open_store(home)
-    registry = ServerRegistry.start(home)
-    preparer = RuntimePreparer.start(registry, store)
-    config = McpConfig(home=home, servers=servers)
-    ref = SessionComposer.start(preparer, registry, lambda: config, enabled=True)
     try:
-        request(ref.proxy(), Open(), 60)
-        yield ref
+        with Daemon(home, store, config=McpConfig(home=home, servers=servers), watch=False) as daemon:
+            yield daemon.open_session(enabled=True, timeout=60)._ref
     finally:
-        ref.stop(timeout=30)
-        preparer.stop(timeout=30)
-        registry.stop(timeout=30)
         store.close()
 
 

@@ -16,21 +16,17 @@ import sys
 import threading
 import time
 
-import pykka
 import pytest
 
-from albedo_actors.actors.composer import Open, Reload
+from albedo_actors.actors.composer import Reload
 from albedo_actors.actors import reply as binding  # ask()'s bound lives in actors/reply.py
-from albedo_actors.actors.composer import SessionComposer
-from albedo_actors.actors.preparer import RuntimePreparer
-from albedo_actors.actors.registry import ServerRegistry
 from albedo_actors.binding import AsyncMcp, Mcp, Record
 from albedo_actors.config import McpConfig, ServerConfig, load
 from albedo_actors.errors import ConfigError, NeedsSignIn, ProtocolViolation, SessionClosed, SessionTimedOut
 from albedo_actors.catalogue.naming import MAX_DESCRIPTION, advertised_name
-from albedo_actors.runtime import Runtime
+from albedo_actors.runtime import Daemon, Runtime
 from albedo_actors.store import open_store
-from helpers import FAULT_SERVER, OAuthServer, request, sent, text_of
+from helpers import FAULT_SERVER, OAuthServer, sent, text_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BINDING_SERVER = os.path.join(HERE, "servers", "fault_binding_server.py")
@@ -50,22 +46,18 @@ def binding_config(name: str, *flags: str, instructions: str | None = None, **ov
 
 
 class Session:
-    """A real registry, preparer and session composer over ``servers`` (the extension on)."""
+    """A Daemon and one session over ``servers`` (the extension on), as a host wires them."""
 
     def __init__(self, home: str, servers: tuple[ServerConfig, ...], source=None) -> None:
         self.store = open_store(home)
-        self.registry = ServerRegistry.start(home)
-        self.preparer = RuntimePreparer.start(self.registry, self.store)
         config = McpConfig(home=home, servers=servers)
-        self.composer = SessionComposer.start(self.preparer, self.registry, source or (lambda: config), enabled=True)
-        self.composition = request(self.composer.proxy(), Open(), SETTLE)
+        self.daemon = Daemon(home, self.store, config=source or config, watch=False).start()
+        self.session = self.daemon.open_session(enabled=True, timeout=SETTLE)
+        self.composer = self.session._ref
+        self.composition = self.session.composition()
 
     def close(self) -> None:
-        for ref in (self.composer, self.preparer, self.registry):
-            try:
-                ref.stop(timeout=30)
-            except pykka.ActorDeadError:
-                pass
+        self.daemon.stop()
         self.store.close()
 
 
