@@ -30,12 +30,7 @@ MODE_SERVER = os.path.join(HERE, "servers", "mode_file_server.py")
 WAIT = 60
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    monkeypatch.delenv("ALBEDO_DATABASE_URL", raising=False)
-    path = tmp_path / "home"
-    path.mkdir(mode=0o700)
-    return path
+# ``home``: conftest.py's fixture (an empty private home, no ALBEDO_DATABASE_URL).
 
 
 def logged_entry(tmp_path, name: str, **extra) -> dict:

@@ -137,17 +137,26 @@ def test_a_dial_that_outlasts_the_calls_deadline_ends_at_it_and_goes_on_for_the_
     assert text_of(handle.call_tool("echo", {"text": "again"}, timeout=WAIT_S)) == "again"
 
 
-def test_stopping_a_runtime_never_waits_for_a_hung_token_request(served, tmp_path):
+def signed_in_home(served, tmp_path, call_timeout_ms: int):
+    """A home whose extensions.json has the guarded server (MCP on), signed in with tokens
+    that expire at once (every request refreshes first); its kit (the store) to close."""
     home = tmp_path / "home"
     home.mkdir(mode=0o700)
-    document = {"enabled": {"mcp": True},
-                "mcp": {"servers": {NAME: {"type": "http", "url": served.url, "startupTimeoutMs": 15000,
-                                           "callTimeoutMs": 2000}}}}
-    (home / "extensions.json").write_text(json.dumps(document))
+    entry = {"type": "http", "url": served.url, "startupTimeoutMs": 15000, "callTimeoutMs": call_timeout_ms}
+    (home / "extensions.json").write_text(json.dumps({"enabled": {"mcp": True}, "mcp": {"servers": {NAME: entry}}}))
     served.advertise_lifetime(0)
     kit = Kit(str(home), NAME)
     try:
         kit.sign_in(config_of(served))
+    except BaseException:
+        kit.close()
+        raise
+    return home, kit
+
+
+def test_stopping_a_runtime_never_waits_for_a_hung_token_request(served, tmp_path):
+    home, kit = signed_in_home(served, tmp_path, call_timeout_ms=2000)
+    try:
         runtime = Runtime(str(home), kit.store, config=load(str(home)))
         runtime.start()
         try:
@@ -174,16 +183,8 @@ def test_the_bindings_deadline_reaches_the_token_refresh_sync_and_async(served, 
     """The deadline travels from the binding (``deadline=``) down to the auth step."""
     import asyncio
 
-    home = tmp_path / "home"
-    home.mkdir(mode=0o700)
-    document = {"enabled": {"mcp": True},
-                "mcp": {"servers": {NAME: {"type": "http", "url": served.url, "startupTimeoutMs": 15000,
-                                           "callTimeoutMs": 15000}}}}
-    (home / "extensions.json").write_text(json.dumps(document))
-    served.advertise_lifetime(0)
-    kit = Kit(str(home), NAME)
+    home, kit = signed_in_home(served, tmp_path, call_timeout_ms=15000)
     try:
-        kit.sign_in(config_of(served))
         with Runtime(str(home), kit.store, config=load(str(home))) as runtime:
             mcp, amcp = runtime.mcp(), runtime.amcp()
             assert text_of(mcp.call(f"{NAME}/echo", text="open").as_dict()) == "open"
