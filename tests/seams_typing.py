@@ -12,7 +12,8 @@ from albedo_actors.auth.server_auth import CredentialStore, ServerAuth
 from albedo_actors.auth.signin import SignInStore
 from albedo_actors.catalogue.saved import CatalogueStore
 from albedo_actors.connection.channel import Link
-from albedo_actors.connection.http_link import HttpLink, LinkAuth
+from albedo_actors.connection.http.exchange import LinkAuth
+from albedo_actors.connection.http.link import HttpLink
 from albedo_actors.connection.stdio_link import StdioLink
 from albedo_actors.store import Store
 

@@ -10,7 +10,7 @@ listener), ``browser`` (a safe opener), ``signin`` (the whole flow, refreshes an
 client credentials), ``grants`` (the grants with no browser: workload identity's
 jwt-bearer and enterprise-managed authorization's token exchange), ``refresh`` (a token refresh under the row's lease) and
 ``server_auth`` (the per-server ``ServerAuth`` an HTTP link uses, through the
-``LinkAuth`` Protocol that :mod:`albedo_actors.connection.http_link` declares). Each
+``LinkAuth`` Protocol that :mod:`albedo_actors.connection.http.exchange` declares). Each
 module that uses the store declares the Protocol of what it calls (``CredentialStore``,
 ``RefreshStore``, ``SignInStore``). The ``TokenRefresher`` actor lives in
 :mod:`albedo_actors.actors.refresher`.

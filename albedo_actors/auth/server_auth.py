@@ -1,6 +1,6 @@
 """ServerAuth: the tokens of one server for its HTTP link.
 
-:class:`ServerAuth` is the per-server face an :class:`~albedo_actors.connection.http_link.HttpLink`
+:class:`ServerAuth` is the per-server face an :class:`~albedo_actors.connection.http.link.HttpLink`
 uses from its worker threads: the auth headers of each HTTP request (``Authorization``,
 plus a fresh ``DPoP`` proof for a DPoP-bound token, RFC 9449 7.1), the ``DPoP-Nonce``
 values answers carry, what to do after a 401, and after a 403 ``insufficient_scope``.

@@ -22,7 +22,7 @@ else (OAuth discovery, registration, tokens).
 - The request line, headers and body go out in one ``send()``: one TCP segment for a
   small request.
 
-Knows nothing of JSON-RPC ids or actors; :mod:`albedo_actors.connection.http_link` does.
+Knows nothing of JSON-RPC ids or actors; :mod:`albedo_actors.connection.http` does.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from ..wire.sse import SseEvent, SseParser, SseTooLarge
 CONNECT_TIMEOUT = 10.0
 READ_CHUNK = 1 << 16
 POOL_SIZE = 64  # idle connections kept; more may be open at once, and are closed when done
-ACCEPT_BOTH = "application/json, text/event-stream"
 USER_AGENT = "albedo-actors"
 BASE_HEADERS = {"Accept-Encoding": "identity", "User-Agent": USER_AGENT}
 
@@ -455,4 +454,4 @@ def decode_message(data: str) -> Json:
     return parse_line(data.encode("utf-8"))
 
 
-__all__ = ["Exchange", "HttpFailed", "HttpTransport", "Reply", "WireError", "decode_message", "ACCEPT_BOTH"]
+__all__ = ["Exchange", "HttpFailed", "HttpTransport", "Reply", "WireError", "decode_message"]
