@@ -16,6 +16,7 @@ from albedo_actors.connection.http.exchange import LinkAuth
 from albedo_actors.connection.http.link import HttpLink
 from albedo_actors.connection.stdio_link import StdioLink
 from albedo_actors.store import Store
+from connection.memory_link import MemoryLink
 
 
 def store_fits(store: Store) -> tuple[CredentialStore, RefreshStore, SignInStore, CatalogueStore]:
@@ -26,5 +27,5 @@ def server_auth_fits(auth: ServerAuth) -> LinkAuth:
     return auth
 
 
-def links_fit(stdio: StdioLink, http: HttpLink) -> tuple[Link, Link]:
-    return stdio, http
+def links_fit(stdio: StdioLink, http: HttpLink, memory: MemoryLink) -> tuple[Link, Link, Link]:
+    return stdio, http, memory
