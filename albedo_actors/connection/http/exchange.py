@@ -8,11 +8,11 @@ POST to its answer, on the caller's thread or a worker of the link.
   resolves the pending request. A non-2xx answer carrying a JSON-RPC error reaches the
   request as the server's error.
 - Auth (a :class:`LinkAuth`, unless the configuration gives its own ``Authorization``):
-  every HTTP request asks it for its headers (``Authorization``, and a fresh DPoP proof
-  for a DPoP-bound token: the proof names the request's method), and every answer's
-  ``DPoP-Nonce`` goes to it. A 401 ``use_dpop_nonce`` to a DPoP request is posted again
-  once with the nonce it gave (RFC 9449 9; no refresh, no sign-in), a second one fails
-  the request; any other 401 (or a 403 ``insufficient_scope``) goes to the auth.
+  every HTTP request is driven through the auth's flow (:mod:`albedo_actors.auth.flow`,
+  httpx's ``auth_flow``): the flow gives the auth headers of each try and hears every
+  answer; it decides the rounds (a DPoP nonce, a refresh, a step-up, a sign-in) and
+  the exchange only sends, lets go of the answer and names the step a caller's
+  deadline may end (nothing is sent after it).
 - A 404 for an older session ends the connection.
 - Resumption (2025-11-25-era sessions only, basic/transports "Resumability and
   Redelivery"): a stream that ends before its response is resumed with a GET carrying
@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Generator, Protocol
 
 from ...auth import discovery as auth_discovery
-from ...auth.discovery import Challenge
 from ...errors import (HttpRefused, HttpServerFailed, NeedsSignIn, ProtocolViolation, ServerError, SessionExpired, TimedOut,
                        Unavailable, UnknownOutcome)
 from ...transport.http import Exchange, HttpFailed, HttpTransport, Reply, decode_message
@@ -49,35 +48,31 @@ logger = logging.getLogger(__name__)
 RESUME_DEFAULT_MS = 250
 RESUME_MAX_MS = 30_000
 RESUME_LIMIT = 5
-MAX_AUTH_ROUNDS = 4  # one refresh and three sign-ins, then the request fails
 # What a call's TimedOut names when its deadline came during the link's auth step.
 PREPARING = "refreshing the token"
 AUTHORIZING = "signing in / refreshing the token"
 CONNECTING = "connecting to the server"
 
 
+# One request's auth rounds (:mod:`albedo_actors.auth.flow`): it yields the auth headers of
+# each try (None: "let go of the answer, I go on"), is sent each answer, and returns None
+# (the last answer is the request's) or why the request was refused.
+AuthFlow = Generator[dict[str, str] | None, Reply, str | None]
+
+
 class LinkAuth(Protocol):
     """The OAuth of one server as its link uses it, from the link's worker threads
     (implemented by :class:`albedo_actors.auth.server_auth.ServerAuth`)."""
 
-    def headers(self, method: str, url: str, deadline: Bound | None = None) -> dict[str, str]:
-        """The auth headers (``Authorization``, and a ``DPoP`` proof for a DPoP-bound token)
-        of one ``method`` request to ``url``; empty to send none. Called once per HTTP
-        request: a proof is never reused. A refresh it waits for ends at ``deadline``
-        (:class:`~albedo_actors.errors.TimedOut`, ``sent`` False) and goes on without it."""
-
-    def dpop_nonce(self, url: str, nonce: str) -> bool:
-        """A response carried ``DPoP-Nonce`` (RFC 9449 9); True when it was kept."""
-
-    def unauthorized(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int,
-                     deadline: Bound | None = None) -> str:
-        """After a 401 to a request that sent ``sent``: the header to post it again
-        with, or raise :class:`~albedo_actors.errors.NeedsSignIn` (or ``TimedOut`` at
-        ``deadline``, as :meth:`headers`)."""
-
-    def forbidden(self, sent: str | None, challenge: Challenge | None, method: str, attempt: int,
-                  deadline: Bound | None = None) -> str:
-        """After a 403 ``insufficient_scope``: as :meth:`unauthorized`, for a step-up."""
+    def flow(self, method: str, url: str, deadline: Bound | None = None, *, request: str = "",
+             sign_in: bool = True, nonce: bool = True) -> AuthFlow:
+        """The auth rounds of one ``method`` request to ``url``: its headers
+        (``Authorization``, and a fresh ``DPoP`` proof for a DPoP-bound token), every
+        answer's ``DPoP-Nonce`` kept, a 401 ``use_dpop_nonce`` answered once, and with
+        ``sign_in`` a refresh, step-up or sign-in after a 401 or 403 (``request`` names
+        it in errors); ``nonce`` False: no round at all. Each step ends at ``deadline``
+        (:class:`~albedo_actors.errors.TimedOut`, ``sent`` False) and goes on without
+        it; a sign-in that cannot happen raises :class:`~albedo_actors.errors.NeedsSignIn`."""
 
 
 class LinkState(Protocol):
@@ -99,11 +94,13 @@ class LinkState(Protocol):
     @property
     def version(self) -> str: ...
 
-    def post_headers(self, message: dict[str, Any], deadline: Bound | None = None) -> dict[str, str]: ...
+    def auth_flow(self, method: str, deadline: Bound | None = None, *, request: str = "", sign_in: bool = True,
+                  nonce: bool = True) -> AuthFlow:
+        """The auth's flow for one request (one that sends nothing without an auth)."""
 
-    def stream_headers(self, last_event_id: str | None = None, deadline: Bound | None = None) -> dict[str, str | bytes]: ...
+    def post_headers(self, message: dict[str, Any], given: dict[str, str]) -> dict[str, str]: ...
 
-    def nonce_from(self, reply: Reply) -> None: ...
+    def stream_headers(self, given: dict[str, str], last_event_id: str | None = None) -> dict[str, str | bytes]: ...
 
     def submit(self, fn: Callable[[], None]) -> bool:
         """Run ``fn`` on a worker; False when the link is closing."""
@@ -126,6 +123,33 @@ def failure(server: str, method: str, exc: HttpFailed, deadline: Bound | None) -
     return Unavailable(server, f"{exc}; {method} was not sent")
 
 
+def begin(flow: AuthFlow) -> dict[str, str]:
+    """The flow's first auth headers.
+
+    Raises:
+        TimedOut: a token refresh did not finish by the flow's deadline.
+    """
+    given = next(flow)
+    assert given is not None, "an auth flow begins with headers"
+    return given
+
+
+def settle(flow: AuthFlow, reply: Reply) -> None:
+    """A request with no auth rounds (a stream, a DELETE): the flow hears its answer (and
+    keeps its DPoP nonce) and ends."""
+    try:
+        flow.send(reply)
+    except StopIteration:
+        return
+    flow.close()
+
+
+def no_auth() -> AuthFlow:
+    """The flow of a link without OAuth: no headers, no rounds."""
+    yield {}
+    return None
+
+
 class RequestExchange:
     """One request's POST and answer; run once, by :meth:`inline` or :meth:`run`."""
 
@@ -139,7 +163,7 @@ class RequestExchange:
         self.exchange = exchange
         self.bound = bound  # the call's deadline, wherever its steps run
         self._reply: Reply | None = None  # the answer a worker reads on, handed over by inline()
-        self._headers: dict[str, str] | None = None
+        self._flow: AuthFlow | None = None  # the auth rounds, begun by the first POST
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -162,7 +186,8 @@ class RequestExchange:
         pending, exchange = self.pending, self.exchange
         handed = False
         try:
-            headers = self._prepared(PREPARING)
+            flow = self._link.auth_flow("POST", self.bound, request=pending.method)
+            headers = self._prepared(flow, PREPARING)
             reply = self._post(headers) if headers is not None else None
             if reply is None:
                 return
@@ -171,12 +196,13 @@ class RequestExchange:
                 # only the caller's wait (and the call's deadline, for the auth step and a
                 # resumption) bounds it from now on.
                 exchange.unbind()
-                self._reply, self._headers = reply, headers
+                self._reply, self._flow = reply, flow
                 handed = self._link.submit(self.run)
                 if not handed:
                     reply.close()  # closing: the pending request has failed already
                 return
-            self._answered(reply)
+            if self._rounds(flow, reply):
+                self._answered(reply)
         except Exception as exc:  # a bug must not leave the request waiting forever
             logger.exception("server %r: the HTTP exchange for %s failed unexpectedly", self._server, pending.method)
             self._channel.fail(pending, UnknownOutcome(self._server, f"the exchange failed ({type(exc).__name__})"))
@@ -186,34 +212,39 @@ class RequestExchange:
 
     # -- the exchange -------------------------------------------------------------------------
 
-    def _prepared(self, step: str, refused: bool = False) -> dict[str, str] | None:
-        """The headers of the message's next POST; None when the request has failed or was
-        given up meanwhile (its caller's deadline came during the auth step: nothing is
-        sent then). While the headers are made (a token refresh may be waited for) the
-        pending request names ``step``, so a caller's wait that ends first says it was
-        not sent (``refused``: the server refused it before, so it did not run)."""
+    def _prepared(self, flow: AuthFlow, step: str, refused: bool = False) -> dict[str, str] | None:
+        """The headers of the message's next POST, the flow's next auth headers in them;
+        None when the request has failed or was given up meanwhile (its caller's deadline
+        came during the auth step: nothing is sent then). While the flow runs (a token
+        refresh or a sign-in may be waited for) the pending request names ``step``, so a
+        caller's wait that ends first says it was not sent (``refused``: the server
+        refused it before, so it did not run)."""
         pending, bound = self.pending, self.bound
         pending.unsent = (step, refused)
         try:
-            headers = self._link.post_headers(self.message, bound)
+            given = next(flow)
+        except NeedsSignIn as exc:
+            pending.unsent = None
+            self._channel.fail(pending, exc)
+            return None
         except TimedOut as exc:  # the auth's refresh, at the call's deadline: it goes on without us
+            pending.unsent = None
             seconds = bound.seconds if bound is not None else 0.0
             self._channel.fail(pending, TimedOut.unsent(self._server, pending.method, exc.step or step, seconds,
                                                         refused=refused))
             return None
+        assert given is not None, "an auth flow yields headers after letting go of an answer"
         # Cleared before looking: a caller that gave up after this sees it and cancels.
         pending.unsent = None
-        if not self._channel.is_pending(pending):
+        if (refused and self._link.closing.is_set()) or not self._channel.is_pending(pending):
             return None  # its caller gave up while it was made, saying it was not sent
-        return headers
+        return self._link.post_headers(self.message, given)
 
     def _post(self, headers: dict[str, str]) -> Reply | None:
         """POST the message; None when it failed (the request has failed then, or, past
         its deadline, is left for the caller's wait to time out)."""
         try:
-            reply = self._link.transport.send("POST", headers, self.exchange, body=jsonrpc.encode(self.message))
-            self._link.nonce_from(reply)
-            return reply
+            return self._link.transport.send("POST", headers, self.exchange, body=jsonrpc.encode(self.message))
         except HttpFailed as exc:
             self._fail(exc, self.exchange.deadline)
             return None
@@ -224,38 +255,35 @@ class RequestExchange:
             self._channel.fail(self.pending, error)
 
     def _exchange(self) -> None:
-        pending = self.pending
-        reply, headers = self._reply, self._headers
-        self._reply = self._headers = None
-        attempt = 0
-        nonce_retried = False
-        refused = False  # the server refused it once (a 401 or 403): it did not run
-        while True:
-            if reply is None:
-                headers = self._prepared(AUTHORIZING if refused else PREPARING, refused)
-                if headers is None:
-                    return
-                reply = self._post(headers)
-                if reply is None:
-                    return
-            assert headers is not None
-            if self._link.auth is not None and reply.status == 401 and "DPoP" in headers:
-                nonce = self._nonce_asked(reply, nonce_retried)
-                if nonce is not None:
-                    if not nonce:
-                        return  # failed: asked again, or without a usable nonce
-                    nonce_retried, reply, refused = True, None, True  # RFC 9449 9: once more, with the nonce
-                    continue
-            if not self._authorize_again(reply, headers.get("Authorization"), attempt):
-                if not self._channel.is_pending(pending):
-                    return  # it failed as needing a sign-in
-                break
-            attempt += 1
-            nonce_retried = False  # a new token: its server may ask for a nonce once more
-            reply, refused = None, True
-            if self._link.closing.is_set() or not self._channel.is_pending(pending):
+        reply, flow = self._reply, self._flow
+        self._reply = self._flow = None
+        if flow is None:
+            flow = self._link.auth_flow("POST", self.bound, request=self.pending.method)
+        if reply is None:
+            headers = self._prepared(flow, PREPARING)
+            reply = self._post(headers) if headers is not None else None
+        while reply is not None:
+            if self._rounds(flow, reply):
+                self._answered(reply)
                 return
-        self._answered(reply)
+            # The flow goes on: a refresh, a step-up, a sign-in or the server's DPoP
+            # nonce, then the request once more. It did not run.
+            headers = self._prepared(flow, AUTHORIZING, refused=True)
+            reply = self._post(headers) if headers is not None else None
+
+    def _rounds(self, flow: AuthFlow, reply: Reply) -> bool:
+        """Give the flow ``reply``: True when it is the request's answer; False when the
+        flow posts again (``reply`` is closed) or the request has failed."""
+        try:
+            flow.send(reply)
+        except StopIteration as done:
+            if done.value is None:
+                return True
+            reply.close()  # RFC 9449 9: a nonce asked for again, or without a usable one
+            self._channel.fail(self.pending, HttpRefused(self._server, 401, f"{done.value}; {self.pending.method} did not run"))
+            return False
+        reply.close()
+        return False
 
     def _answered(self, reply: Reply) -> None:
         """The server answered the message (no more sign-in rounds): read the answer."""
@@ -278,62 +306,6 @@ class RequestExchange:
                 self._read_json(reply)
             return
         self._refused(reply)
-
-    def _authorize_again(self, reply: Reply, sent: str | None, attempt: int) -> bool:
-        """After a 401, or a 403 ``insufficient_scope``: True to post the request again.
-
-        The request did not run. A refused token is refreshed once; then (or with no
-        token) the server needs a sign-in, done here only when the host gave an
-        interactive one (at most ``MAX_AUTHORIZATIONS`` in a row); else the request
-        fails with NeedsSignIn. Any other answer is left to the caller (False).
-
-        The refresh (or the wait for another sign-in) ends at the call's deadline: the
-        request then fails with TimedOut saying it did not run. While it runs the pending
-        request names the step, so a caller's wait that ends first says the same; a
-        sign-in that runs on goes on without the call (the next call gets its token).
-        """
-        auth, pending, bound = self._link.auth, self.pending, self.bound
-        if auth is None or reply.status not in (401, 403) or attempt > MAX_AUTH_ROUNDS:
-            return False
-        challenge = auth_discovery.bearer_challenge(reply.headers)
-        if reply.status == 403 and (challenge is None or challenge.error != "insufficient_scope"):
-            return False
-        reply.close()
-        pending.unsent = (AUTHORIZING, True)  # cleared by _prepared, once the headers are made
-        try:
-            if reply.status == 401:
-                auth.unauthorized(sent, challenge, pending.method, attempt, bound)
-            else:
-                auth.forbidden(sent, challenge, pending.method, attempt, bound)
-        except NeedsSignIn as exc:
-            pending.unsent = None
-            self._channel.fail(pending, exc)
-            return False
-        except TimedOut as exc:
-            pending.unsent = None
-            seconds = bound.seconds if bound is not None else 0.0
-            self._channel.fail(pending, TimedOut.unsent(self._server, pending.method, exc.step or AUTHORIZING, seconds,
-                                                        refused=True))
-            return False
-        return True
-
-    def _nonce_asked(self, reply: Reply, retried: bool) -> bool | None:
-        """A 401 to a DPoP request: None when it is not ``use_dpop_nonce`` (the usual 401
-        path follows); True to post again with the nonce it gave (once per token); False
-        when the request has failed (asked again, or gave no usable nonce)."""
-        challenge = auth_discovery.dpop_challenge(reply.headers)
-        if challenge is None or challenge.error != "use_dpop_nonce":
-            return None
-        reply.close()
-        auth = self._link.auth
-        assert auth is not None
-        nonce = reply.headers.get("dpop-nonce")
-        if retried or nonce is None or not auth.dpop_nonce(self._link.url, nonce):
-            why = ("asked again for a new DPoP nonce (use_dpop_nonce) after albedo sent the one it gave; albedo asks once"
-                   if retried else "asked for a DPoP nonce (use_dpop_nonce) without giving a usable one")
-            self._channel.fail(self.pending, HttpRefused(self._server, 401, f"{why}; {self.pending.method} did not run"))
-            return False
-        return True
 
     # -- reading the answer -------------------------------------------------------------------
 
@@ -409,8 +381,9 @@ class RequestExchange:
                 delay = min(delay, bound.remaining())
             if link.closing.wait(delay) or exchange.aborted:
                 return
+            flow = link.auth_flow("GET", bound, nonce=False)
             try:
-                headers = link.stream_headers(last_id, bound)
+                headers = link.stream_headers(begin(flow), last_id)
             except TimedOut:
                 return  # the call's deadline came during a token refresh: the caller's wait ends it
             except mcp_headers.InvalidHeaderValue as exc:
@@ -421,7 +394,7 @@ class RequestExchange:
             resumed: Reply | None
             try:
                 resumed = link.transport.send("GET", headers, exchange)
-                link.nonce_from(resumed)
+                settle(flow, resumed)
             except HttpFailed as exc:
                 resumed = None
                 problem = str(exc)

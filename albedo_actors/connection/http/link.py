@@ -7,7 +7,9 @@ session id of an older server, and the listening stream (:mod:`.listen`).
 - Every request is its own exchange (:mod:`.exchange`): its first POST runs on the
   caller's thread when the caller waits for the answer, else on a worker.
 - Auth: a :class:`~.exchange.LinkAuth`, unless the configuration gives its own
-  ``Authorization``; the headers of each request are :mod:`.headers`'.
+  ``Authorization``: each HTTP request is driven through its flow
+  (:mod:`albedo_actors.auth.flow`), which gives the auth headers of each try and
+  decides the 401/403/DPoP-nonce rounds; the other headers are :mod:`.headers`'.
 - A 404 for the session ends the connection.
 - Cancellation: an older server is sent ``notifications/cancelled``; for a modern
   server closing the request's stream is the cancellation (2026-07-28
@@ -21,14 +23,13 @@ import logging
 import threading
 from typing import Any, Callable
 
-from ...auth import discovery as auth_discovery
 from ...errors import TimedOut, Unavailable
-from ...transport.http import Exchange, HttpFailed, HttpTransport, Reply
+from ...transport.http import Exchange, HttpFailed, HttpTransport
 from ...wire import jsonrpc, mcp
 from ...wire.deadline import Bound, Deadline
 from ..channel import LinkClosed, Pending, RpcChannel
 from . import headers as http_headers
-from .exchange import LinkAuth, RequestExchange
+from .exchange import AuthFlow, LinkAuth, RequestExchange, begin, no_auth, settle
 from .listen import Listener
 
 logger = logging.getLogger(__name__)
@@ -106,12 +107,14 @@ class HttpLink:
             if self.closing.is_set():
                 raise LinkClosed()
             self._others.add(exchange)
+        flow = self.auth_flow("POST", sign_in=False)  # a DPoP nonce round only: no refresh, no sign-in
         try:
-            for again in (False, True):
-                headers = self.post_headers(message)
+            while True:
+                headers = self.post_headers(message, begin(flow))
                 reply = self.transport.send("POST", headers, exchange, body=jsonrpc.encode(message), read_timeout=NOTIFY_TIMEOUT)
-                self.nonce_from(reply)
-                if again or not self._nonce_refused(reply, headers):
+                try:
+                    flow.send(reply)
+                except StopIteration:
                     break
                 reply.close()  # RFC 9449 9: once more, with the nonce it gave
         except HttpFailed as exc:  # the channel's word for "not delivered"; nobody waits on an answer
@@ -226,32 +229,28 @@ class HttpLink:
 
     # -- for the exchanges and the listener (exchange.LinkState) ----------------------------------
 
-    def post_headers(self, message: dict[str, Any], deadline: Bound | None = None) -> dict[str, str]:
-        """The headers of one POST of ``message``.
+    def auth_flow(self, method: str, deadline: Bound | None = None, *, request: str = "", sign_in: bool = True,
+                  nonce: bool = True) -> AuthFlow:
+        """The auth rounds of one request (:meth:`LinkAuth.flow`); without OAuth, none."""
+        if self.auth is None:
+            return no_auth()
+        return self.auth.flow(method, self.url, deadline, request=request, sign_in=sign_in, nonce=nonce)
 
-        Raises:
-            TimedOut: a token refresh did not finish by ``deadline``.
-        """
-        return http_headers.post_headers(message, self._given("POST", deadline), legacy=self.era == "legacy",
+    def post_headers(self, message: dict[str, Any], given: dict[str, str]) -> dict[str, str]:
+        """The headers of one POST of ``message``, with the auth's ``given`` ones."""
+        return http_headers.post_headers(message, {**self._static_headers, **given}, legacy=self.era == "legacy",
                                          version=self.version, session_id=self.session_id,
                                          tool_headers=self._tool_headers)
 
-    def stream_headers(self, last_event_id: str | None = None, deadline: Bound | None = None) -> dict[str, str | bytes]:
-        """Headers of a GET stream; ``Last-Event-ID`` when resuming after that id.
+    def stream_headers(self, given: dict[str, str], last_event_id: str | None = None) -> dict[str, str | bytes]:
+        """Headers of a GET stream, with the auth's ``given`` ones; ``Last-Event-ID`` when
+        resuming after that id.
 
         Raises:
             InvalidHeaderValue: the id cannot go into a header.
-            TimedOut: a token refresh did not finish by ``deadline``.
         """
-        return http_headers.stream_headers(self._given("GET", deadline), version=self.version,
+        return http_headers.stream_headers({**self._static_headers, **given}, version=self.version,
                                            session_id=self.session_id, last_event_id=last_event_id)
-
-    def nonce_from(self, reply: Reply) -> None:
-        """RFC 9449 8.2, 9: any response may carry the next nonce; the auth keeps it for the origin."""
-        if self.auth is not None:
-            nonce = reply.headers.get("dpop-nonce")
-            if nonce is not None:
-                self.auth.dpop_nonce(self.url, nonce)
 
     def submit(self, fn: Callable[[], None]) -> bool:
         try:
@@ -284,29 +283,15 @@ class HttpLink:
 
     def _delete_session(self, session_id: str, deadline: Deadline) -> None:
         """End the session, by ``deadline``: closing never waits for a token refresh."""
+        flow = self.auth_flow("DELETE", deadline, nonce=False)
         try:
-            headers = {"Mcp-Session-Id": session_id, "MCP-Protocol-Version": self.version,
-                       **self._given("DELETE", deadline)}
+            headers = {"Mcp-Session-Id": session_id, "MCP-Protocol-Version": self.version, **self._static_headers,
+                       **begin(flow)}
         except TimedOut:
             return  # the server ends an idle session itself
         try:
             reply = self.transport.send("DELETE", headers, Exchange(deadline))
-            self.nonce_from(reply)
+            settle(flow, reply)
             reply.close()
         except HttpFailed:
             pass  # the server may already be gone; the session ends with it
-
-    def _given(self, method: str, deadline: Bound | None) -> dict[str, str]:
-        """The configured headers and the auth's; a refresh it waits for ends at ``deadline`` (TimedOut)."""
-        if self.auth is None:
-            return self._static_headers
-        return {**self._static_headers, **self.auth.headers(method, self.url, deadline)}
-
-    def _nonce_refused(self, reply: Reply, headers: dict[str, str]) -> bool:
-        """A 401 ``use_dpop_nonce`` to a DPoP request that gave a usable nonce (already kept)."""
-        if self.auth is None or reply.status != 401 or "DPoP" not in headers:
-            return False
-        challenge = auth_discovery.dpop_challenge(reply.headers)
-        nonce = reply.headers.get("dpop-nonce")
-        return (challenge is not None and challenge.error == "use_dpop_nonce" and nonce is not None
-                and self.auth.dpop_nonce(self.url, nonce))

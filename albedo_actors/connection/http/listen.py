@@ -26,7 +26,7 @@ from ...transport.http import Exchange, HttpFailed, decode_message
 from ...wire import jsonrpc, mcp
 from ...wire.jsonrpc import Json, WireError
 from ...wire.sse import SseParser
-from .exchange import LinkState
+from .exchange import LinkState, begin, settle
 
 logger = logging.getLogger(__name__)
 
@@ -111,12 +111,15 @@ class Listener:
         pending = None
         try:
             if self._filters is None:
-                reply = link.transport.send("GET", link.stream_headers(), exchange)
+                flow = link.auth_flow("GET", nonce=False)
+                reply = link.transport.send("GET", link.stream_headers(begin(flow)), exchange)
             else:
+                flow = link.auth_flow("POST", nonce=False)
                 pending = channel.reserve("subscriptions/listen")
                 message = jsonrpc.request(pending.id, "subscriptions/listen",
                                           mcp.modern_params({"notifications": self._filters}, link.version, channel.capabilities))
-                reply = link.transport.send("POST", link.post_headers(message), exchange, body=jsonrpc.encode(message))
+                reply = link.transport.send("POST", link.post_headers(message, begin(flow)), exchange,
+                                            body=jsonrpc.encode(message))
         except HttpFailed as exc:  # nobody waits on this stream: it is reopened, or given up
             self.answered.set()
             if pending is not None:
@@ -124,7 +127,7 @@ class Listener:
             logger.debug("server %r: listening stream failed: %s", server, exc)
             return False, None, False
         self.answered.set()
-        link.nonce_from(reply)
+        settle(flow, reply)
         if reply.status != 200 or not reply.is_sse:
             # A 405 or any other refusal leaves the stream closed for the connection's life.
             reply.close()
