@@ -12,7 +12,8 @@ else (OAuth discovery, registration, tokens).
 - Nothing reads the environment: no proxy, no ``.netrc``; no body, header or token
   reaches any origin but the configured one.
 - TLS is verified (certificate and host name) against the configured trust store, or
-  the certifi bundle (the Mozilla store ``requests`` uses too).
+  the certifi bundle (the Mozilla store ``requests`` uses too): :mod:`.tls`, the one
+  TLS setup the OAuth requests share.
 - An idle connection the server has closed is noticed before reuse and replaced; a
   request is never re-sent.
 - Every exchange runs on the caller's thread and can be aborted from any other thread:
@@ -37,6 +38,7 @@ import urllib.parse
 from typing import Any, Iterator, Mapping
 
 from ..wire.deadline import Bound
+from .tls import client_context
 from ..wire.headers import field_value_problem
 from ..wire.jsonrpc import MAX_MESSAGE_BYTES, Json, WireError, parse_line
 from ..wire.sse import SseEvent, SseParser, SseTooLarge
@@ -285,7 +287,7 @@ class HttpTransport:
         if parts.scheme == "https":
             # Always verified: ``verify`` names the trust store (a PEM file), or is the
             # certifi bundle; there is no way to turn verification off.
-            self._tls = ssl.create_default_context(cafile=verify if isinstance(verify, str) else _default_ca())
+            self._tls = client_context(verify if isinstance(verify, str) else True)
         self._pool_size = pool_size
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
@@ -420,12 +422,6 @@ def _dropped(sock: socket.socket | None) -> bool:
         return bool(poller.poll(0))
     except (OSError, ValueError):
         return True
-
-
-def _default_ca() -> str:
-    import certifi  # what requests verifies against by default; a dependency of ours (setup.cfg)
-
-    return certifi.where()
 
 
 def _connection_reason(exc: BaseException) -> str:
