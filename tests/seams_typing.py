@@ -12,9 +12,11 @@ from albedo_actors.auth.server_auth import CredentialStore, ServerAuth
 from albedo_actors.auth.signin import SignInStore
 from albedo_actors.catalogue.saved import CatalogueStore
 from albedo_actors.connection.channel import Link
-from albedo_actors.connection.http_link import HttpLink, LinkAuth
+from albedo_actors.connection.http.exchange import LinkAuth
+from albedo_actors.connection.http.link import HttpLink
 from albedo_actors.connection.stdio_link import StdioLink
 from albedo_actors.store import Store
+from connection.memory_link import MemoryLink
 
 
 def store_fits(store: Store) -> tuple[CredentialStore, RefreshStore, SignInStore, CatalogueStore]:
@@ -25,5 +27,5 @@ def server_auth_fits(auth: ServerAuth) -> LinkAuth:
     return auth
 
 
-def links_fit(stdio: StdioLink, http: HttpLink) -> tuple[Link, Link]:
-    return stdio, http
+def links_fit(stdio: StdioLink, http: HttpLink, memory: MemoryLink) -> tuple[Link, Link, Link]:
+    return stdio, http, memory

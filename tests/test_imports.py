@@ -35,7 +35,7 @@ CHILD_TIMEOUT = 120.0  # a bound only: each child dials one server
 
 # Loaded only by the job that needs them (the brief's list, then the standard library's).
 LIBRARIES = ("requests", "urllib3", "sseclient", "jwt", "cryptography", "werkzeug", "waitress")
-HTTP_CODE = ("albedo_actors.transport.http", "albedo_actors.connection.http_link")
+HTTP_CODE = ("albedo_actors.transport.http", "albedo_actors.connection.http.link")
 OAUTH_CODE = ("albedo_actors.auth.server_auth", "albedo_actors.auth.refresh", "albedo_actors.actors.refresher")
 # hashlib's OpenSSL backend stays out only where the interpreter has its own SHA-256.
 _OWN_SHA256 = any(importlib.util.find_spec(name) is not None for name in ("_sha256", "_sha2"))

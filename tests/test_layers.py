@@ -205,5 +205,5 @@ def test_the_graph_is_read_from_real_imports() -> None:
     # The reader itself: known edges of the current layout are seen (so an empty graph
     # cannot pass every rule above).
     assert "albedo_actors.wire.jsonrpc" in GRAPH["albedo_actors.transport.http"]
-    assert "albedo_actors.connection.channel" in GRAPH["albedo_actors.connection.http_link"]
+    assert "albedo_actors.connection.channel" in GRAPH["albedo_actors.connection.http.link"]
     assert any(t.startswith("albedo_actors.actors.") for t in GRAPH["albedo_actors.runtime"])

@@ -49,7 +49,7 @@ from ..wire.deadline import Deadline
 from .reply import Message, Request, chain, fail, fail_queued, resolve, set_field
 
 if TYPE_CHECKING:
-    from ..connection.http_link import LinkAuth
+    from ..connection.http.exchange import LinkAuth
     from ..store.records import Credentials
 
 logger = logging.getLogger(__name__)

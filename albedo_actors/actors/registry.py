@@ -43,7 +43,7 @@ from .client import STOP_TIMEOUT, ServerHandle
 from .reply import Message, set_field
 
 if TYPE_CHECKING:
-    from ..connection.http_link import LinkAuth
+    from ..connection.http.exchange import LinkAuth
     from ..store.records import Credentials
 
 logger = logging.getLogger(__name__)

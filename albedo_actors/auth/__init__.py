@@ -10,7 +10,8 @@ listener), ``browser`` (a safe opener), ``signin`` (the whole flow, refreshes an
 client credentials), ``grants`` (the grants with no browser: workload identity's
 jwt-bearer and enterprise-managed authorization's token exchange), ``refresh`` (a token refresh under the row's lease) and
 ``server_auth`` (the per-server ``ServerAuth`` an HTTP link uses, through the
-``LinkAuth`` Protocol that :mod:`albedo_actors.connection.http_link` declares). Each
+``LinkAuth`` Protocol that :mod:`albedo_actors.connection.http.exchange` declares) and
+``flow`` (the 401/403/DPoP-nonce rounds of one request, a generator the link drives). Each
 module that uses the store declares the Protocol of what it calls (``CredentialStore``,
 ``RefreshStore``, ``SignInStore``). The ``TokenRefresher`` actor lives in
 :mod:`albedo_actors.actors.refresher`.

@@ -13,7 +13,8 @@ connection per request (``http.client`` parses the answer), so that:
 * a redirect is never followed (a 3xx is an answer like any other, so a secret is
   never re-sent to another address);
 * TLS is verified as the MCP server's entry says (``verify``: True for the bundle
-  ``requests`` uses, a CA file or directory, or False);
+  ``requests`` uses, a CA file or directory, or False), set up by
+  :func:`albedo_actors.transport.tls.client_context`, as the MCP exchange's is;
 * at most :data:`MAX_BODY` bytes of any answer are read;
 * with a ``guard`` (:class:`~albedo_actors.auth.addresses.AddressGuard`), the target's
   addresses are resolved and checked first, and the connection goes to a checked
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -285,21 +285,10 @@ class AuthHttp:
         return wrapped
 
     def _context(self) -> ssl.SSLContext:
-        import ssl
+        from ..transport.tls import client_context  # first use (see the TYPE_CHECKING imports above)
 
         if self._tls is None:
-            if self._verify is False:
-                context = ssl.create_default_context()
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            elif isinstance(self._verify, str):
-                if os.path.isdir(self._verify):
-                    context = ssl.create_default_context(capath=self._verify)
-                else:
-                    context = ssl.create_default_context(cafile=self._verify)
-            else:
-                context = ssl.create_default_context(cafile=_default_bundle())
-            self._tls = context
+            self._tls = client_context(self._verify)
         return self._tls
 
     @staticmethod
@@ -349,13 +338,3 @@ def _shut(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass  # closed meanwhile
-
-
-def _default_bundle() -> str | None:
-    """The CA bundle ``requests`` verifies with (certifi), so TLS behaves as for MCP requests."""
-    try:
-        import certifi
-
-        return certifi.where()
-    except ImportError:  # pragma: no cover - certifi is a dependency (setup.cfg)
-        return None

@@ -1,7 +1,8 @@
 """ServerAuth: the tokens of one server for its HTTP link.
 
-:class:`ServerAuth` is the per-server face an :class:`~albedo_actors.connection.http_link.HttpLink`
-uses from its worker threads: the auth headers of each HTTP request (``Authorization``,
+:class:`ServerAuth` is the per-server face an :class:`~albedo_actors.connection.http.link.HttpLink`
+uses from its worker threads, through one :meth:`ServerAuth.flow` per HTTP request
+(:mod:`albedo_actors.auth.flow`): the auth headers of each try (``Authorization``,
 plus a fresh ``DPoP`` proof for a DPoP-bound token, RFC 9449 7.1), the ``DPoP-Nonce``
 values answers carry, what to do after a 401, and after a 403 ``insufficient_scope``.
 
@@ -23,6 +24,7 @@ from ..errors import AlbedoError, AuthError, NeedsSignIn, RefreshDeferred, Store
 from ..wire.deadline import Bound
 from . import discovery, dpop
 from .discovery import Challenge
+from .flow import Flow, rounds
 from .record import OAuthRecord, from_credentials, usable
 from .refresh import REFRESH_WAIT_S
 
@@ -119,6 +121,13 @@ class ServerAuth:
         if prover is None:
             return {}
         return {"Authorization": f"DPoP {token}", "DPoP": prover.proof(method, url, token)}
+
+    def flow(self, method: str, url: str, deadline: Bound | None = None, *, request: str = "",
+             sign_in: bool = True, nonce: bool = True) -> Flow:
+        """The auth rounds of one ``method`` request to ``url``, which the link drives
+        (:func:`albedo_actors.auth.flow.rounds`: headers, the DPoP nonce, a refresh, a
+        step-up or a sign-in after a 401 or 403, each step ending at ``deadline``)."""
+        return rounds(self, method, url, deadline, request=request, sign_in=sign_in, nonce=nonce)
 
     def header(self) -> str | None:
         """The ``Authorization`` value for the next POST to the server; None without one."""

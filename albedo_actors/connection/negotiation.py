@@ -49,7 +49,8 @@ if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the st
     from ..store.records import Credentials
     # The HTTP link and transport load http.client and ssl: open_http imports them at
     # first use, so that a stdio-only host never loads them.
-    from .http_link import HttpLink, LinkAuth
+    from .http.exchange import LinkAuth
+    from .http.link import HttpLink
 
 logger = logging.getLogger(__name__)
 
@@ -481,7 +482,7 @@ def open_http(
     deadline = time.monotonic() + timeout
     headers = http_headers(config, environ, credentials)
     from ..transport.http import HttpTransport  # first use: http.client and ssl load here
-    from .http_link import HttpLink
+    from .http.link import HttpLink
 
     opened_event = threading.Event()
 

@@ -12,7 +12,8 @@ else (OAuth discovery, registration, tokens).
 - Nothing reads the environment: no proxy, no ``.netrc``; no body, header or token
   reaches any origin but the configured one.
 - TLS is verified (certificate and host name) against the configured trust store, or
-  the certifi bundle (the Mozilla store ``requests`` uses too).
+  the certifi bundle (the Mozilla store ``requests`` uses too): :mod:`.tls`, the one
+  TLS setup the OAuth requests share.
 - An idle connection the server has closed is noticed before reuse and replaced; a
   request is never re-sent.
 - Every exchange runs on the caller's thread and can be aborted from any other thread:
@@ -22,7 +23,7 @@ else (OAuth discovery, registration, tokens).
 - The request line, headers and body go out in one ``send()``: one TCP segment for a
   small request.
 
-Knows nothing of JSON-RPC ids or actors; :mod:`albedo_actors.connection.http_link` does.
+Knows nothing of JSON-RPC ids or actors; :mod:`albedo_actors.connection.http` does.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import urllib.parse
 from typing import Any, Iterator, Mapping
 
 from ..wire.deadline import Bound
+from .tls import client_context
 from ..wire.headers import field_value_problem
 from ..wire.jsonrpc import MAX_MESSAGE_BYTES, Json, WireError, parse_line
 from ..wire.sse import SseEvent, SseParser, SseTooLarge
@@ -44,7 +46,6 @@ from ..wire.sse import SseEvent, SseParser, SseTooLarge
 CONNECT_TIMEOUT = 10.0
 READ_CHUNK = 1 << 16
 POOL_SIZE = 64  # idle connections kept; more may be open at once, and are closed when done
-ACCEPT_BOTH = "application/json, text/event-stream"
 USER_AGENT = "albedo-actors"
 BASE_HEADERS = {"Accept-Encoding": "identity", "User-Agent": USER_AGENT}
 
@@ -286,7 +287,7 @@ class HttpTransport:
         if parts.scheme == "https":
             # Always verified: ``verify`` names the trust store (a PEM file), or is the
             # certifi bundle; there is no way to turn verification off.
-            self._tls = ssl.create_default_context(cafile=verify if isinstance(verify, str) else _default_ca())
+            self._tls = client_context(verify if isinstance(verify, str) else True)
         self._pool_size = pool_size
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
@@ -423,12 +424,6 @@ def _dropped(sock: socket.socket | None) -> bool:
         return True
 
 
-def _default_ca() -> str:
-    import certifi  # what requests verifies against by default; a dependency of ours (setup.cfg)
-
-    return certifi.where()
-
-
 def _connection_reason(exc: BaseException) -> str:
     if isinstance(exc, ConnectionRefusedError):
         return "refused the connection"
@@ -455,4 +450,4 @@ def decode_message(data: str) -> Json:
     return parse_line(data.encode("utf-8"))
 
 
-__all__ = ["Exchange", "HttpFailed", "HttpTransport", "Reply", "WireError", "decode_message", "ACCEPT_BOTH"]
+__all__ = ["Exchange", "HttpFailed", "HttpTransport", "Reply", "WireError", "decode_message"]

@@ -277,7 +277,7 @@ def _notification_only(conn: socket.socket, stop: threading.Event) -> bool:
 
 def test_a_json_answer_without_the_response_fails_the_call_on_the_callers_thread(raw_server):
     from albedo_actors.connection.channel import RpcChannel
-    from albedo_actors.connection.http_link import HttpLink
+    from albedo_actors.connection.http.link import HttpLink
     from albedo_actors.errors import ProtocolViolation
 
     server = raw_server(_notification_only)

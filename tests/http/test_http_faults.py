@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from albedo_actors.connection import http_link as httplink
+from albedo_actors.connection.http import exchange as http_exchange, link as http_link, listen as http_listen
 from albedo_actors.actors.client import CatalogueChanged
 from albedo_actors.config import ServerConfig
 from albedo_actors.demo.server import text_result
@@ -173,7 +173,7 @@ def test_a_legacy_stream_with_event_ids_cut_mid_event_is_resumed_and_the_call_su
 def test_a_resumption_waits_the_clamped_retry_of_the_stream_and_resumes_once(fault, clients, monkeypatch, retry):
     # The ceiling is made tiny: were an absurd retry not clamped to it, the call
     # would wait far beyond its timeout.
-    monkeypatch.setattr(httplink, "RESUME_MAX_MS", 20)
+    monkeypatch.setattr(http_exchange, "RESUME_MAX_MS", 20)
     server = fault(era="legacy", event_ids=True, cut_stream=20, retry=retry)
     handle = clients.start(http_config(server, call_timeout_ms=20_000))
     handle.connect()
@@ -258,8 +258,8 @@ def test_a_listening_stream_refused_with_405_is_not_retried(fault, clients):
 def test_a_listening_stream_that_ends_at_once_is_reopened_and_given_up_after_eight_quiet_attempts(
     fault, clients, monkeypatch, era
 ):
-    monkeypatch.setattr(httplink, "LISTEN_FIRST_WAIT", 0.001)
-    monkeypatch.setattr(httplink, "LISTEN_MAX_WAIT", 0.004)
+    monkeypatch.setattr(http_listen, "LISTEN_FIRST_WAIT", 0.001)
+    monkeypatch.setattr(http_listen, "LISTEN_MAX_WAIT", 0.004)
     server = fault(era=era, listen_ends_at_once=True)
     handle = clients.start(http_config(server))
     handle.connect()
@@ -282,8 +282,8 @@ def test_the_retry_of_a_listening_stream_is_validated_and_clamped_and_never_make
 ):
     # Tiny waits keep the test fast; an absurd retry not clamped to LISTEN_MAX_WAIT would
     # stall the reopening far beyond the bounded wait below.
-    monkeypatch.setattr(httplink, "LISTEN_FIRST_WAIT", 0.001)
-    monkeypatch.setattr(httplink, "LISTEN_MAX_WAIT", 0.004)
+    monkeypatch.setattr(http_listen, "LISTEN_FIRST_WAIT", 0.001)
+    monkeypatch.setattr(http_listen, "LISTEN_MAX_WAIT", 0.004)
     server = fault(era="legacy", listen_ends_at_once=True, retry=retry)
     handle = clients.start(http_config(server))
     handle.connect()
@@ -326,8 +326,8 @@ def test_stopping_the_client_interrupts_a_notification_the_server_never_answers(
     # A legacy timeout sends notifications/cancelled; here the server never answers that
     # POST either. Stopping the client must interrupt it rather than wait for its read
     # timeout (made an hour here, so that waiting for it cannot pass the bounded join).
-    monkeypatch.setattr(httplink, "NOTIFY_TIMEOUT", 3600.0)
-    monkeypatch.setattr(httplink, "DELETE_TIMEOUT", 0.2)  # the DELETE is not answered either
+    monkeypatch.setattr(http_link, "NOTIFY_TIMEOUT", 3600.0)
+    monkeypatch.setattr(http_link, "DELETE_TIMEOUT", 0.2)  # the DELETE is not answered either
     server = fault(cls=SilentServer, era="legacy")
     handle = clients.start(http_config(server, call_timeout_ms=300))
     handle.connect()

@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from albedo_actors.connection import http_link as httplink
+from albedo_actors.connection.http import listen as http_listen
 from albedo_actors.config import ServerConfig
 from albedo_actors.errors import ProtocolViolation
 from albedo_actors.transport.http import Exchange, HttpFailed, HttpTransport
@@ -55,8 +55,8 @@ def wait_listener_gone() -> None:
 
 def fast_waits(monkeypatch) -> None:
     """Tiny waits, so that counting attempts takes milliseconds (the 1 s floor has its own test)."""
-    monkeypatch.setattr(httplink, "LISTEN_FIRST_WAIT", 0.01)
-    monkeypatch.setattr(httplink, "LISTEN_MAX_WAIT", 0.04)
+    monkeypatch.setattr(http_listen, "LISTEN_FIRST_WAIT", 0.01)
+    monkeypatch.setattr(http_listen, "LISTEN_MAX_WAIT", 0.04)
 
 
 # -- the pace of the listening stream ------------------------------------------------------------------
@@ -85,7 +85,7 @@ def test_a_stream_that_hears_a_notification_every_time_is_never_given_up(fault, 
     handle = clients.start(http_config(server))
     handle.connect()
 
-    beyond = httplink.LISTEN_LIMIT + 4
+    beyond = http_listen.LISTEN_LIMIT + 4
     server.wait_for_event("listen_sent", count=beyond, timeout=WAIT)
     assert len(openings(server, era)) >= beyond
     assert listener_threads(), "a stream that keeps delivering was given up"
@@ -100,16 +100,16 @@ def test_a_stream_that_brings_no_real_notification_is_given_up_after_eight_attem
     handle.connect()
 
     wait_listener_gone()
-    assert len(openings(server, era)) == httplink.LISTEN_LIMIT
-    assert len([e for e in server.events if e["event"] == "listen_sent"]) == httplink.LISTEN_LIMIT
+    assert len(openings(server, era)) == http_listen.LISTEN_LIMIT
+    assert len([e for e in server.events if e["event"] == "listen_sent"]) == http_listen.LISTEN_LIMIT
     assert text_of(handle.call_tool("echo", {"text": "still here"})) == "still here"
 
 
 @pytest.mark.parametrize("era", ["legacy", "modern"])
 def test_a_server_that_hangs_up_after_every_notification_is_held_to_the_window_rate(fault, clients, monkeypatch, era):
     fast_waits(monkeypatch)
-    monkeypatch.setattr(httplink, "LISTEN_WINDOW", 1.0)
-    monkeypatch.setattr(httplink, "LISTEN_WINDOW_OPENINGS", 3)
+    monkeypatch.setattr(http_listen, "LISTEN_WINDOW", 1.0)
+    monkeypatch.setattr(http_listen, "LISTEN_WINDOW_OPENINGS", 3)
     server = fault(era=era, listen_sends="notification", retry="0")
     handle = clients.start(http_config(server))
     handle.connect()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from albedo_actors.connection import http_link as httplink
+from albedo_actors.connection.http import exchange as http_exchange
 from albedo_actors.config import ServerConfig
 from albedo_actors.errors import UnknownOutcome
 from servers.quiet_resume_server import QuietResumeServer
@@ -37,6 +37,6 @@ def test_five_quiet_resumptions_give_up_with_an_unknown_outcome(server, clients)
     # Given up by the limit, not by the 30 s call timeout: 5 waits of 250 ms, and the GETs.
     assert took < 15, f"took {took:.1f} s"
     resumptions = [r for r in server.requests if r.method == "GET" and r.header("Last-Event-ID") is not None]
-    assert len(resumptions) == httplink.RESUME_LIMIT == 5
+    assert len(resumptions) == http_exchange.RESUME_LIMIT == 5
     calls = [r for r in server.requests if r.method == "POST" and r.body and b'"tools/call"' in r.body]
     assert len(calls) == 1  # never sent again

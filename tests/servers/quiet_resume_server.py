@@ -3,7 +3,7 @@ is answered with an SSE stream that ends at once, carrying no event.
 
 With ``event_ids=True, cut_stream=N`` on the POST, a legacy client resumes the cut
 stream and hears nothing, again and again: what the client's limit on quiet
-resumptions (httplink.RESUME_LIMIT) is for. Each such GET is recorded as the event
+resumptions (connection/http/exchange.py RESUME_LIMIT) is for. Each such GET is recorded as the event
 ``quiet_resume``.
 """
 
