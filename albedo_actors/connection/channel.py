@@ -53,7 +53,7 @@ class LinkClosed(Exception):
 
 class Link(Protocol):
     """How a channel reaches its server: stdio (:class:`~.stdio_link.StdioLink`) or HTTP
-    (:class:`~.http_link.HttpLink`). A connection uses its link through this alone: it
+    (:class:`~.http.link.HttpLink`). A connection uses its link through this alone: it
     never asks which transport it has."""
 
     def send_request(self, pending: Pending, message: dict[str, Any], deadline: Bound | None = None) -> None:
