@@ -563,3 +563,41 @@ def test_a_netrc_file_is_not_read(fault, clients, monkeypatch, tmp_path):
     handle.stop()
     assert {r.method for r in server.requests} == {"POST", "GET", "DELETE"}
     assert [r.header("Authorization") for r in server.requests if r.header("Authorization")] == []
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_a_call_its_caller_gives_up_is_cancelled_as_a_timeout_cancels_it(fault, clients, era):
+    """Issue 24: an awaited call that is cancelled (here its Cancel, from another thread)
+    ends at once and is cancelled the way a timeout does: the modern stream is closed,
+    a legacy session is sent notifications/cancelled."""
+    from albedo_actors.connection.progress import Cancel
+
+    server = fault(era=era)
+    handle = clients.start(http_config(server, call_timeout_ms=60_000))
+    assert handle.connect().era == era
+    cancel, outcome = Cancel(), []
+
+    def call() -> None:
+        try:
+            handle.call_tool("hang", cancel=cancel)
+        except TimedOut as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call, name="test-caller")
+    caller.start()
+    try:
+        server.wait_for_request(lambda r: (rpc(r) or {}).get("method") == "tools/call", timeout=WAIT)
+        cancel.cancel()
+    finally:
+        caller.join(WAIT)
+    assert not caller.is_alive() and len(outcome) == 1 and "given up by its caller" in str(outcome[0])
+    [hang] = [r for r in posts_of(server, "tools/call") if rpc(r)["params"]["name"] == "hang"]
+    request_id = rpc(hang)["id"]
+    if era == "modern":
+        assert server.wait_for_event("client_closed", request_id=request_id, timeout=WAIT)["era"] == "modern"
+        assert posts_of(server, "notifications/cancelled") == []
+    else:
+        server.wait_for_event("cancelled", request_id=request_id, timeout=WAIT)
+        [notice] = posts_of(server, "notifications/cancelled")
+        assert rpc(notice)["params"]["requestId"] == request_id
+    assert text_of(handle.call_tool("echo", {"text": "after"})) == "after"
