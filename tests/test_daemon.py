@@ -370,3 +370,21 @@ def test_cancelling_an_awaited_call_cancels_its_request_as_a_timeout_does(tmp_pa
         assert [m["params"]["requestId"] for m in cancelled] == [sent["id"]]
         assert [m["params"]["arguments"] for m in calls()] == [{"seconds": 30}, {"text": "the lane is free"}]  # the waiting one never went
         assert text_of(after.as_dict()) == "the lane is free"
+
+
+def test_a_sessions_own_budget_and_progress_through_its_methods(tmp_path):
+    from albedo_actors.catalogue.search import SEARCH_TOOL
+
+    home = str(tmp_path / "home")
+    with Runtime(home, config=McpConfig(home=home, servers=(fault_config("f"),)), enabled=True) as runtime:
+        session = runtime.session
+        everything = runtime.composition().model_operations()
+        assert len(everything) > 3 and SEARCH_TOOL not in {item.name for item in everything}
+        session.set_budget(3)
+        budgeted = runtime.composition().model_operations()
+        assert len(budgeted) == 3 and budgeted[-1].name == SEARCH_TOOL
+        session.set_budget(None, configured=True)
+        assert len(runtime.composition().model_operations()) == len(everything)
+        with pytest.raises(ConfigError, match="at least 2"):
+            session.set_budget(1)
+        assert session.progress() == []
