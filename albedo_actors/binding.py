@@ -401,8 +401,14 @@ class AsyncMcp:
         not_after = ends.at if ends is not None else time.monotonic() + handle.config.call_timeout
         cancel = Cancel()
         future = self._lanes.submit(item.server, not_after, sync._perform, composition, item, handle, args, on_progress, ends, cancel)
+        # The answer comes back to the loop only while the caller still waits for it: a
+        # call given up is never left holding an outcome that asyncio would log as
+        # unretrieved (from a garbage collection, in the middle of whatever runs then).
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        future.add_done_callback(lambda done: _hand_back(loop, waiter, done))
         try:
-            return await asyncio.shield(asyncio.wrap_future(future))
+            return await waiter
         except asyncio.CancelledError:
             # The awaiting task was cancelled: a call still waiting in its lane is dropped
             # (never sent); one running is cancelled the way a timeout cancels it.
@@ -554,6 +560,23 @@ def python_names(composition: Composition) -> dict[str, str]:
 
 def _in_session(composition: Composition, server: str) -> bool:
     return server in composition.handles or server in composition.left_out or composition.mcp_off
+
+
+def _hand_back(loop: Any, waiter: Any, done: concurrent.futures.Future) -> None:
+    """On the lane's thread: hand ``done``'s outcome to the caller's ``waiter``, on its loop."""
+    def deliver() -> None:
+        if waiter.done() or done.cancelled():
+            return  # the caller gave up: the outcome is nobody's
+        error = done.exception()
+        if error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(done.result())
+
+    try:
+        loop.call_soon_threadsafe(deliver)
+    except RuntimeError:
+        pass  # the loop has closed: nobody waits any more
 
 
 def _deadline(deadline: Deadline | float | None) -> Deadline | None:
