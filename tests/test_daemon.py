@@ -263,8 +263,8 @@ def test_a_call_that_waits_in_its_lane_past_its_timeout_is_not_sent():
         assert first.result(WAIT) is True
         with pytest.raises(TimedOut, match="was not sent"):
             late.result(WAIT)
-        cancelled = lanes.submit("s", float("inf"), gate.wait, WAIT)
-        assert cancelled.result(WAIT) is True
+        again = lanes.submit("s", float("inf"), gate.wait, WAIT)
+        assert again.result(WAIT) is True
     finally:
         lanes.close()
     with pytest.raises(SessionClosed):
@@ -273,9 +273,15 @@ def test_a_call_that_waits_in_its_lane_past_its_timeout_is_not_sent():
 
 def test_closing_the_lanes_fails_what_still_waits_and_ends_their_threads():
     lanes = Lanes(size=1, linger=30)
-    gate = threading.Event()
-    running = lanes.submit("s", float("inf"), gate.wait, WAIT)
+    gate, started = threading.Event(), threading.Event()
+
+    def first() -> bool:
+        started.set()
+        return gate.wait(WAIT)
+
+    running = lanes.submit("s", float("inf"), first)
     waiting = lanes.submit("s", float("inf"), lambda: "never")
+    assert started.wait(WAIT)  # running now: what close() fails is only what still waits
     closer = threading.Thread(target=lanes.close)
     closer.start()
     with pytest.raises(SessionClosed):
