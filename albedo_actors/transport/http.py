@@ -15,7 +15,8 @@ is exactly what this module must not do.
   lookup); the URL's host name still goes into SNI, the certificate check and ``Host``.
   A 3xx is an answer like any other there: its caller refuses to follow it.
 
-- Nothing follows a redirect: a 3xx is refused with its ``Location`` named.
+- Nothing follows a redirect: :class:`HttpTransport` refuses a 3xx with its ``Location``
+  named; :class:`DirectHttp` hands it back as an answer, for its caller to refuse.
 - Nothing reads the environment: no proxy, no ``.netrc``; no body, header or token
   reaches any origin but the configured one.
 - TLS is verified (certificate and host name) against the configured trust store, or
