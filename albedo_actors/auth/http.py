@@ -1,13 +1,15 @@
 """The HTTP side of signing in: metadata GETs, registration and token POSTs.
 
-One :class:`AuthHttp` per sign-in or refresh. It speaks HTTP/1.1 itself over one
-connection per request (``http.client`` parses the answer), so that:
+One :class:`AuthHttp` per sign-in or refresh: a thin layer over
+:class:`albedo_actors.transport.http.DirectHttp` (one connection per request, never
+pooled, ``http.client`` parsing the answer) that adds what an OAuth request needs:
 
-* **every exchange has one total deadline** (``timeout``, 10 s by default): the name
-  lookup, the connection, TLS, sending, the status line, the headers and the body all
-  count against it. Each blocking socket operation waits at most for the time that is
-  left, so an answer trickled one byte at a time ends when the deadline does, not
-  after one per-read timeout per byte;
+* **every exchange has one total deadline** (``timeout``, 10 s by default, a
+  :class:`~albedo_actors.wire.deadline.Deadline` its :class:`~albedo_actors.transport.http.Exchange`
+  holds): the name lookup, the connection, TLS, sending, the status line, the headers
+  and the body all count against it. Each blocking socket operation waits at most for
+  the time that is left, so an answer trickled one byte at a time ends when the
+  deadline does, not after one per-read timeout per byte;
 * nothing of the environment applies: no proxies, no ``.netrc``, no cookies; a token
   request never goes anywhere but the URL we name;
 * a redirect is never followed (a 3xx is an answer like any other, so a secret is
@@ -19,37 +21,34 @@ connection per request (``http.client`` parses the answer), so that:
 * with a ``guard`` (:class:`~albedo_actors.auth.addresses.AddressGuard`), the target's
   addresses are resolved and checked first, and the connection goes to a checked
   address (the name is not looked up again, so DNS rebinding cannot move it); TLS
-  still verifies the certificate against the host name.
+  still verifies the certificate against the host name;
+* :meth:`AuthHttp.abort` ends the exchange in flight from any other thread
+  (:meth:`Exchange.abort <albedo_actors.transport.http.Exchange.abort>`).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import threading
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlencode
 
+from ..wire.deadline import Deadline
 from ..wire.jsonrpc import Json, WireError, parse_line
 
 if TYPE_CHECKING:
-    # http.client (with the email package), ssl, socket and the address checks load
-    # with the first exchange: a host whose servers never ask for OAuth never needs them.
-    import http.client
-    import socket
-    import ssl
+    # transport.http (with http.client, the email package and ssl) and the address
+    # checks load with the first exchange: a host whose servers never ask for OAuth
+    # never needs them.
+    from ..transport.http import DirectHttp, Exchange, HttpFailed
 
     from .addresses import AddressGuard
 
 MAX_BODY = 64 * 1024
 TIMEOUT_S = 10.0
 USER_AGENT = "albedo-actors-oauth"
-_CHUNK = 16 * 1024
-# Characters left as they are in a request target; anything else (spaces, controls,
-# non-ASCII) is percent-encoded, so nothing from a URL can break the request line.
-_TARGET_SAFE = "!#$%&'()*+,/:;=?@[]~"
+_ABANDONED = "the request was abandoned: its owner is stopping"
 
 __all__ = ["AuthHttp", "AuthReply", "AuthHttpError", "MAX_BODY", "TIMEOUT_S"]
 
@@ -87,45 +86,6 @@ def _short(url: str, limit: int = 160) -> str:
     return url if len(url) <= limit else url[: limit - 1] + "…"
 
 
-class _Deadline:
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.at = time.monotonic() + seconds
-
-    def left(self) -> float:
-        """Seconds left; raises ``TimeoutError`` once there are none."""
-        left = self.at - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("deadline")
-        return left
-
-
-class _DeadlineReader(io.RawIOBase):
-    """The socket's input, each ``recv`` bounded by the time left of the whole exchange."""
-
-    def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
-        super().__init__()
-        self._sock = sock
-        self._deadline = deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        self._sock.settimeout(self._deadline.left())
-        return self._sock.recv_into(buffer)
-
-
-class _ResponseSocket:
-    """What ``http.client.HTTPResponse`` reads from: only ``makefile`` is asked for."""
-
-    def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
-        self._reader = io.BufferedReader(_DeadlineReader(sock, deadline), _CHUNK)
-
-    def makefile(self, mode: str, *args: Any, **kwargs: Any) -> io.BufferedReader[_DeadlineReader]:
-        return self._reader
-
-
 class AuthHttp:
     """Bounded, redirect-free HTTP for the OAuth requests of one server (see the module docstring)."""
 
@@ -133,9 +93,9 @@ class AuthHttp:
         self._verify = verify
         self._timeout = timeout
         self._guard = guard
-        self._tls: ssl.SSLContext | None = None
+        self._http: DirectHttp | None = None  # made at the first request
         self._lock = threading.Lock()
-        self._sock: socket.socket | None = None  # the exchange in progress, for abort()
+        self._exchange: Exchange | None = None  # the exchange in progress, for abort()
         self._aborted = False
 
     def get(self, url: str, accept: str = "application/json", headers: dict[str, str] | None = None) -> AuthReply:
@@ -159,17 +119,9 @@ class AuthHttp:
         :class:`AuthHttpError`; a stopping owner never waits for a hung token endpoint."""
         with self._lock:
             self._aborted = True
-            sock = self._sock
-        if sock is not None:
-            _shut(sock)
-
-    def _held(self, sock: socket.socket | None) -> None:
-        """``sock`` is the exchange's now (None: it ended); shut at once if aborted."""
-        with self._lock:
-            self._sock = sock
-            aborted = self._aborted
-        if aborted and sock is not None:
-            _shut(sock)
+            exchange = self._exchange
+        if exchange is not None:
+            exchange.abort()
 
     def __enter__(self) -> "AuthHttp":
         return self
@@ -180,161 +132,76 @@ class AuthHttp:
     # -- one exchange -----------------------------------------------------------------------
 
     def _send(self, method: str, url: str, headers: dict[str, str], body: bytes | None) -> AuthReply:
-        import http.client  # first use (see the TYPE_CHECKING imports above)
-        import socket
-        import ssl
+        from ..transport.http import DirectHttp, Exchange, HttpFailed, Target  # first use (see above)
 
         from .addresses import AddressRefused, resolve
 
-        deadline = _Deadline(self._timeout)
-        scheme, host, port, netloc, target = self._target(url)
-        sock: socket.socket | None = None
         try:
-            if self._aborted:
-                raise AuthHttpError(url, "the request was abandoned: its owner is stopping")
+            target = Target.of(url)
+        except HttpFailed as exc:
+            raise AuthHttpError(url, str(exc), transient=False) from None
+        deadline = Deadline.after(self._timeout)
+        exchange = Exchange(deadline)
+        with self._lock:
+            aborted = self._aborted
+            self._exchange = exchange
+            if self._http is None:
+                self._http = DirectHttp(self._verify)
+            http = self._http
+        try:
+            if aborted:
+                raise AuthHttpError(url, _ABANDONED)
             try:
                 if self._guard is not None:
-                    self._guard.check_name(host)
-                addresses = resolve(host, port, deadline.left())
+                    self._guard.check_name(target.host)
+                addresses = resolve(target.host, target.port, self._left(url, deadline))
                 if self._guard is not None:
-                    self._guard.check(host, addresses, deadline.at)
+                    self._guard.check(target.host, addresses, deadline.at)
             except AddressRefused as exc:
                 raise AuthHttpError(url, exc.reason, transient=False) from None
-            sock = self._connect(addresses, deadline)
-            self._held(sock)
-            if scheme == "https":
-                sock = self._wrap(sock, host, deadline)
-                self._held(sock)
-            sock.settimeout(deadline.left())
-            sock.sendall(self._request(method, netloc, target, headers, body))
-            response = http.client.HTTPResponse(_ResponseSocket(sock, deadline), method=method)  # type: ignore[arg-type]
-            response.begin()
-            return self._read(url, response)
-        except AuthHttpError:
-            raise
-        except ssl.SSLError:
-            raise AuthHttpError(url, "its TLS certificate was not accepted", transient=False) from None
-        except (TimeoutError, socket.timeout):
-            raise AuthHttpError(url, f"no answer within {self._timeout:g} s") from None
-        except http.client.HTTPException as exc:
-            raise AuthHttpError(url, f"broke off its answer ({type(exc).__name__})") from None
-        except (OSError, ValueError) as exc:
-            if self._aborted:
-                raise AuthHttpError(url, "the request was abandoned: its owner is stopping") from None
-            raise AuthHttpError(url, f"could not be reached ({type(exc).__name__})") from None
-        finally:
-            self._held(None)
-            if sock is not None:
-                try:
-                    sock.close()
-                except OSError:
-                    pass
-
-    def _target(self, url: str) -> tuple[str, str, int, str, str]:
-        try:
-            parts = urlsplit(url)
-            port = parts.port
-        except (ValueError, TypeError):
-            raise AuthHttpError(str(url), "is not a valid URL", transient=False) from None
-        scheme = parts.scheme.lower()
-        if scheme not in ("http", "https") or not parts.hostname:
-            raise AuthHttpError(url, "is not an http(s) URL", transient=False)
-        if "@" in parts.netloc:
-            raise AuthHttpError(url, "holds user information, which albedo does not send", transient=False)
-        host = parts.hostname
-        try:
-            host.encode("ascii")
-        except UnicodeEncodeError:
-            try:
-                host = host.encode("idna").decode("ascii")
-            except UnicodeError:
-                raise AuthHttpError(url, "has a host name that cannot be encoded", transient=False) from None
-        netloc = parts.netloc if parts.netloc.isascii() else (host + (f":{port}" if port else ""))
-        if any(ord(c) < 0x21 or ord(c) == 0x7F for c in netloc):
-            raise AuthHttpError(url, "has a host that cannot be sent", transient=False)
-        target = quote(parts.path or "/", safe=_TARGET_SAFE)
-        if parts.query:
-            target += "?" + quote(parts.query, safe=_TARGET_SAFE)
-        return scheme, host, port or (443 if scheme == "https" else 80), netloc, target
-
-    def _connect(self, addresses: list[tuple[int, tuple]], deadline: _Deadline) -> socket.socket:
-        import socket
-
-        error: OSError | None = None
-        for family, sockaddr in addresses:
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            try:
-                sock.settimeout(deadline.left())
-                sock.connect(sockaddr)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                return sock
             except TimeoutError:
-                sock.close()
-                raise
+                raise AuthHttpError(url, self._late()) from None
             except OSError as exc:
-                sock.close()
-                error = exc
-        raise error or OSError("no address")
+                raise AuthHttpError(url, _ABANDONED if exchange.aborted else f"could not be reached ({type(exc).__name__})") from None
+            sent = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", "Connection": "close", **headers}
+            reply = http.send(method, target, sent, exchange, addresses=addresses, body=body)
+            found = reply.headers
+            return AuthReply(
+                status=reply.status,
+                content_type=found.get("content-type", ""),
+                body=reply.body(MAX_BODY),
+                location=found.get("location"),
+                www_authenticate=found.get("www-authenticate"),
+                dpop_nonce=found.get("dpop-nonce"),
+            )
+        except HttpFailed as exc:
+            raise self._error(url, exc) from None
+        finally:
+            with self._lock:
+                if self._exchange is exchange:
+                    self._exchange = None
 
-    def _wrap(self, sock: socket.socket, host: str, deadline: _Deadline) -> socket.socket:
-        # The handshake is one call bounded by the socket timeout as a whole (CPython
-        # keeps one deadline across its reads and writes), set to the time left.
-        sock.settimeout(deadline.left())
-        wrapped = self._context().wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
-        wrapped.do_handshake()
-        return wrapped
+    def _left(self, url: str, deadline: Deadline) -> float:
+        if deadline.expired:
+            raise AuthHttpError(url, self._late())
+        return deadline.remaining()
 
-    def _context(self) -> ssl.SSLContext:
-        from ..transport.tls import client_context  # first use (see the TYPE_CHECKING imports above)
+    def _late(self) -> str:
+        return f"no answer within {self._timeout:g} s"
 
-        if self._tls is None:
-            self._tls = client_context(self._verify)
-        return self._tls
+    def _error(self, url: str, failed: HttpFailed) -> AuthHttpError:
+        """The transport's failure in this module's words (as they were before it moved there)."""
+        from ..transport import http as transport  # loaded already: failed came from it
 
-    @staticmethod
-    def _request(method: str, netloc: str, target: str, headers: dict[str, str], body: bytes | None) -> bytes:
-        sent = {"Host": netloc, "User-Agent": USER_AGENT, "Accept-Encoding": "identity", "Connection": "close"}
-        sent.update(headers)
-        if body is not None:
-            sent["Content-Length"] = str(len(body))
-        lines = [f"{method} {target} HTTP/1.1"]
-        for name, value in sent.items():
-            value = str(value)
-            if any(c in name for c in ":\r\n\0 ") or any(c in value for c in "\r\n\0"):
-                raise ValueError("a header cannot be sent")  # never reached with our own headers
-            lines.append(f"{name}: {value}")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        return head + (body or b"")
-
-    @staticmethod
-    def _read(url: str, response: http.client.HTTPResponse) -> AuthReply:
-        declared = response.getheader("Content-Length")
-        if declared is not None and declared.strip().isdigit() and int(declared) > MAX_BODY:
-            raise AuthHttpError(url, f"answered with more than {MAX_BODY} bytes", transient=False)
-        chunks, size = [], 0
-        while True:
-            chunk = response.read(_CHUNK)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > MAX_BODY:
-                raise AuthHttpError(url, f"answered with more than {MAX_BODY} bytes", transient=False)
-            chunks.append(chunk)
-        challenges = response.msg.get_all("WWW-Authenticate") or []
-        return AuthReply(
-            status=response.status,
-            content_type=response.getheader("Content-Type", "") or "",
-            body=b"".join(chunks),
-            location=response.getheader("Location"),
-            www_authenticate=", ".join(challenges) if challenges else None,
-            dpop_nonce=response.getheader("DPoP-Nonce"),
-        )
-
-
-def _shut(sock: socket.socket) -> None:
-    import socket
-
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # closed meanwhile
+        kind = failed.kind
+        if failed.timed_out or kind == transport.TIMEOUT:
+            return AuthHttpError(url, self._late())
+        if kind == transport.TLS:
+            return AuthHttpError(url, "its TLS certificate was not accepted", transient=False)
+        if kind == transport.TOO_LARGE:
+            return AuthHttpError(url, f"answered with more than {MAX_BODY} bytes", transient=False)
+        if kind == transport.BROKEN:
+            return AuthHttpError(url, f"broke off its answer ({failed.cause})")
+        if kind == transport.ABORTED:
+            return AuthHttpError(url, _ABANDONED)
+        return AuthHttpError(url, f"could not be reached ({failed.cause or 'ValueError'})")

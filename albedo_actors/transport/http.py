@@ -1,14 +1,22 @@
-"""Blocking HTTP for one MCP endpoint: pooled connections, bounded bodies, abortable reads.
+"""Blocking HTTP: pooled connections to one MCP endpoint, one-shot requests to any URL,
+bounded bodies, abortable reads.
 
 The call path runs on the standard library's ``http.client``, the floor of any Python
 HTTP client, with a keep-alive pool of its own (a list of idle connections). Both
 ``requests`` and the ``urllib3`` pool under it were measured on this path: ``requests``
 costs about three times the CPU of ``http.client`` per request and ``urllib3`` about
 twice, and what they add (redirects, retries, proxies from the environment, ``.netrc``)
-is exactly what this module must not do. ``requests`` stays the library of everything
-else (OAuth discovery, registration, tokens).
+is exactly what this module must not do.
 
-- Nothing follows a redirect: a 3xx is refused with its ``Location`` named.
+- :class:`HttpTransport`: pooled HTTP to one MCP endpoint (the call path).
+- :class:`DirectHttp`: one request to any URL on a connection of its own, never pooled,
+  made to the addresses the caller resolved and checked (the OAuth requests of
+  :mod:`albedo_actors.auth.http`, whose address guard must not be bypassed by a second
+  lookup); the URL's host name still goes into SNI, the certificate check and ``Host``.
+  A 3xx is an answer like any other there: its caller refuses to follow it.
+
+- Nothing follows a redirect: :class:`HttpTransport` refuses a 3xx with its ``Location``
+  named; :class:`DirectHttp` hands it back as an answer, for its caller to refuse.
 - Nothing reads the environment: no proxy, no ``.netrc``; no body, header or token
   reaches any origin but the configured one.
 - TLS is verified (certificate and host name) against the configured trust store, or
@@ -19,7 +27,8 @@ else (OAuth discovery, registration, tokens).
 - Every exchange runs on the caller's thread and can be aborted from any other thread:
   :class:`Exchange` holds the socket its request is written to, and ``abort()`` shuts it
   down, which ends a blocked read at once. Its deadline bounds the whole exchange, not
-  each read.
+  each read (for :class:`DirectHttp`, the connection, TLS and the status line and
+  headers too: an answer trickled a byte at a time ends when the deadline does).
 - The request line, headers and body go out in one ``send()``: one TCP segment for a
   small request.
 
@@ -29,13 +38,15 @@ Knows nothing of JSON-RPC ids or actors; :mod:`albedo_actors.connection.http` do
 from __future__ import annotations
 
 import http.client
+import io
 import select
 import socket
 import ssl
 import threading
 import time
 import urllib.parse
-from typing import Any, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
 
 from ..wire.deadline import Bound
 from .tls import client_context
@@ -52,13 +63,30 @@ BASE_HEADERS = {"Accept-Encoding": "identity", "User-Agent": USER_AGENT}
 _LEGAL_NAMES: set[str] = set()  # header names http.client has accepted once
 
 
-class HttpFailed(Exception):
-    """The exchange failed before a usable answer; ``sent`` tells if the body may have left."""
+# What an HttpFailed is, for a caller that words its own messages (HttpFailed.kind).
+URL = "url"  # the URL cannot be requested (Target.of); nothing was looked up or sent
+HEADER = "header"  # a header value cannot be sent; nothing was sent
+TIMEOUT = "timeout"  # the deadline or read timeout passed (timed_out is True too)
+TLS = "tls"  # TLS failed: the certificate was not accepted, or the handshake broke
+BROKEN = "broken"  # the answer was not HTTP, or was cut off
+UNREACHABLE = "unreachable"  # the connection could not be made, or broke
+ABORTED = "aborted"  # Exchange.abort() ended it
+TOO_LARGE = "too_large"  # the body was over its limit
 
-    def __init__(self, reason: str, *, sent: bool, timed_out: bool = False) -> None:
+
+class HttpFailed(Exception):
+    """The exchange failed before a usable answer; ``sent`` tells if the body may have left.
+
+    ``kind`` is one of the names above (or "" where no caller asks), ``cause`` the name
+    of the library exception it was translated from ("" if none).
+    """
+
+    def __init__(self, reason: str, *, sent: bool, timed_out: bool = False, kind: str = "", cause: str = "") -> None:
         super().__init__(reason)
         self.sent = sent
         self.timed_out = timed_out  # the exchange's deadline or read timeout passed
+        self.kind = TIMEOUT if timed_out and not kind else kind
+        self.cause = cause
 
 
 class Exchange:
@@ -197,7 +225,8 @@ class Reply:
         declared = self.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             self.close()
-            raise HttpFailed(f"sent a body of {int(declared)} bytes, over the {limit >> 20} MiB limit", sent=True)
+            raise HttpFailed(f"sent a body of {int(declared)} bytes, over the {_size(limit)} limit", sent=True,
+                             kind=TOO_LARGE)
         exchange = self.exchange
         response = self.response
         chunks, size = [], 0
@@ -213,14 +242,14 @@ class Reply:
                     break
                 size += len(chunk)
                 if size > limit:
-                    raise HttpFailed(f"sent a body of more than {limit >> 20} MiB, over the limit", sent=True)
+                    raise HttpFailed(f"sent a body of more than {_size(limit)}, over the limit", sent=True, kind=TOO_LARGE)
                 chunks.append(chunk)
         except HttpFailed:
             raise
         except TimeoutError:
             raise HttpFailed("no answer in time", sent=True, timed_out=True) from None
         except (http.client.HTTPException, OSError, ValueError) as exc:
-            raise HttpFailed(_broken(exchange, exc), sent=True) from None
+            raise _broke(exchange, exc) from None
         finally:
             self.close()
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -272,6 +301,25 @@ def _broken(exchange: Exchange, exc: Exception) -> str:
     if exchange.aborted:
         return "the exchange was closed by the client"
     return f"the connection broke ({type(exc).__name__})"
+
+
+def _broke(exchange: Exchange, exc: Exception) -> HttpFailed:
+    """The exchange broke after its request left: ``exc`` as an :class:`HttpFailed`."""
+    return HttpFailed(_broken(exchange, exc), sent=True, kind=_kind(exchange, exc), cause=type(exc).__name__)
+
+
+def _kind(exchange: Exchange, exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError):  # a handshake or TLS read that abort() cut is no certificate's fault
+        return ABORTED if exchange.aborted else TLS
+    if isinstance(exc, TimeoutError):
+        return TIMEOUT
+    if isinstance(exc, http.client.HTTPException):
+        return BROKEN
+    return ABORTED if exchange.aborted else UNREACHABLE
+
+
+def _size(limit: int) -> str:
+    return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
 
 
 class HttpTransport:
@@ -411,6 +459,228 @@ class HttpTransport:
             conn.close()
 
 
+# Characters left as they are in a request target; anything else (spaces, controls,
+# non-ASCII) is percent-encoded, so nothing from a URL can break the request line.
+_TARGET_SAFE = "!#$%&'()*+,/:;=?@[]~"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one :class:`DirectHttp` request goes, parsed and checked before any lookup."""
+
+    scheme: str  # "http" or "https"
+    host: str  # ASCII (IDNA): what is looked up, sent as SNI and checked in the certificate
+    port: int
+    netloc: str  # the Host header
+    path: str  # the request target, percent-encoded
+
+    @classmethod
+    def of(cls, url: str) -> Target:
+        """The target of ``url``.
+
+        Raises:
+            HttpFailed: (kind ``URL``) not an http(s) URL, user information in it, or a
+                host that cannot be encoded or sent.
+        """
+        try:
+            parts = urllib.parse.urlsplit(url)
+            port = parts.port
+        except (ValueError, TypeError):
+            raise _unusable("is not a valid URL") from None
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise _unusable("is not an http(s) URL")
+        if "@" in parts.netloc:
+            raise _unusable("holds user information, which albedo does not send")
+        host = parts.hostname
+        try:
+            host.encode("ascii")
+        except UnicodeEncodeError:
+            try:
+                host = host.encode("idna").decode("ascii")
+            except UnicodeError:
+                raise _unusable("has a host name that cannot be encoded") from None
+        netloc = parts.netloc if parts.netloc.isascii() else (host + (f":{port}" if port else ""))
+        if any(ord(c) < 0x21 or ord(c) == 0x7F for c in netloc):
+            raise _unusable("has a host that cannot be sent")
+        path = urllib.parse.quote(parts.path or "/", safe=_TARGET_SAFE)
+        if parts.query:
+            path += "?" + urllib.parse.quote(parts.query, safe=_TARGET_SAFE)
+        return cls(scheme, host, port or (443 if scheme == "https" else 80), netloc, path)
+
+
+def _unusable(reason: str) -> HttpFailed:
+    return HttpFailed(reason, sent=False, kind=URL)
+
+
+class DirectHttp:
+    """One request to any URL on a connection of its own (see the module docstring).
+
+    Nothing is kept between requests but the TLS context (made at the first HTTPS
+    request). ``verify`` is the trust store as :func:`.tls.client_context` takes it; False
+    (nothing checked) only where a configuration says so for an OAuth endpoint.
+    Thread-safe: each request is its own connection.
+    """
+
+    def __init__(self, verify: bool | str = True) -> None:
+        self._verify = verify
+        self._tls: ssl.SSLContext | None = None
+        self._lock = threading.Lock()
+
+    def send(
+        self,
+        method: str,
+        target: Target,
+        headers: Mapping[str, str],
+        exchange: Exchange,
+        *,
+        addresses: Sequence[tuple[int, tuple[Any, ...]]],
+        body: bytes | None = None,
+    ) -> Reply:
+        """Send one request to ``target`` and return its reply once the status line and
+        headers are in (a 3xx too: nothing is followed). The connection goes to the first
+        of ``addresses`` (``(family, sockaddr)``, as the caller resolved and checked them)
+        that answers; the name is not looked up again. ``Host`` comes first, from the URL,
+        and ``Content-Length`` last, with a body; ``headers`` go between, as they are.
+        Everything, the connection and TLS included, ends at the exchange's deadline;
+        the reply's body is read by the same deadline (``reply.body(limit)``).
+
+        Raises:
+            HttpFailed: its ``kind`` says why: ``HEADER``, ``ABORTED``, ``TIMEOUT``,
+                ``TLS``, ``BROKEN`` or ``UNREACHABLE``.
+        """
+        for name, value in headers.items():
+            problem = field_value_problem(value)
+            if problem is not None:
+                raise HttpFailed(f"the {name} header value {problem}, so it cannot be sent", sent=False, kind=HEADER)
+        if exchange.aborted:
+            raise HttpFailed("the exchange was closed by the client", sent=False, kind=ABORTED)
+        conn: _Direct | None = None
+        try:
+            tls = self._context() if target.scheme == "https" else None
+            conn = _Direct(target, addresses, tls, exchange)
+            conn.connect()
+            conn.putrequest(method, target.path, skip_host=True, skip_accept_encoding=True)
+            conn.putheader("Host", target.netloc)
+            for name, value in headers.items():
+                conn.putheader(name, value)
+            if body is not None:
+                conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body)
+            # Read through the deadline: each read waits at most for the time left.
+            response = http.client.HTTPResponse(_BoundSocket(conn.sock, exchange), method=method)  # type: ignore[arg-type]
+            response.begin()
+        except BaseException as exc:
+            if conn is not None:
+                conn.close()
+            if isinstance(exc, HttpFailed) or not isinstance(exc, (http.client.HTTPException, OSError, ValueError)):
+                raise
+            kind = _kind(exchange, exc)
+            raise HttpFailed(_broken(exchange, exc), sent=exchange.sent, timed_out=kind == TIMEOUT, kind=kind,
+                             cause=type(exc).__name__) from None
+        headers_in: dict[str, str] = {}
+        for name, value in response.getheaders():
+            key = name.lower()
+            headers_in[key] = f"{headers_in[key]}, {value}" if key in headers_in else value  # RFC 9110 5.3
+        done = conn
+
+        def release(reusable: bool) -> None:
+            done.close()  # never pooled
+
+        return Reply(response.status, headers_in, response, exchange, release)
+
+    def _context(self) -> ssl.SSLContext:
+        with self._lock:
+            if self._tls is None:
+                self._tls = client_context(self._verify)
+            return self._tls
+
+
+class _Direct(_Held, http.client.HTTPConnection):
+    """One connection to checked addresses; TLS names the URL's host (SNI, certificate)."""
+
+    def __init__(self, target: Target, addresses: Sequence[tuple[int, tuple[Any, ...]]],
+                 tls: ssl.SSLContext | None, exchange: Exchange) -> None:
+        super().__init__(target.host, target.port)
+        self._addresses = addresses
+        self._tls_context = tls
+        self._exchange = exchange
+
+    def connect(self) -> None:
+        exchange = self._exchange
+        sock = _connect_to(self._addresses, exchange)
+        self.sock = sock
+        exchange.attach(sock)
+        if self._tls_context is not None:
+            # The handshake is one call bounded by the socket timeout as a whole (CPython
+            # keeps one deadline across its reads and writes), set to the time left.
+            sock.settimeout(_left(exchange))
+            wrapped = self._tls_context.wrap_socket(sock, server_hostname=self.host, do_handshake_on_connect=False)
+            self.sock = wrapped
+            exchange.attach(wrapped)
+            wrapped.do_handshake()
+        self.sock.settimeout(_left(exchange))  # for sending the request
+
+
+def _left(exchange: Exchange) -> float:
+    left = exchange.remaining()
+    return CONNECT_TIMEOUT if left is None else left
+
+
+def _connect_to(addresses: Sequence[tuple[int, tuple[Any, ...]]], exchange: Exchange) -> socket.socket:
+    """A connected socket to the first of ``addresses`` that answers, by the deadline.
+
+    Raises:
+        OSError: none could be reached (TimeoutError: the deadline passed), HttpFailed.
+    """
+    error: OSError | None = None
+    for family, sockaddr in addresses:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(_left(exchange))
+            sock.connect(sockaddr)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        except TimeoutError:
+            sock.close()
+            raise
+        except OSError as exc:
+            sock.close()
+            error = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise error or OSError("no address")
+
+
+class _BoundReader(io.RawIOBase):
+    """A socket's input, each ``recv`` bounded by the time left of the exchange."""
+
+    def __init__(self, sock: socket.socket, exchange: Exchange) -> None:
+        super().__init__()
+        self._sock = sock
+        self._exchange = exchange
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._exchange.remaining()
+        if left is not None:
+            self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
+
+
+class _BoundSocket:
+    """What ``http.client.HTTPResponse`` reads from: only ``makefile`` is asked for."""
+
+    def __init__(self, sock: socket.socket, exchange: Exchange) -> None:
+        self._reader = io.BufferedReader(_BoundReader(sock, exchange), 16 * 1024)
+
+    def makefile(self, mode: str, *args: Any, **kwargs: Any) -> io.BufferedReader[_BoundReader]:
+        return self._reader
+
+
 def _dropped(sock: socket.socket | None) -> bool:
     """An idle keep-alive socket is readable only when the server closed it (or sent
     something unasked): either way it cannot carry a request."""
@@ -450,4 +720,4 @@ def decode_message(data: str) -> Json:
     return parse_line(data.encode("utf-8"))
 
 
-__all__ = ["Exchange", "HttpFailed", "HttpTransport", "Reply", "WireError", "decode_message"]
+__all__ = ["DirectHttp", "Exchange", "HttpFailed", "HttpTransport", "Reply", "Target", "WireError", "decode_message"]
