@@ -170,6 +170,11 @@ def test_a_sigkilled_launcher_leaves_the_host_to_end_the_helpers_it_can_still_fi
     pids = pids_of(handle)
     helpers = escaped_of(pids, hows)
     os.kill(pids["ppid"], signal.SIGKILL)
+    # "Once the launcher is gone": the kill has landed (a zombie until the host reaps it)
+    # before the stop. A stop racing the signal's delivery would give the server its EOF
+    # first, and a server that exits on it orphans its setsid() helper past every parent
+    # chain the host could follow (under load, 1 run in 3 did).
+    assert within(BOUND, lambda: (stat(pids["ppid"]) or {"state": "X"})["state"] in ("Z", "X")), "the launcher outlived SIGKILL"
     handle.stop()
     # Dead, but maybe a zombie: re-parented to pytest, which reaps (in life, init does).
     left = {pid: stat(pid) for pid, start in helpers.items() if not within(BOUND, lambda pid=pid, start=start: dead(pid, start))}
