@@ -480,9 +480,10 @@ class Lanes:
         for future, _not_after, _fn, _args in waiting:
             if future.set_running_or_notify_cancel():
                 future.set_exception(SessionClosed(CLOSED))
+        until = time.monotonic() + 0.5  # one bound for all: an idle thread ends now, a busy one with its call
         for thread in threads:
             if thread is not threading.current_thread():
-                thread.join(0.5)  # an idle one ends now; a busy one ends with its call
+                thread.join(max(0.0, until - time.monotonic()))
 
     def _serve(self, key: str) -> None:
         try:
@@ -541,7 +542,7 @@ def python_name(server: str) -> str:
 def python_names(composition: Composition) -> dict[str, str]:
     """Python name → server of ``composition`` (cached on it: built once): every server
     whose Python name is unambiguous, not private and not one of the binding's own."""
-    cached = composition.__dict__.get("_python_names")
+    cached = composition.python_names
     if cached is not None:
         return cached
     by_name: dict[str, list[str]] = {}
@@ -554,7 +555,7 @@ def python_names(composition: Composition) -> dict[str, str]:
         exact = [server for server in servers if server == name]
         if exact or len(servers) == 1:
             names[name] = exact[0] if exact else servers[0]
-    object.__setattr__(composition, "_python_names", names)
+    object.__setattr__(composition, "python_names", names)  # frozen: set once, as its search index is
     return names
 
 

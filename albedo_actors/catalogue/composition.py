@@ -110,6 +110,8 @@ class Composition:
     # Built at first need, once (tool search): the BM25 index and the model's names.
     _index: Any = field(init=False, default=None, repr=False, compare=False)
     _model_names: Any = field(init=False, default=None, repr=False, compare=False)
+    # The binding's Python names of the servers (binding.python_names), built at first need.
+    python_names: Any = field(init=False, default=None, repr=False, compare=False)
     # Each operation's inputSchema, marshalled at its first copy (schema_copy).
     _blobs: dict[str, tuple[Any, bytes]] = field(init=False, default_factory=dict, repr=False, compare=False)
 
