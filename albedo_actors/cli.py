@@ -357,7 +357,7 @@ def _seconds(text: str) -> float:
     except ValueError:
         value = float("nan")
     if not 0 < value < 86_400:  # NaN and infinities fail too
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds between 0 and 86400")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0 and below 86400")
     return value
 
 
