@@ -51,19 +51,19 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping
 
 import pykka
 
-from .actors.client import ServerHandle
-from .actors.refresher import TokenRefresher, oauth_for
-from .config import _ENV_NAME, _HEADER_NAME, _NAME, EXTENSION_DEFAULTS, ServerConfig, parse
-from .auth.callback import DEFAULT_LIFETIME_S, DEFAULT_PORT
-from .auth.record import NO_AUTH_VIEW, OAuthRecord, from_credentials, usable
-from .auth.signin import SignIn, check_new_client
-from .errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
-from .safefiles import FileRefused, make_private_dirs, open_private, read_text, replace_private
-from .catalogue.saved import fingerprint, save_if_changed
+from ..actors.client import ServerHandle
+from ..actors.refresher import TokenRefresher, oauth_for
+from ..config import _ENV_NAME, _HEADER_NAME, _NAME, EXTENSION_DEFAULTS, ServerConfig, parse
+from ..auth.callback import DEFAULT_LIFETIME_S, DEFAULT_PORT
+from ..auth.record import NO_AUTH_VIEW, OAuthRecord, from_credentials, usable
+from ..auth.signin import SignIn, check_new_client
+from ..errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
+from ..safefiles import FileRefused, make_private_dirs, open_private, read_text, replace_private
+from ..catalogue.saved import fingerprint, save_if_changed
 
 if TYPE_CHECKING:
-    from .store import Store
-    from .store.records import Credentials
+    from ..store import Store
+    from ..store.records import Credentials
 
 logger = logging.getLogger(__name__)
 
@@ -658,7 +658,7 @@ def _entry(spec: ServerSpec) -> dict[str, Any]:
 
 
 def _credentials_type() -> Any:
-    from .store import Credentials
+    from ..store import Credentials
 
     return Credentials
 
@@ -769,7 +769,7 @@ def undo_save(current: Any, written: Any, previous: Any) -> Any:
 
 
 def thaw_json(value: Any) -> Any:
-    from .store.records import thaw
+    from ..store.records import thaw
 
     return None if value is None else thaw(value)
 
@@ -795,7 +795,7 @@ def _undo_oauth(now: Any, ours: Any, before: Any) -> Any:
 def _check_value(value: str, what: str, name: str) -> None:
     if any(ch in value for ch in "\r\n\0"):
         raise ConfigError(f"server {name!r}: {what} holds a line break or NUL, which cannot go into an HTTP header")
-    from .store.sealing import PREFIX  # the store's own rule (sealing.refuse_prefix), said before anything is written
+    from ..store.sealing import PREFIX  # the store's own rule (sealing.refuse_prefix), said before anything is written
 
     if value.startswith(PREFIX):
         raise ConfigError(f"server {name!r}: {what} starts with {PREFIX!r}, which marks a value encrypted at rest, "

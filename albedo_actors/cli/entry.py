@@ -1,0 +1,118 @@
+"""The command line's entry: the parser of every command, and ``main``, which turns every error into one line and an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Sequence
+
+import pykka
+
+from .. import __version__
+from ..actors.reply import CLOSED
+from ..errors import (
+    EXIT_TOOL_ERROR,
+    EXIT_USAGE,
+    AlbedoError,
+    SessionClosed,
+    SessionTimedOut,
+    exit_code,
+)
+from .admin import ADMIN, admin_command, admin_parsers
+from .options import PROG, Parser, Usage, no_store_option, place_options
+from .output import PrintableFormatter, error_line
+from .run import call_command, seconds, tools_command
+from .serve import open_command, serve_command, serve_parsers
+from .store_keys import store_command, store_parsers
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog=PROG,
+        description="Connect to configured MCP servers, list and call their tools; manage the servers and their credentials.",
+        epilog="exit codes: 0 done, 1 tool error, 2 usage or configuration, 3 unavailable (add/edit/enable: "
+        "the server could not connect, nothing saved), 4 unknown outcome, 5 timed out, 6 session failed, 7 store failed",
+    )
+    parser.add_argument("--home", help="configuration directory (default: $ALBEDO_HOME, else ~/.albedo)")
+    parser.add_argument("--database", metavar="URL", help="store URL (default: $ALBEDO_DATABASE_URL, else SQLite at HOME/albedo.db)")
+    parser.add_argument("--no-store", action="store_true", help="tools/call: open no store (no saved catalogues or credentials; every server is dialled)")
+    parser.add_argument("--verbose", "-v", action="store_true", help="log what happens to stderr")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    tools = commands.add_parser("tools", help="list the operations every enabled server advertises")
+    tools.add_argument("--json", action="store_true", help="print a JSON array")
+    place_options(tools)
+    no_store_option(tools)
+    call = commands.add_parser("call", help="call one tool (or read_resource / get_prompt) by advertised name or SERVER/TOOL")
+    call.add_argument("name", metavar="NAME", help="an advertised name (mcp_SERVER_TOOL_HASH, as 'tools' prints it) or SERVER/TOOL")
+    call.add_argument("--args", default=None, metavar="JSON", help="the arguments, a JSON object")
+    call.add_argument("--json", action="store_true", help="print the CallToolResult as JSON")
+    call.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
+                      help="the call's one deadline, counted from now: a dial on the call's path, signing in and the call "
+                           "all end by it (default: the server's startupTimeoutMs, then its callTimeoutMs)")
+    call.add_argument("--hidden", action="store_true",
+                      help="call a tool even though it is kept from the model (its inputSchema was left out as "
+                           "invalid or too large); a tool disabled in extensions.json is never called")
+    place_options(call)
+    no_store_option(call)
+    commands.add_parser("demo", help="show what albedo_actors does, on the bundled demo server")
+    admin_parsers(commands)
+    serve_parsers(commands)
+    store_parsers(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code (the console script exits with it)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except Usage as exc:
+        error_line(f"{exc} (see {PROG} --help)")
+        return EXIT_USAGE
+    # Log messages quote what servers sent: escaped like every other line printed.
+    log_handler = logging.StreamHandler()
+    log_handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.CRITICAL, handlers=[log_handler])
+    if not args.verbose:
+        logging.getLogger("pykka").setLevel(logging.CRITICAL)
+    # peewee logs every query with its parameters at DEBUG: those may be secrets.
+    logging.getLogger("peewee").setLevel(logging.INFO)
+    try:
+        if args.command == "tools":
+            return tools_command(args)
+        if args.command == "call":
+            return call_command(args)
+        if args.command == "demo":
+            from ..demo.run import run_demo
+
+            return run_demo(out=sys.stdout)
+        if args.command == "serve":
+            return serve_command(args)
+        if args.command == "open":
+            return open_command(args)
+        if args.command == "store":
+            return store_command(args)
+        if args.command in ADMIN:
+            return admin_command(args)
+        error_line(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in, sign-out, extension, serve, open or store (see {PROG} --help)")
+        return EXIT_USAGE
+    except Usage as exc:
+        error_line(str(exc))
+        return EXIT_USAGE
+    except AlbedoError as exc:
+        error_line(str(exc))
+        return exit_code(exc)
+    except KeyboardInterrupt:
+        error_line("interrupted")
+        return 130
+    except (pykka.Timeout, pykka.ActorDeadError) as exc:  # the demo waits on the session's own futures
+        error = SessionClosed(CLOSED) if isinstance(exc, pykka.ActorDeadError) else \
+            SessionTimedOut("the MCP session did not answer in time; try again")
+        error_line(str(error))
+        return exit_code(error)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+        if args.verbose:
+            logging.getLogger(__name__).exception("unexpected error")
+        error_line(f"unexpected error: {type(exc).__name__}: {exc} (run with --verbose for details)")
+        return EXIT_TOOL_ERROR
