@@ -20,6 +20,7 @@ from ..errors import (
     exit_code,
 )
 from .admin import ADMIN, admin_command, admin_parsers
+from .doctor import doctor_command, doctor_parser
 from .options import PROG, Parser, Usage, no_store_option, place_options
 from .output import PrintableFormatter, error_line
 from .run import call_command, seconds, tools_command
@@ -32,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Connect to configured MCP servers, list and call their tools; manage the servers and their credentials.",
         epilog="exit codes: 0 done, 1 tool error, 2 usage or configuration, 3 unavailable (add/edit/enable: "
-        "the server could not connect, nothing saved), 4 unknown outcome, 5 timed out, 6 session failed, 7 store failed",
+        "the server could not connect, nothing saved; doctor: a server checked is not ok), 4 unknown outcome, 5 timed out, 6 session failed, 7 store failed",
     )
     parser.add_argument("--home", help="configuration directory (default: $ALBEDO_HOME, else ~/.albedo)")
     parser.add_argument("--database", metavar="URL", help="store URL (default: $ALBEDO_DATABASE_URL, else SQLite at HOME/albedo.db)")
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     place_options(call)
     no_store_option(call)
     commands.add_parser("demo", help="show what albedo_actors does, on the bundled demo server")
+    doctor_parser(commands, place_options)
     admin_parsers(commands)
     serve_parsers(commands)
     store_parsers(commands)
@@ -87,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ..demo.run import run_demo
 
             return run_demo(out=sys.stdout)
+        if args.command == "doctor":
+            return doctor_command(args)
         if args.command == "serve":
             return serve_command(args)
         if args.command == "open":
@@ -95,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return store_command(args)
         if args.command in ADMIN:
             return admin_command(args)
-        error_line(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in, sign-out, extension, serve, open or store (see {PROG} --help)")
+        error_line(f"a command is required: tools, call, demo, doctor, servers, add, edit, remove, enable, disable, sign-in, sign-out, extension, serve, open or store (see {PROG} --help)")
         return EXIT_USAGE
     except Usage as exc:
         error_line(str(exc))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from peewee import BigIntegerField, CompositeKey, DoubleField, IntegerField, Model, TextField
 
-__all__ = ["BaseModel", "CredentialRow", "CatalogueRow", "OAuthClientRow", "RevisionRow", "ALL"]
+__all__ = ["BaseModel", "CredentialRow", "CatalogueRow", "OAuthClientRow", "RevisionRow", "ServerStateRow", "ALL"]
 
 
 class BaseModel(Model):
@@ -76,4 +76,17 @@ class RevisionRow(BaseModel):
         table_name = "albedo_revision"
 
 
-ALL = (CredentialRow, CatalogueRow, OAuthClientRow, RevisionRow)
+class ServerStateRow(BaseModel):
+    """The last state ``albedo-mcp doctor`` saw of a server (migration 0005)."""
+
+    server = TextField(primary_key=True)
+    state = TextField()  # ok, down, needs_sign_in, misconfigured or off
+    fingerprint = TextField()  # of the configuration and credentials it was seen with
+    report = TextField()  # JSON object: what doctor reported (never a secret)
+    seen_at = DoubleField()
+
+    class Meta:
+        table_name = "server_states"
+
+
+ALL = (CredentialRow, CatalogueRow, OAuthClientRow, RevisionRow, ServerStateRow)

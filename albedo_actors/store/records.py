@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-__all__ = ["Credentials", "SavedCatalogue", "freeze", "thaw"]
+__all__ = ["Credentials", "SavedCatalogue", "ServerState", "freeze", "thaw"]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -111,3 +111,17 @@ class SavedCatalogue:
     def __repr__(self) -> str:
         return (f"SavedCatalogue(server={self.server!r}, fingerprint={self.fingerprint!r}, "
                 f"era={self.era!r}, saved_at={self.saved_at!r}, catalogue=<{len(self.catalogue)} keys>)")
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """The last state ``albedo-mcp doctor`` saw of a server: ``state`` (ok, down,
+    needs_sign_in, misconfigured or off) at ``seen_at`` (a Unix time), with the
+    ``fingerprint`` of the configuration it was seen under and the ``report`` it printed
+    (a fresh dict; never a secret)."""
+
+    server: str
+    state: str
+    fingerprint: str
+    report: dict[str, Any]
+    seen_at: float

@@ -1,4 +1,5 @@
-"""The store: credentials, saved catalogues, OAuth client registrations and the revision.
+"""The store: credentials, saved catalogues, OAuth client registrations, the revision and
+the last state ``albedo-mcp doctor`` saw of each server.
 
 Owns one peewee database (SQLite at ``$ALBEDO_HOME/albedo.db`` by default, or PostgreSQL
 by URL) and every connection to it: one connection per thread that uses the store,
@@ -21,7 +22,8 @@ that sees the new revision sees the write too. A credentials write bumps it when
 server's secrets or sign-in changed (:func:`visible`); a token refresh that only rotates
 the tokens does not (every running session would reload for nothing). The settings bump
 it after each write of ``extensions.json`` (:meth:`Store.bump_revision`). Saved
-catalogues, OAuth client registrations, refresh leases and re-sealing never bump it.
+catalogues, the states doctor saw, OAuth client registrations, refresh leases and
+re-sealing never bump it.
 
 Every failure of the database or its driver becomes :class:`StoreError` with a
 one-line message that names the operation and never a secret value.
@@ -47,8 +49,8 @@ from ..errors import StoreError
 from ..wire.jsonrpc import MAX_DEPTH, Json  # the wire's nesting bound (store may import wire: it is pure)
 from ..safefiles import FileRefused, check_not_link, make_private_dirs, open_private
 from . import migrations, sealing
-from .models import CatalogueRow, CredentialRow, OAuthClientRow, RevisionRow
-from .records import Credentials, SavedCatalogue, thaw
+from .models import CatalogueRow, CredentialRow, OAuthClientRow, RevisionRow, ServerStateRow
+from .records import Credentials, SavedCatalogue, ServerState, thaw
 from .sealing import StoreKeys
 
 __all__ = ["open_store", "Store", "CredentialsWriter", "Lease", "MAX_CATALOGUE_BYTES", "DB_FILENAME", "BUSY_TIMEOUT_S",
@@ -390,6 +392,59 @@ class Store:
         """
         with self._op(f"deleting the catalogue of {server!r}"), self._write():
             CatalogueRow.delete().where(CatalogueRow.server == server).execute(self._db)
+
+    # --- the states doctor saw --------------------------------------------------
+
+    def save_server_state(self, server: str, state: str, fingerprint: str, report: dict[str, Any]) -> None:
+        """Keep ``state`` as the last one seen of ``server`` (now), replacing the one before.
+        Never bumps the revision: no session is offered anything new by it.
+
+        Raises:
+            StoreError: ``report`` is not JSON, or the database failed.
+        """
+        try:
+            text = json.dumps(thaw(report), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise StoreError(f"store: the state of server {server!r} is not JSON: {_line(exc)}") from None
+        with self._op(f"saving the state of {server!r}"), self._write():
+            ServerStateRow.insert(server=server, state=state, fingerprint=fingerprint, report=text,
+                                  seen_at=time.time()).on_conflict(
+                conflict_target=[ServerStateRow.server],
+                preserve=[ServerStateRow.state, ServerStateRow.fingerprint, ServerStateRow.report,
+                          ServerStateRow.seen_at]).execute(self._db)
+
+    def load_server_states(self, servers: Iterable[str]) -> dict[str, ServerState | StoreError]:
+        """The last state seen of each of ``servers`` that has one, in one query; a row
+        whose JSON is unreadable is its StoreError, the others are still given.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        names = list(dict.fromkeys(servers))
+        wanted = set(names)
+        found: dict[str, ServerState | StoreError] = {}
+        with self._op(f"loading the states of {len(names)} servers"):
+            select = ServerStateRow.select(ServerStateRow.server, ServerStateRow.state, ServerStateRow.fingerprint,
+                                           ServerStateRow.report, ServerStateRow.seen_at).tuples()
+            for query in _selecting(select, ServerStateRow.server, names):
+                for server, state, fingerprint, text, seen_at in query.execute(self._db):
+                    if server not in wanted:
+                        continue
+                    try:
+                        found[server] = ServerState(server=server, state=state, fingerprint=fingerprint,
+                                                    report=_json_object(text, "state", server), seen_at=seen_at)
+                    except StoreError as exc:
+                        found[server] = exc
+        return found
+
+    def delete_server_state(self, server: str) -> None:
+        """Forget the last state seen of ``server``.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op(f"deleting the state of {server!r}"), self._write():
+            ServerStateRow.delete().where(ServerStateRow.server == server).execute(self._db)
 
     # --- OAuth client registrations -------------------------------------------
 

@@ -74,6 +74,10 @@ GROUP_WAIT = 1.0  # for killed members of the server's group to be gone
 # to it through the spec pipe (see launcher.py), so no secret is in its environ.
 LAUNCHER_ENV: dict[str, str] = {}
 _IN = select.POLLIN | select.POLLHUP | select.POLLERR
+# What comes before the redacted tail of the server's stderr in an ending reason (its last
+# lines joined by TAIL_JOIN); ``albedo-mcp doctor`` shows the tail apart from the error.
+STDERR_TAIL = "; its stderr ended with: "
+TAIL_JOIN = " | "
 
 
 class TransportClosed(Exception):
@@ -592,7 +596,7 @@ class StdioTransport:
         tail = self._redact(status.get("stderr") or "")
         if tail:
             lines = [line.strip() for line in tail.strip().splitlines() if line.strip()]
-            reason += "; its stderr ended with: " + " | ".join(lines[-3:])[-400:]
+            reason += STDERR_TAIL + TAIL_JOIN.join(lines[-3:])[-400:]
         return reason
 
     def _redact(self, text: str) -> str:
