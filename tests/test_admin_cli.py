@@ -75,6 +75,8 @@ def test_add_stdio_with_an_env_secret_from_stdin_then_list_and_call(tmp_path):
             "credentials": ["env API_KEY"],
             "auth": {"state": "none", "account": None, "expires_at": None, "scope": None, "step_up": None, "reason": None, "client": None},
             "problem": None,
+            "catalogue": "current",
+            "lastSeen": None,
         }
     ]
     call = subprocess.run(

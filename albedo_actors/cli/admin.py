@@ -105,6 +105,16 @@ def auth_text(auth: Any) -> str:
     return "; ".join(parts)
 
 
+def seen_text(seen: Any) -> str:
+    """The last column of ``servers``: what doctor saw last, and when."""
+    if seen is None:
+        return f"not checked yet ({PROG} doctor)"
+    text = f"seen {seen.get('state')} " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seen.get("at") or 0))
+    if seen.get("configurationChanged"):
+        text += ", before its configuration changed"
+    return text
+
+
 def admin_command(args: argparse.Namespace) -> int:
     from ..settings import ServerSpec, Settings, suggest_name
     from ..store import open_store
@@ -153,7 +163,8 @@ def admin_command(args: argparse.Namespace) -> int:
                     # A server whose credentials cannot be read shows the store's line in their
                     # place (what to do); the listing goes on and exits 0.
                     stored = view.problem or ", ".join(view.credentials) or "no credentials"
-                    out(f"{view.name}\t{view.transport}\t{view.state}\t{view.target}\t{stored}\t{auth_text(view.auth)}")
+                    out(f"{view.name}\t{view.transport}\t{view.state}\t{view.target}\t{stored}\t{auth_text(view.auth)}"
+                        f"\t{seen_text(view.last_seen)}")
             return EXIT_OK
         if args.command == "sign-in":
             return sign_in(settings, args)

@@ -128,6 +128,12 @@ class ServerView:
     # Why the stored credentials cannot be read (the store's one line, saying what to do),
     # or None: this server's problem alone, listed beside the others.
     problem: str | None = None
+    # The saved catalogue: "current" (saved under the server's configuration and
+    # credentials as they are now), "outdated" (saved under others) or "none".
+    catalogue: str = "none"
+    # The last state ``albedo-mcp doctor`` saw: {"state", "at" (Unix time), "error",
+    # "configurationChanged"}, or None when it never checked the server.
+    last_seen: Mapping[str, Any] | None = None
 
     @property
     def state(self) -> str:
@@ -137,7 +143,12 @@ class ServerView:
             return "disabled"
         if self.auth.get("state") in ("needs_sign_in", "signed_out"):
             return "needs sign-in" if self.auth["state"] == "needs_sign_in" else "signed out"
-        return "catalogue saved" if self.catalogue_saved else "not discovered yet"
+        seen = self.last_seen
+        if seen is not None and not seen.get("configurationChanged") and seen.get("state") in ("down", "misconfigured"):
+            return str(seen["state"])  # what doctor saw last, of this very configuration
+        if self.catalogue == "outdated":
+            return "catalogue outdated"
+        return "catalogue saved" if self.catalogue == "current" else "not discovered yet"
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -150,6 +161,8 @@ class ServerView:
             "credentials": list(self.credentials),
             "auth": dict(self.auth),
             "problem": self.problem,
+            "catalogue": self.catalogue,
+            "lastSeen": dict(self.last_seen) if self.last_seen is not None else None,
         }
 
 
@@ -172,6 +185,7 @@ class Settings:
         """
         config = parse(self._read_document(), self.home, source=self.path)
         stored = self._credentials_of([server.name for server in config.servers])
+        seen = seen_states(self.store, config.servers, stored)
         views = []
         for server in config.servers:
             target = server.url if server.type == "http" else shlex.join([server.command or "", *server.args])
@@ -188,10 +202,12 @@ class Settings:
                     transport=server.type,
                     enabled=server.enabled,
                     target=target or "",
-                    catalogue_saved=self._has_catalogue(server.name),
+                    catalogue_saved=seen[server.name][0] != "none",
                     credentials=described,
                     auth=auth,
                     problem=problem,
+                    catalogue=seen[server.name][0],
+                    last_seen=seen[server.name][1],
                 )
             )
         return views
@@ -293,6 +309,8 @@ class Settings:
             self.store.delete_credentials(name)
             with contextlib.suppress(AttributeError):
                 self.store.delete_catalogue(name)
+            with contextlib.suppress(AttributeError):
+                self.store.delete_server_state(name)
         logger.info("server %r removed", name)
 
     def enable(self, name: str) -> ServerView:
@@ -440,14 +458,6 @@ class Settings:
             if view.name == name:
                 return view
         raise ConfigError(f"no server named {name!r} in {self.path}")
-
-    def _has_catalogue(self, name: str) -> bool:
-        try:
-            return self.store.load_catalogue(name) is not None
-        except (AttributeError, TypeError):
-            return False
-        except StoreError:  # a damaged saved catalogue is not used (the next connect replaces it)
-            return False
 
     def _existing(self, servers: dict, name: str) -> dict:
         entry = servers.get(name)
@@ -813,6 +823,40 @@ def auth_view(server: ServerConfig, credentials: Credentials | None) -> dict[str
             return {**NO_AUTH_VIEW, "state": "needs_sign_in", "reason": "the server's URL changed since the last sign-in"}
         return dict(NO_AUTH_VIEW)
     return record.view()
+
+
+def seen_states(store: Any, servers: Collection[ServerConfig],
+                stored: Mapping[str, Any]) -> dict[str, tuple[str, dict[str, Any] | None]]:
+    """Each server's saved catalogue ("current", "outdated" or "none") and the last state
+    doctor saw of it (None: never checked), compared with the fingerprint of its
+    configuration and ``stored`` credentials now (a saved catalogue's key). Read at once;
+    a store that cannot say (a stand-in, a damaged row) gives "none" and None.
+
+    Raises:
+        StoreError: the database failed.
+    """
+    names = [server.name for server in servers]
+    load_catalogues = getattr(store, "load_catalogues", None)
+    load_states = getattr(store, "load_server_states", None)
+    catalogues = dict(load_catalogues(names)) if load_catalogues is not None and names else {}
+    states = dict(load_states(names)) if load_states is not None and names else {}
+    key = getattr(store, "digest_key", None)
+    out: dict[str, tuple[str, dict[str, Any] | None]] = {}
+    for server in servers:
+        credentials = stored.get(server.name)
+        now = fingerprint(server, None if isinstance(credentials, StoreError) else credentials, os.environ, key)
+        saved = catalogues.get(server.name)
+        catalogue = "none"
+        if saved is not None and not isinstance(saved, StoreError):
+            catalogue = "current" if saved.fingerprint == now else "outdated"
+        state = states.get(server.name)
+        seen = None
+        if state is not None and not isinstance(state, StoreError):
+            error = state.report.get("error")
+            seen = {"state": state.state, "at": state.seen_at, "error": error if isinstance(error, str) else None,
+                    "configurationChanged": state.fingerprint != now}
+        out[server.name] = (catalogue, seen)
+    return out
 
 
 def describe_credentials(credentials: Credentials) -> tuple[str, ...]:
