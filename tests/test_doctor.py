@@ -204,6 +204,8 @@ def test_exit_codes(tmp_path):
     assert unknown.returncode == 2
     assert unknown.stdout == "" and len(unknown.stderr.splitlines()) == 1
     assert unknown.stderr.startswith("albedo-mcp: no server named 'nothere'")
+    refused = albedo(home, "--no-store", "doctor")
+    assert refused.returncode == 2 and refused.stderr == "albedo-mcp: doctor keeps what it finds in the store; leave out --no-store\n"
     write_config(home, {})
     empty = albedo(home, "doctor")
     assert (empty.returncode, empty.stdout) == (0, "no servers are configured; add one with: albedo-mcp add URL-or-COMMAND\n")

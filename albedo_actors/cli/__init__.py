@@ -5,6 +5,7 @@
     albedo-mcp [--home DIR] [--database URL | --no-store] tools [--json]
     albedo-mcp [--home DIR] [--database URL | --no-store] call NAME [--args JSON] [--json] [--hidden]
     albedo-mcp demo
+    albedo-mcp [--home DIR] [--database URL] doctor [NAME ...] [--json]
     albedo-mcp extension [--json] | extension mcp|editor-mcp on|off
 
     albedo-mcp servers [--json]
@@ -97,6 +98,15 @@ cannot read is left as it is with one warning line, the others are done, and the
 A server whose stored credentials cannot be read is its own error: ``servers`` lists it
 (state ``credentials unreadable``, the store's line in place of its credentials) beside
 the others and exits 0, ``tools`` leaves it out with a warning, ``call`` of it exits 7.
+
+``doctor`` dials every enabled server (or each ``NAME``) now, all at once, each within its
+``startupTimeoutMs``, and reports its state (``ok``, ``down``, ``needs_sign_in``,
+``misconfigured``, ``off``), era and version, counts, time to ready, the error line and
+a stdio server's redacted stderr tail, its auth and whether its saved catalogue is
+current (see :mod:`albedo_actors.cli.doctor`); it saves the catalogues it discovers and
+the states it saw, which ``servers`` then shows with when (and says when a saved
+catalogue or a state seen is of a configuration that has changed since). It exits 0
+when every server it checked is ``ok``, else 3.
 
 ``extension`` lists each extension's default for every session (the top-level
 ``enabled`` object of extensions.json: ``mcp`` off and ``editor-mcp`` on unless set);

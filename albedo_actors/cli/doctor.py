@@ -40,6 +40,7 @@ from ..config import McpConfig, ServerConfig, http_headers, load, resolve_home
 from ..errors import EXIT_OK, EXIT_UNAVAILABLE, AlbedoError, ConfigError, NeedsSignIn, ServerError, StoreError
 from ..transport.launcher import MIN_SECRET
 from ..transport.stdio import STDERR_TAIL, TAIL_JOIN
+from .options import Usage
 from .output import out, print_json
 
 if TYPE_CHECKING:
@@ -317,6 +318,8 @@ def doctor_parser(commands: Any, place_options: Any) -> None:
 def doctor_command(args: argparse.Namespace) -> int:
     from ..store import open_store
 
+    if getattr(args, "no_store", False):
+        raise Usage("doctor keeps what it finds in the store; leave out --no-store")
     config = load(resolve_home(args.home))
     store = open_store(config.home, url=args.database)
     try:
@@ -332,7 +335,7 @@ def doctor_command(args: argparse.Namespace) -> int:
             for line in report_lines(report):
                 out(line)
         out(summary(reports))
-    checked = [report for report in reports if report.enabled or args.names]
+    checked = [report for report in reports if report.enabled or args.names]  # a server named is checked, off or not
     return EXIT_OK if all(report.state == "ok" for report in checked) else EXIT_UNAVAILABLE
 
 
