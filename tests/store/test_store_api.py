@@ -82,6 +82,27 @@ def test_catalogue_round_trip_overwrite_and_delete(stores):
     assert store.load_catalogue("s") is None
 
 
+def test_server_state_round_trip_overwrite_delete_and_no_revision_bump(stores):
+    store = stores()
+    assert store.load_server_states(["a", "b"]) == {}
+    revision = store.revision()
+    store.save_server_state("a", "down", "fp1", {"error": "server 'a': cannot start", "stderr": ["é"]})
+    store.save_server_state("b", "ok", "fp2", {"tools": 3})
+    found = store.load_server_states(["a", "b", "c"])
+    assert set(found) == {"a", "b"}
+    assert (found["a"].state, found["a"].fingerprint, found["a"].report) == ("down", "fp1", {"error": "server 'a': cannot start", "stderr": ["é"]})
+    assert found["a"].seen_at > 0
+    store.save_server_state("a", "ok", "fp3", {})
+    again = store.load_server_states(["a"])["a"]
+    assert (again.state, again.fingerprint, again.report) == ("ok", "fp3", {})
+    assert again.seen_at >= found["a"].seen_at
+    assert store.revision() == revision  # no session is offered anything new by a state
+    store.delete_server_state("a")
+    assert set(store.load_server_states(["a", "b"])) == {"b"}
+    with pytest.raises(StoreError, match="'a'"):
+        store.save_server_state("a", "ok", "fp", {"x": float("nan")})
+
+
 def test_catalogue_over_the_size_limit_is_refused_naming_the_server(stores):
     store = stores()
     store.save_catalogue("big", "fp", "e", {"tools": []})
