@@ -151,6 +151,14 @@ def test_a_server_that_never_answers_initialize_is_down_within_its_startup_timeo
     assert reports["demo"]["state"] == "ok"  # the hung server hides nothing
 
 
+def test_an_http_server_that_refuses_connections_is_down(tmp_path):
+    home = tmp_path / "home"
+    write_config(home, {"gone": {"url": "http://127.0.0.1:9/mcp", "startupTimeoutMs": 2000}})
+    report = doctor_json(home, code=3)["gone"]
+    assert report["state"] == "down" and report["error"].startswith("server 'gone': ")
+    assert report["stderr"] == [] and report["auth"]["state"] == "none"
+
+
 def test_an_http_server_asking_for_oauth_without_a_token_needs_a_sign_in(tmp_path, oauth_server):
     server = oauth_server()
     home = tmp_path / "home"
