@@ -61,7 +61,7 @@ def admin_parsers(commands: Any) -> None:
     edit.add_argument("--command", dest="command_line", metavar="LINE", help="the new command line, one shell-quoted string (stdio)")
     secrets(edit)
     for name, help in (
-        ("remove", "delete a server, its credentials and its saved catalogue"),
+        ("remove", "delete a server, its credentials, its saved catalogue and the state doctor saw"),
         ("enable", "switch a server back on; it must connect (else it stays off, exit 3)"),
         ("disable", 'switch a server off ("enabled": false)'),
     ):

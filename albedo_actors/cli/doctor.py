@@ -40,6 +40,8 @@ from ..config import McpConfig, ServerConfig, http_headers, load, resolve_home
 from ..errors import EXIT_OK, EXIT_UNAVAILABLE, AlbedoError, ConfigError, NeedsSignIn, ServerError, StoreError
 from ..transport.launcher import MIN_SECRET
 from ..transport.stdio import STDERR_TAIL, TAIL_JOIN
+from ..wire.text import printable
+from .admin import auth_text
 from .options import Usage
 from .output import out, print_json
 
@@ -52,6 +54,8 @@ STATES = ("ok", "down", "needs_sign_in", "misconfigured", "off")
 DIALS_AT_ONCE = 64  # servers dialled at once; more wait for a free slot
 SLACK = 1.0  # over a server's startupTimeoutMs, for the client's own hand-offs (as ServerHandle.connect waits)
 REDACTED = "***"
+# The fields of a stored OAuth record (auth/record.py) that are secrets.
+_OAUTH_SECRETS = ("access_token", "refresh_token", "client_secret", "configured_client_secret")
 
 
 @dataclass
@@ -175,6 +179,8 @@ def secret_values(server: ServerConfig, credentials: Credentials | None, environ
         if credentials.header:
             values.append(credentials.header[1])
         values.extend(credentials.env.values())
+        record = credentials.oauth if isinstance(credentials.oauth, Mapping) else {}
+        values.extend(str(record[key]) for key in _OAUTH_SECRETS if record.get(key))
     named = [*server.env.values(), *server.headers.values(), server.bearer_token_env_var]
     if server.oauth is not None:
         oauth = server.oauth
@@ -351,8 +357,6 @@ def report_lines(report: Report) -> list[str]:
         lines.append(f"  error: {report.error}")
     if report.stderr:
         lines.append(f"  stderr: {TAIL_JOIN.join(report.stderr)}")
-    from .admin import auth_text
-
     if report.transport == "http":  # a stdio server has no auth of ours
         lines.append("  " + auth_text(report.auth))
     lines.append("  catalogue: " + catalogue_text(report))
@@ -379,8 +383,7 @@ def summary(reports: Sequence[Report]) -> str:
 
 
 def printable_line(line: str) -> str:
-    from ..wire.text import printable
-
+    """One line, whatever a server put in it (its stderr, its error text)."""
     return printable(line, one_line=True)
 
 

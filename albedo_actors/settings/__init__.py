@@ -299,7 +299,7 @@ class Settings:
         return self._view(name)
 
     def remove(self, name: str) -> None:
-        """Delete a server, its credentials and its saved catalogue."""
+        """Delete a server, its credentials, its saved catalogue and the state doctor saw of it."""
         with self._lock():
             document = self._read_document()
             servers = self._servers(document)
