@@ -174,6 +174,32 @@ def test_an_http_server_asking_for_oauth_without_a_token_needs_a_sign_in(tmp_pat
     assert "  auth: needs_sign_in" in "\n".join(text.stdout.splitlines())
 
 
+def test_a_signed_in_http_server_is_ok_with_its_auth_expiry_and_no_token_shown(tmp_path, oauth_server):
+    server = oauth_server("--client-credentials", "svc:svc-secret-3317")
+    home = tmp_path / "home"
+    write_config(home, {"svc": {"url": server.url, "oauth": {"grant": "client_credentials", "clientId": "svc",
+                                                             "clientSecretEnvVar": "SVC_SECRET"}}})
+    env = {"SVC_SECRET": "svc-secret-3317"}
+    signed = albedo(home, "sign-in", "svc", env=env)
+    assert signed.returncode == 0, signed.stderr
+    text = albedo(home, "doctor", env=env)
+    reports = doctor_json(home, code=0, env=env)
+    report = reports["svc"]
+    assert report["state"] == "ok" and report["tools"] >= 1, report
+    assert report["auth"]["state"] == "signed_in" and report["auth"]["expires_at"] > 0
+    assert text.returncode == 0, text.stderr
+    assert [line for line in text.stdout.splitlines() if line.startswith("  auth: signed_in; expires ")]
+    from albedo_actors.store import open_store
+
+    store = open_store(str(home))
+    try:
+        token = store.get_credentials("svc").oauth["access_token"]
+    finally:
+        store.close()
+    for shown in (text.stdout, text.stderr, json.dumps(reports), albedo(home, "servers", "--json").stdout):
+        assert token not in shown and "svc-secret-3317" not in shown
+
+
 def test_a_server_naming_an_unset_variable_is_misconfigured_and_hides_no_other(tmp_path):
     home = tmp_path / "home"
     write_config(home, {
