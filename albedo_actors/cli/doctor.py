@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -328,10 +329,14 @@ def doctor_command(args: argparse.Namespace) -> int:
         raise Usage("doctor keeps what it finds in the store; leave out --no-store")
     config = load(resolve_home(args.home))
     store = open_store(config.home, url=args.database)
+    waiting = _waiting_line(config, args.names)
     try:
         reports = examine(config, store, args.names)
     finally:
         store.close()
+        if waiting:
+            sys.stderr.write("\r\x1b[K")  # the waiting line goes; the reports follow
+            sys.stderr.flush()
     if args.json:
         print_json([report.as_json() for report in reports])
     elif not reports:
@@ -343,6 +348,22 @@ def doctor_command(args: argparse.Namespace) -> int:
         out(summary(reports))
     checked = [report for report in reports if report.enabled or args.names]  # a server named is checked, off or not
     return EXIT_OK if all(report.state == "ok" for report in checked) else EXIT_UNAVAILABLE
+
+
+def _waiting_line(config: McpConfig, names: Sequence[str]) -> bool:
+    """On a terminal, say what is being waited for (a hung server takes its whole
+    startupTimeoutMs, 30 s by default); True if a line was written."""
+    if sys.stderr is None or not sys.stderr.isatty():
+        return False
+    chosen = set(names)
+    servers = [s for s in config.servers if (s.name in chosen if chosen else s.enabled)]
+    if not servers:
+        return False
+    longest = max(s.startup_timeout for s in servers)
+    sys.stderr.write(f"checking {len(servers)} server{'s' if len(servers) != 1 else ''}, "
+                     f"each within its startupTimeoutMs (at most {longest:g} s)...")
+    sys.stderr.flush()
+    return True
 
 
 def report_lines(report: Report) -> list[str]:
