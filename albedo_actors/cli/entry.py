@@ -20,6 +20,7 @@ from ..errors import (
     exit_code,
 )
 from .admin import ADMIN, admin_command, admin_parsers
+from .importing import import_command, import_parsers
 from .options import PROG, Parser, Usage, no_store_option, place_options
 from .output import PrintableFormatter, error_line
 from .run import call_command, seconds, tools_command
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     no_store_option(call)
     commands.add_parser("demo", help="show what albedo_actors does, on the bundled demo server")
     admin_parsers(commands)
+    import_parsers(commands)
     serve_parsers(commands)
     store_parsers(commands)
     return parser
@@ -93,9 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return open_command(args)
         if args.command == "store":
             return store_command(args)
+        if args.command == "import":
+            return import_command(args)
         if args.command in ADMIN:
             return admin_command(args)
-        error_line(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in, sign-out, extension, serve, open or store (see {PROG} --help)")
+        error_line(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in, sign-out, extension, import, serve, open or store (see {PROG} --help)")
         return EXIT_USAGE
     except Usage as exc:
         error_line(str(exc))
