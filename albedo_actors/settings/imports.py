@@ -56,6 +56,12 @@ KNOWN = ("claude (Claude Desktop, Claude Code .mcp.json), claude-code (~/.claude
 # ${env:VAR}, ${VAR} and ${VAR:-default}; ${input:ID}; any other ${...} (workspaceFolder, file:...).
 _REFERENCE = re.compile(r"\$\{(?:(env:)?([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?|input:([^}]+)|([^}]*))\}")
 _BARE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")  # Gemini's $VAR
+# The editors' own ${...} variables (VS Code, Cursor, Windsurf): never environment variables.
+EDITOR_VARIABLES = frozenset({
+    "workspaceFolder", "workspaceFolderBasename", "workspaceRoot", "userHome", "pathSeparator", "cwd", "execPath",
+    "file", "fileBasename", "fileBasenameNoExtension", "fileDirname", "fileDirnameBasename", "fileExtname",
+    "fileWorkspaceFolder", "relativeFile", "relativeFileDirname", "lineNumber", "selectedText", "defaultBuildTask",
+})
 
 # What each family's entries may hold and albedo reads; other keys are named as ignored.
 _JSON_KEYS = {"type", "command", "args", "env", "cwd", "url", "serverUrl", "httpUrl", "headers", "disabled", "enabled",
@@ -308,8 +314,10 @@ def value_of(text: str, kind: str) -> Value:
     for match in _REFERENCE.finditer(text):
         _text_pieces(text[position:match.start()], kind, pieces)
         env_prefix, variable, _default, input_id, other = match.groups()
-        if variable is not None:
+        if variable is not None and (env_prefix or variable not in EDITOR_VARIABLES):
             pieces.append(("env", variable))
+        elif variable is not None:
+            pieces.append(("other", variable))
         elif input_id is not None:
             pieces.append(("input", input_id))
         else:
