@@ -338,3 +338,41 @@ def test_values_split_into_text_variables_and_inputs():
     assert value_of("${workspaceFolder}/x", "vscode").pieces[0] == ("other", "workspaceFolder")
     assert value_of("${env:workspaceFolder}", "vscode").variable == "workspaceFolder"
     assert "secret-text" not in repr(value_of("secret-text", "claude"))
+
+
+def test_through_a_running_settings_service_as_directly(tmp_path, sdk_http, monkeypatch):
+    """With a settings service running for the home, each server is one PATCH of its API
+    (the service counts the saves), and the output is what a home without one prints."""
+    pytest.importorskip("albedo_actors.service.server")
+    import threading
+
+    from albedo_actors.service.server import Service
+    from albedo_actors.store import open_store
+
+    monkeypatch.setenv("IMPORT_TEST_REF", REF_VALUE)  # the service runs the servers: the variable is read there
+    served_home, direct_home = tmp_path / "served", tmp_path / "direct"
+    served_home.mkdir(mode=0o700)
+    saves, lock = [], threading.Lock()
+
+    def saved_one() -> None:
+        with lock:
+            saves.append(1)
+
+    store = open_store(str(served_home))
+    service = Service(str(served_home), store, on_saved=saved_one)
+    service.start()
+    try:
+        source = fixture(tmp_path, "cursor.json", sdk_http.url)
+        through = albedo(served_home, "import", source)
+        direct = albedo(direct_home, "import", source)
+    finally:
+        service.stop()
+        store.close()
+    assert through.returncode == direct.returncode == 0, through.stderr + direct.stderr
+    assert (through.stdout.replace(str(served_home), "HOME"), through.stderr) == \
+        (direct.stdout.replace(str(direct_home), "HOME"), direct.stderr)
+    assert len(saves) == 2  # one PATCH per server
+    _, servers = CASES["cursor.json"]
+    assert stored(served_home, "files").env == {"CURSOR_KEY": "cur-Ne7Dq2Xh5Sj9Ao4W"}
+    assert stored(served_home, "web").header == ("X-Api-Key", "cur-Hv1Ck8Fm3Ur6Ty0B")
+    assert_nowhere_but_the_store(served_home, through, secrets_of(servers))
