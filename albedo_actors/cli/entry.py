@@ -20,6 +20,7 @@ from ..errors import (
     exit_code,
 )
 from .admin import ADMIN, admin_command, admin_parsers
+from .exporting import export_command, export_parsers
 from .importing import import_command, import_parsers
 from .options import PROG, Parser, Usage, no_store_option, place_options
 from .output import PrintableFormatter, error_line
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("demo", help="show what albedo_actors does, on the bundled demo server")
     admin_parsers(commands)
     import_parsers(commands)
+    export_parsers(commands)
     serve_parsers(commands)
     store_parsers(commands)
     return parser
@@ -97,9 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return store_command(args)
         if args.command == "import":
             return import_command(args)
+        if args.command == "export":
+            return export_command(args)
         if args.command in ADMIN:
             return admin_command(args)
-        error_line(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in, sign-out, extension, import, serve, open or store (see {PROG} --help)")
+        error_line(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in, sign-out, extension, import, export, serve, open or store (see {PROG} --help)")
         return EXIT_USAGE
     except Usage as exc:
         error_line(str(exc))
