@@ -66,7 +66,7 @@ def _entry(kind: str, name: str, entry: dict, credentials: list[str], notes: lis
             out["cwd"] = entry["cwd"]
             if kind not in ("gemini", "codex", "claude", "claude-code", "vscode"):
                 notes.append("its cwd is written, but this client may not read it")
-        refs = {key: ref.get("env") for key, ref in (entry.get("env") or {}).items() if isinstance(ref, dict)}
+        refs = {key: str(ref.get("env")) for key, ref in (entry.get("env") or {}).items() if isinstance(ref, dict)}
         secrets = [item[len("env "):] for item in credentials if item.startswith("env ")]
         for key in secrets:
             notes.append(f"stored env {key} written as a reference to ${key}: set {key} where the client runs")
