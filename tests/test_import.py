@@ -61,9 +61,10 @@ def fixture(tmp_path, name: str, url: str = "http://127.0.0.1:9/mcp") -> str:
     return str(path)
 
 
-def albedo(home, *argv: str, stdin: str = "") -> subprocess.CompletedProcess:
+def albedo(home, *argv: str, stdin: str = "", env: dict | None = None) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k != "ALBEDO_DATABASE_URL"}
     environ["IMPORT_TEST_REF"] = REF_VALUE
+    environ.update(env or {})
     command = [sys.executable, "-m", "albedo_actors", *argv, "--home", str(home)]
     return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=RUN_TIMEOUT, env=environ)
 
@@ -376,3 +377,50 @@ def test_through_a_running_settings_service_as_directly(tmp_path, sdk_http, monk
     assert stored(served_home, "files").env == {"CURSOR_KEY": "cur-Ne7Dq2Xh5Sj9Ao4W"}
     assert stored(served_home, "web").header == ("X-Api-Key", "cur-Hv1Ck8Fm3Ur6Ty0B")
     assert_nowhere_but_the_store(served_home, through, secrets_of(servers))
+
+
+# -- export ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["claude", "claude-code", "cursor", "windsurf", "gemini", "vscode", "codex"])
+def test_export_writes_no_secret_and_its_file_imports_back(tmp_path, sdk_http, kind):
+    """Claude Code's file imported, exported to ``kind``: no secret in the file or the output,
+    each stored credential a reference the warnings name; that file, imported into a new
+    home with those variables set, gives servers that connect and get the same values."""
+    home = tmp_path / "home"
+    _, servers = CASES["claude_code.json"]
+    run = albedo(home, "import", fixture(tmp_path, "claude_code.json", sdk_http.url))
+    assert run.returncode == 0, run.stderr
+    exported = tmp_path / f"exported.{'toml' if kind == 'codex' else 'json'}"
+    run = albedo(home, "export", "--to", kind, "--output", str(exported))
+    assert run.returncode == 0, run.stderr
+    text = exported.read_text()
+    for secret in secrets_of(servers):
+        assert secret not in text and secret not in run.stdout + run.stderr
+    assert "stored bearer token written as a reference to $WEB_TOKEN" in run.stderr
+    assert "stored env FILES_KEY written as a reference to $FILES_KEY" in run.stderr
+    if kind == "codex":  # Codex passes a variable under its own name only: FROM_HOST <- $IMPORT_TEST_REF is left out
+        assert "env FROM_HOST (from $IMPORT_TEST_REF) left out" in run.stderr
+    again = tmp_path / "again"
+    # New values, so that what the servers get can only have come through the exported file's references.
+    values = {"WEB_TOKEN": f"rt-{kind}-Qe5Wb8Ns1Lx4", "FILES_KEY": f"rt-{kind}-Mu2Hd7Ka0Vz3"}
+    run = albedo(again, "import", str(exported), "--from", kind, env=values)
+    assert run.returncode == 0, run.stderr
+    assert set(saved(again)) == {"web", "files"}
+    sent = [record["headers"].get("authorization") for record in sdk_http.records()]
+    assert f"Bearer {values['WEB_TOKEN']}" in sent
+    call = albedo(again, "call", "files/env", env=values)
+    assert call.returncode == 0, call.stderr
+    assert json.loads(call.stdout)["FILES_KEY"] == values["FILES_KEY"]
+    if kind != "codex":
+        assert json.loads(call.stdout)["FROM_HOST"] == REF_VALUE
+
+
+def test_export_never_writes_over_a_file(tmp_path):
+    home = tmp_path / "home"
+    target = tmp_path / "taken.json"
+    target.write_text("kept")
+    run = albedo(home, "export", "--to", "cursor", "--output", str(target))
+    assert run.returncode == 2
+    assert run.stderr.splitlines() == [f"albedo-mcp: {target} exists already; give another --output, or move it aside"]
+    assert target.read_text() == "kept"
