@@ -386,7 +386,7 @@ def test_through_a_running_settings_service_as_directly(tmp_path, sdk_http, monk
 def test_export_writes_no_secret_and_its_file_imports_back(tmp_path, sdk_http, kind):
     """Claude Code's file imported, exported to ``kind``: no secret in the file or the output,
     each stored credential a reference the warnings name; that file, imported into a new
-    home with those variables set, gives servers that connect and get the same values."""
+    home with those variables set, gives servers that connect and get their values."""
     home = tmp_path / "home"
     _, servers = CASES["claude_code.json"]
     run = albedo(home, "import", fixture(tmp_path, "claude_code.json", sdk_http.url))
