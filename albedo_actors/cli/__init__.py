@@ -15,6 +15,8 @@
     albedo-mcp edit NAME [--url URL | --command LINE] [the secret options of add]
     albedo-mcp remove NAME | enable NAME | disable NAME
     albedo-mcp sign-in NAME [--timeout S] [--port P] [--no-browser] [--new-client] | sign-out NAME
+    albedo-mcp import FILE [--from KIND] [--dry-run] [--disabled] [--stdin]
+    albedo-mcp export --to KIND [--output FILE]
     albedo-mcp store new-key [--file PATH] | status | encrypt | rotate-key [--new-key-file PATH] | decrypt
 
 ``sign-in`` signs in to an HTTP server that asks for OAuth: it prints the authorization
@@ -25,10 +27,16 @@ registers a new OAuth client instead of reusing the one kept for the authorizati
 (a client the user configured is never replaced). ``sign-out`` forgets the server's
 tokens, and its next sign-in registers a new client.
 
+``import`` adds the servers of another client's file (Claude, Claude Code, Cursor,
+Windsurf, Gemini CLI, VS Code, Codex) one by one as ``add`` does, literal secrets to the
+store, ``${env:VAR}``/``${VAR}`` as references (:mod:`albedo_actors.cli.importing`);
+``export`` writes the servers in such a format with no secret, each stored credential a
+reference to a variable (:mod:`albedo_actors.cli.exporting`).
+
 **One writer.** While ``HOME/service.json`` names a live settings service for the home
 (``albedo-mcp serve``, or a host embedding :class:`albedo_actors.service.server.Service`),
-``add``, ``edit``, ``remove``, ``enable``, ``disable``, ``extension``, ``sign-in`` and
-``sign-out`` go through its API (:class:`albedo_actors.service.client.ServiceClient`), so
+``add``, ``edit``, ``remove``, ``enable``, ``disable``, ``extension``, ``sign-in``,
+``sign-out`` and ``import`` go through its API (:class:`albedo_actors.service.client.ServiceClient`), so
 the host saves the change and its sessions reload; they print the same lines and exit
 with the same codes as when they act directly. The secrets they read go in the PATCH
 body's ``secrets``, never in argv. ``sign-in`` then starts the service's sign-in (its
