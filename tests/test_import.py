@@ -256,6 +256,24 @@ def test_dry_run_tries_asks_and_writes_nothing(tmp_path):
     assert "nothing was written" in run.stdout.splitlines()[-1]
 
 
+def test_a_server_that_asks_for_a_sign_in_is_imported_waiting_for_it(tmp_path, oauth_server):
+    server = oauth_server()
+    home = tmp_path / "home"
+    source = tmp_path / "mcp.json"
+    source.write_text(json.dumps({"mcpServers": {"protected": {"type": "http", "url": server.url}}}))
+    run = albedo(home, "import", str(source))
+    assert run.returncode == 0, run.stderr
+    assert "imported protected (http, needs sign-in)" in run.stdout
+
+
+def test_a_file_without_servers_says_so(tmp_path):
+    source = tmp_path / "config.toml"
+    source.write_text('model = "m"\n[mcp_servers]\n')
+    run = albedo(tmp_path / "home", "import", str(source))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == f"{source} (codex) lists no servers; nothing to import\n"
+
+
 def test_disabled_saves_every_server_switched_off_without_trying_it(tmp_path):
     home = tmp_path / "home"
     source = tmp_path / "codex.toml"
@@ -338,6 +356,10 @@ def test_values_split_into_text_variables_and_inputs():
     assert value_of("Bearer ${input:t}", "vscode").pieces == (("text", "Bearer "), ("input", "t"))
     assert value_of("${workspaceFolder}/x", "vscode").pieces[0] == ("other", "workspaceFolder")
     assert value_of("${env:workspaceFolder}", "vscode").variable == "workspaceFolder"
+    found = read_servers(json.dumps({"servers": {"a": {"command": "x", "env": {"K": "${file:/secret-path}", "L": "${userHome}"}},
+                                                 "b": {"command": "x", "env": {"L": "${userHome}/x"}}}}))
+    assert "secret-path" not in found.servers[0].problem and "a ${...} reference" in found.servers[0].problem
+    assert "${userHome}, which albedo cannot fill in" in found.servers[1].problem
     assert "secret-text" not in repr(value_of("secret-text", "claude"))
 
 

@@ -53,6 +53,9 @@ def import_command(args: argparse.Namespace) -> int:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise ConfigError(f"cannot read {path}: {reason}") from None
     found = read_servers(text, args.kind, source=path)
+    if not found.servers:
+        out(f"{path} ({found.kind}) lists no servers; nothing to import")
+        return EXIT_OK
     taken = set(Settings(home, None).names())  # type: ignore[arg-type]  # reads extensions.json only
     ready, codes = [], []
     for server in found.servers:

@@ -427,7 +427,10 @@ def _split(values: dict[str, str], kind: str, what: str, notes: list[str]) -> tu
         value = value_of(text, kind)
         other = [piece for piece_kind, piece in value.pieces if piece_kind == "other"]
         if other:
-            raise _Refused(f"its {what} {key} uses ${{{other[0][:40]}}}, which albedo cannot fill in")
+            # Named only when it is a plain name (${workspaceFolder}): this is a secret's place.
+            shown = f"${{{other[0]}}}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", other[0]) else "a ${...} reference"
+            raise _Refused(f"its {what} {key} uses {shown}, which albedo cannot fill in "
+                           "(it reads ${env:VAR}, ${VAR} and ${input:ID})")
         if value.variable is not None:
             refs[key] = value.variable
         elif not value.pieces:
