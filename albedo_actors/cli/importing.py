@@ -96,7 +96,7 @@ def refused(name: str, message: str, code: int) -> int:
 
 def describe(server: Any, enabled: bool) -> str:
     """What a server's line says besides its name: never a secret's value."""
-    parts = [f"from {server.source!r}"] if server.source != server.name else []
+    parts = [f"from project {server.project}"] if server.project else []
     if server.secrets:
         parts.append("stored: " + ", ".join(server.secrets))
     references = [f"env {key} <- ${ref['env']}" for key, ref in (server.extra.get("env") or {}).items()]
@@ -107,8 +107,8 @@ def describe(server: Any, enabled: bool) -> str:
         parts.append("from your environment: " + ", ".join(references))
     if server.inputs:
         parts.append("inputs: " + ", ".join(server.inputs))
-    if not enabled:
-        parts.append("switched off")
+    if not enabled and server.enabled:
+        parts.append("switched off (--disabled)")
     return "; ".join([*parts, *server.notes])
 
 

@@ -130,7 +130,7 @@ class Imported:
     ``headers`` and ``bearer`` may hold secrets."""
 
     name: str  # the name it is saved under
-    source: str  # its name in the file (with the project, for ~/.claude.json)
+    source: str  # its name in the file
     transport: str = "stdio"  # "stdio" or "http"
     command: str | None = None
     args: tuple[str, ...] = ()
@@ -142,6 +142,7 @@ class Imported:
     enabled: bool = True
     notes: tuple[str, ...] = ()
     problem: str | None = None  # why it cannot be imported, said before anything is tried
+    project: str = ""  # ~/.claude.json: the project whose mcpServers list it is in ("" for the user's)
 
     @property
     def target(self) -> str:
@@ -282,11 +283,9 @@ def _family(kind: str, document: Any, source: str) -> tuple[Imported, ...]:
     if kind == "claude-code":
         for path, project in _object(document.get("projects")).items():
             groups.append((str(path), _object(_object(project).get("mcpServers"))))
-    servers = []
+    servers: list[Imported] = []
     for project, entries in groups:
-        for name, entry in entries.items():
-            label = f"{name} (project {project})" if project else str(name)
-            servers.append(_json_server(kind, str(name), label, entry, names))
+        servers.extend(_json_server(kind, str(name), entry, names, project) for name, entry in entries.items())
     return tuple(servers)
 
 
@@ -300,8 +299,7 @@ def _vscode(document: Any, source: str) -> Found:
             default = item.get("default")
             inputs.append(Input(item["id"], str(item.get("description") or ""), default if isinstance(default, str) else None))
     names = _Names()
-    servers = tuple(_json_server("vscode", str(name), str(name), entry, names)
-                    for name, entry in _object(holder.get("servers")).items())
+    servers = tuple(_json_server("vscode", str(name), entry, names) for name, entry in _object(holder.get("servers")).items())
     return Found("vscode", servers, tuple(inputs))
 
 
@@ -344,17 +342,17 @@ class _Refused(Exception):
     """A server of the file that cannot be imported; the message says why."""
 
 
-def _json_server(kind: str, name: str, label: str, entry: Any, names: _Names) -> Imported:
+def _json_server(kind: str, name: str, entry: Any, names: _Names, project: str = "") -> Imported:
     given, notes = names.give(name)
     try:
         if not isinstance(entry, dict):
             raise _Refused("its entry is not an object")
         fields = _json_fields(kind, entry)
     except _Refused as exc:
-        return Imported(name=given, source=label, notes=notes, problem=str(exc))
+        return Imported(name=given, source=name, notes=notes, problem=str(exc), project=project)
     ignored = sorted(set(entry) - _JSON_KEYS)
     extra_notes = (*notes, *fields.pop("notes"), *((f"ignored {', '.join(ignored)}",) if ignored else ()))
-    return Imported(name=given, source=label, notes=extra_notes, **fields)
+    return Imported(name=given, source=name, notes=extra_notes, project=project, **fields)
 
 
 def _json_fields(kind: str, entry: dict) -> dict[str, Any]:
