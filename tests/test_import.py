@@ -346,6 +346,18 @@ def test_each_fixture_is_recognised_and_albedos_own_format_is_none_of_them(tmp_p
             parse(foreign, str(tmp_path))
 
 
+def test_a_kind_named_with_from_that_the_file_is_not_says_what_it_looks_like():
+    with open(os.path.join(FIXTURES, "vscode.json"), encoding="utf-8") as file:
+        text = file.read()
+    with pytest.raises(Unrecognised, match="lists no windsurf servers; it looks like a vscode file"):
+        read_servers(text, "windsurf")
+    with pytest.raises(Unrecognised, match="is not valid TOML"):
+        read_servers(text, "codex")
+    with pytest.raises(Unrecognised, match="its top level is not an object"):
+        read_servers("[1, 2]", "vscode")
+    assert [server.name for server in read_servers(text, "vscode").servers] == ["files", "web"]
+
+
 def test_values_split_into_text_variables_and_inputs():
     assert value_of("${env:A}", "cursor").variable == "A"
     assert value_of("${A}", "claude").variable == "A"

@@ -185,16 +185,25 @@ def read_servers(text: str, kind: str | None = None, source: str = "the file") -
     if kind is not None and kind not in KINDS:
         raise Unrecognised(f"{kind!r} is not a kind albedo imports; the kinds are {KNOWN}")
     document, toml = _load(text, kind, source)
+    if not isinstance(document, dict):
+        raise Unrecognised(f"{source} is not a configuration albedo can import (its top level is not an object); "
+                           f"it reads {KNOWN}")
     found = kind or recognise(document, toml)
     if found is None:
         if isinstance(document, dict) and "mcp" in document and isinstance(document["mcp"], dict) and foreign_format(document) is None:
             raise Unrecognised(f"{source} is albedo's own extensions.json format: nothing to import; copy it as HOME/extensions.json")
         raise Unrecognised(f"{source} is not a configuration albedo can import; it reads {KNOWN} (say which with --from)")
     if found == "codex":
-        return Found("codex", _codex(document, source))
-    if found == "vscode":
-        return _vscode(document, source)
-    return Found(found, _family(found, document, source))
+        result = Found("codex", _codex(document, source))
+    elif found == "vscode":
+        result = _vscode(document, source)
+    else:
+        result = Found(found, _family(found, document, source))
+    seen = recognise(document, toml)
+    if kind is not None and not result.servers and seen is not None and seen != kind:
+        raise Unrecognised(f"{source} lists no {kind} servers; it looks like a {seen} file (say --from {seen}, "
+                           "or leave --from out)")
+    return result
 
 
 def recognise(document: Any, toml: bool) -> str | None:
