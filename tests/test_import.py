@@ -148,9 +148,11 @@ def test_each_format_is_imported_with_its_secrets_in_the_store_only(tmp_path, sd
     home = tmp_path / "home"
     # VS Code's inputs are read in the order of the file's "inputs": web-token, then files-key.
     stdin = f"{INPUTS['web-token']}\n{INPUTS['files-key']}\n" if kind == "vscode" else ""
-    run = albedo(home, "import", fixture(tmp_path, name, sdk_http.url), "--stdin", stdin=stdin)
+    # --verbose: the DEBUG log of the whole import must not hold a secret either.
+    run = albedo(home, "import", fixture(tmp_path, name, sdk_http.url), "--stdin", "--verbose", stdin=stdin)
     assert run.returncode == 0, run.stderr
-    assert "Traceback" not in run.stderr and run.stderr == ""
+    assert "Traceback" not in run.stderr and not [line for line in run.stderr.splitlines() if line.startswith("albedo-mcp:")]
+    assert " DEBUG " in run.stderr
     assert f"({kind})" in run.stdout.splitlines()[-1]
     entries = saved(home)
     assert set(entries) == set(servers)
