@@ -327,6 +327,11 @@ def test_another_clients_file_as_extensions_json_is_one_line_saying_import(tmp_p
         lines = run.stderr.splitlines()
         assert len(lines) == 1 and words in lines[0] and "albedo-mcp import FILE" in lines[0], lines
         assert "cdsk-4Jq8Vw2Lr9Xe1Tb6" not in lines[0] and "vsc-Qs9Ie3Ga7Hz1Wk5P" not in lines[0]
+    # Importing into that home is the same one line, before anything is tried or written.
+    before = (home / "extensions.json").read_text()
+    run = albedo(home, "import", fixture(tmp_path, "cursor.json"))
+    assert run.returncode == 2 and len(run.stderr.splitlines()) == 1 and words in run.stderr, run.stderr
+    assert (home / "extensions.json").read_text() == before
 
 
 # -- the parsers alone --------------------------------------------------------------------------

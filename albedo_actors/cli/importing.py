@@ -16,7 +16,7 @@ import logging
 import os
 from typing import Any
 
-from ..config import OWN_VARIABLE, own_variable, resolve_home
+from ..config import OWN_VARIABLE, load, own_variable, resolve_home
 from ..errors import EXIT_OK, EXIT_USAGE, AlbedoError, ConfigError, exit_code
 from .options import place_options
 from .output import error_line, out
@@ -41,7 +41,6 @@ def import_parsers(commands: Any) -> None:
 
 
 def import_command(args: argparse.Namespace) -> int:
-    from ..settings import Settings
     from ..settings.imports import read_servers
 
     home = resolve_home(args.home)
@@ -56,7 +55,8 @@ def import_command(args: argparse.Namespace) -> int:
     if not found.servers:
         out(f"{path} ({found.kind}) lists no servers; nothing to import")
         return EXIT_OK
-    taken = set(Settings(home, None).names())  # type: ignore[arg-type]  # reads extensions.json only
+    # The home's extensions.json must be valid (and albedo's own) before anything is added to it.
+    taken = {server.name for server in load(home).servers}
     ready, codes = [], []
     for server in found.servers:
         if server.problem is not None:
