@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-import albedo_actors.cli.entry
+from albedo_actors.cli import entry as cli_entry
 from albedo_actors import cli, errors
 from albedo_actors.errors import EXIT_CODES, AlbedoError, ConfigError, exit_code
 
@@ -52,7 +52,7 @@ def test_the_cli_exits_with_the_tables_code_and_one_line(cls, tmp_path, monkeypa
     def raising(args):
         raise error
 
-    monkeypatch.setattr(cli.entry, "tools_command", raising)
+    monkeypatch.setattr(cli_entry, "tools_command", raising)
     code = cli.main(["--home", str(tmp_path), "tools"])
     assert code == EXIT_CODES[cls] == exit_code(error)
     err = capsys.readouterr().err
