@@ -16,3 +16,5 @@ exclude_patterns = ["_build"]
 highlight_language = "none"
 html_theme = "alabaster"
 html_title = "albedo-actors"
+# Wider than alabaster's 940px: the pages hold long command lines and error lines.
+html_theme_options = {"page_width": "1180px"}
