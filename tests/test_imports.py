@@ -9,7 +9,7 @@ child prints JSON: the watched modules loaded at each step, and what its call an
   of requests, urllib3, sseclient, jwt, cryptography, werkzeug, waitress, peewee, nor
   the standard library's heavy parts only one job needs (asyncio, http.client, ssl,
   OpenSSL's hashlib), nor our HTTP and OAuth modules.
-- A host with its store (what the README's host does) loads peewee with the store, and
+- A host with its store (what the host of docs/python-api.rst does) loads peewee with the store, and
   still no HTTP or OAuth library.
 - The first HTTP server, and the first OAuth token refresh, load their code then, and work.
 """
