@@ -365,6 +365,20 @@ def test_a_kind_named_with_from_that_the_file_is_not_says_what_it_looks_like():
     assert [server.name for server in read_servers(text, "vscode").servers] == ["files", "web"]
 
 
+def test_claude_code_user_and_project_servers_of_one_name_are_both_kept():
+    found = read_servers(json.dumps({
+        "mcpServers": {"docs": {"command": "a"}},
+        "projects": {"/p": {"mcpServers": {"docs": {"command": "b", "env": {"K": "${K:-fallback}"}}}}},
+    }))
+    assert found.kind == "claude-code"
+    user, project = found.servers
+    assert (user.name, user.command, user.project) == ("docs", "a", "")
+    assert (project.name, project.command, project.project) == ("docs-2", "b", "/p")
+    assert "named docs-2 ('docs' is a name given already in this file)" in project.notes
+    assert "env K: the default of ${K:-...} is dropped, so $K must be set" in project.notes
+    assert project.extra["env"] == {"K": {"env": "K"}}
+
+
 def test_values_split_into_text_variables_and_inputs():
     assert value_of("${env:A}", "cursor").variable == "A"
     assert value_of("${A}", "claude").variable == "A"

@@ -438,6 +438,9 @@ def _split(values: dict[str, str], kind: str, what: str, notes: list[str]) -> tu
             shown = f"${{{other[0]}}}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", other[0]) else "a ${...} reference"
             raise _Refused(f"its {what} {key} uses {shown}, which albedo cannot fill in "
                            "(it reads ${env:VAR}, ${VAR} and ${input:ID})")
+        dropped = re.findall(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*):-", text)
+        if dropped and kind != "codex":
+            notes.append(f"{what} {key}: the default of ${{{dropped[0]}:-...}} is dropped, so ${dropped[0]} must be set")
         if value.variable is not None:
             refs[key] = value.variable
         elif not value.pieces:
