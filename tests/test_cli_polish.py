@@ -65,9 +65,8 @@ def with_closed_stdout(*argv: str) -> subprocess.CompletedProcess:
     pytest.param(["servers"], 141, id="servers"),
     pytest.param(["call", "demo/echo", "--args", '{"text": "hi"}'], 141, id="call"),
     pytest.param(["completion", "bash"], 141, id="completion"),
-    # argparse drops the write error of --help itself and exits 0 (documented).
-    pytest.param(["--help"], 0, id="help"),
-    pytest.param(["call", "--help"], 0, id="call-help"),
+    pytest.param(["--help"], 141, id="help"),
+    pytest.param(["call", "--help"], 141, id="call-help"),
 ])
 def test_a_closed_pipe_ends_quietly(tmp_path, argv, code):
     write_config(tmp_path, {"demo": demo_entry(), "other": demo_entry()})
@@ -80,7 +79,7 @@ def test_servers_piped_into_head_ends_quietly(tmp_path):
     # A real `| head -1` under pipefail: 3000 servers are far more than a pipe's buffer,
     # so the listing is still writing when head exits after its first line.
     write_config(tmp_path, {f"server{i:04}": {"url": f"https://mcp{i}.example.com/mcp"} for i in range(3000)})
-    script = f'set -o pipefail; "$0" --home "$1" servers | head -1; echo "status=$?" >&2'
+    script = 'set -o pipefail; "$0" --home "$1" servers | head -1; echo "status=$?" >&2'
     run = subprocess.run(["bash", "-c", script, CONSOLE_SCRIPT, str(tmp_path)], capture_output=True, text=True,
                          timeout=RUN_TIMEOUT)
     assert run.stdout.startswith("server0000\thttp\t") and run.stdout.count("\n") == 1
