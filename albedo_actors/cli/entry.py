@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from Python's flush at exit (stdout and stderr then point at /dev/null)."""
     try:
         try:
-            return run(argv)
+            return run_command_line(argv)
         finally:
             # The last buffered lines are written here, not at interpreter exit, so a
             # closed pipe is found while it can still be handled.
@@ -83,7 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return closed_pipe()
 
 
-def run(argv: Sequence[str] | None) -> int:
+def run_command_line(argv: Sequence[str] | None) -> int:
+    """Parse ``argv`` and run its command; every error becomes one line (and, with --json, a JSON object)."""
     parser = build_parser()
     complete_if_asked(parser)  # only when a shell's completion script runs us
     try:
