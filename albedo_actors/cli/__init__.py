@@ -5,6 +5,7 @@
     albedo-mcp [--home DIR] [--database URL | --no-store] tools [--json]
     albedo-mcp [--home DIR] [--database URL | --no-store] call NAME [--args JSON] [--json] [--hidden]
     albedo-mcp demo
+    albedo-mcp completion bash|zsh|fish
     albedo-mcp extension [--json] | extension mcp|editor-mcp on|off
 
     albedo-mcp servers [--json]
@@ -76,7 +77,19 @@ not valid MCP); 5 timed out (the server, or the session, did not answer in time)
 session failed or closed; 7 the store could not be read or written. Each error class has
 its code in :data:`albedo_actors.errors.EXIT_CODES`. Warnings go to stderr, one line
 each, naming the server.
-No traceback reaches the user unless ``--verbose`` is given.
+No traceback reaches the user unless ``--verbose`` is given. With ``--json`` (every
+command that takes it), a failure is also one JSON object on stdout,
+``{"error": {"type", "message", "server", "exit"}}``: the error's class name, the stderr
+line without the program's name, the server the error names (else null) and the exit
+code. A reader that goes away early (``albedo-mcp tools | head -1``) ends the run
+quietly with exit 141, as a program killed by SIGPIPE does (``--help`` too;
+``--version`` may exit 0, as argparse drops that write error itself on Python 3.11 and later). ``servers`` on an empty home prints one line on stderr
+saying how to add a server, and nothing on stdout (``[]`` with ``--json``).
+
+``completion bash|zsh|fish`` prints argcomplete's completion script for that shell
+(:mod:`albedo_actors.cli.completion`); the script completes by running ``albedo-mcp``
+with ``$_ARGCOMPLETE`` set, which answers from the parser and the configured servers'
+names and exits before anything else runs.
 
 Nothing a server sends reaches the terminal as a control code: every line printed
 (lists, results, error lines, warnings, ``--verbose`` logs) goes through
