@@ -242,7 +242,8 @@ def test_exit_codes(tmp_path):
     assert refused.returncode == 2 and refused.stderr == "albedo-mcp: doctor keeps what it finds in the store; leave out --no-store\n"
     write_config(home, {})
     empty = albedo(home, "doctor")
-    assert (empty.returncode, empty.stdout) == (0, "no servers are configured; add one with: albedo-mcp add URL-or-COMMAND\n")
+    assert (empty.returncode, empty.stdout) == (0, "")
+    assert empty.stderr == "albedo-mcp: no servers yet; add one: albedo-mcp add URL | 'COMMAND LINE'\n"
 
 
 # -- what doctor keeps -------------------------------------------------------------------------

@@ -43,8 +43,8 @@ from ..transport.launcher import MIN_SECRET
 from ..transport.stdio import STDERR_TAIL, TAIL_JOIN
 from ..wire.text import printable
 from .admin import auth_text
-from .options import Usage
-from .output import out, print_json
+from .options import PROG, Usage
+from .output import note, out, print_json
 
 if TYPE_CHECKING:
     from ..catalogue import Catalogue
@@ -340,7 +340,8 @@ def doctor_command(args: argparse.Namespace) -> int:
     if args.json:
         print_json([report.as_json() for report in reports])
     elif not reports:
-        out("no servers are configured; add one with: albedo-mcp add URL-or-COMMAND")
+        # On stderr, as ``servers`` says it: stdout holds only the reports.
+        note(f"no servers yet; add one: {PROG} add URL | 'COMMAND LINE'")
     else:
         for report in reports:
             for line in report_lines(report):
