@@ -1,7 +1,6 @@
 """Numbered schema migrations, applied in order, each once, and recorded.
 
-``MIGRATIONS[i]`` takes the schema from version ``i`` to ``i + 1`` (None: a number kept
-for a migration not here yet, skipped and not recorded). Each migration
+``MIGRATIONS[i]`` takes the schema from version ``i`` to ``i + 1``. Each migration
 declares the table shapes it works on inside itself (frozen copies, never the live
 models of :mod:`.models`), so a later change to a model cannot change what an old
 migration does.
@@ -112,7 +111,7 @@ def m0003_revision(db: Database) -> None:
     Revision.insert(id=1, revision=0).execute()
 
 
-def m0005_server_states(db: Database) -> None:
+def m0004_server_states(db: Database) -> None:
     """The last state ``albedo-mcp doctor`` saw of each server: ``ok``, ``down``,
     ``needs_sign_in``, ``misconfigured`` or ``off``, when, under which fingerprint of the
     configuration (so ``servers`` can say it changed since), and the report's JSON (era,
@@ -135,10 +134,7 @@ def m0005_server_states(db: Database) -> None:
     db.create_tables([ServerStates], safe=False)
 
 
-# 0004 is another change's (issue 25's settings work): a gap is skipped, never recorded,
-# so a database migrated without it still gets it once it lands.
-MIGRATIONS: list[Callable[[Database], None] | None] = [m0001_initial, m0002_refresh_lease, m0003_revision, None,
-                                                       m0005_server_states]
+MIGRATIONS: list[Callable[[Database], None]] = [m0001_initial, m0002_refresh_lease, m0003_revision, m0004_server_states]
 
 
 def migrate(db: Database) -> list[int]:
@@ -159,7 +155,7 @@ def migrate(db: Database) -> list[int]:
         db.create_tables([SchemaVersion], safe=True)
         done = {row.version for row in SchemaVersion.select(SchemaVersion.version)}
         for number, step in enumerate(MIGRATIONS, start=1):
-            if number in done or step is None:
+            if number in done:
                 continue
             step(db)
             SchemaVersion.insert(version=number, applied_at=time.time()).execute()

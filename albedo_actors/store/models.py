@@ -77,7 +77,7 @@ class RevisionRow(BaseModel):
 
 
 class ServerStateRow(BaseModel):
-    """The last state ``albedo-mcp doctor`` saw of a server (migration 0005)."""
+    """The last state ``albedo-mcp doctor`` saw of a server (migration 0004)."""
 
     server = TextField(primary_key=True)
     state = TextField()  # ok, down, needs_sign_in, misconfigured or off
