@@ -612,6 +612,16 @@ def current_record(store: SignInStore | None, server: ServerConfig) -> OAuthReco
 Agent = Callable[[str, CallbackListener], None]
 
 
+class _Refused(Exception):
+    """The authorization server refused ``client`` (one of :data:`CLIENT_REFUSALS`):
+    :meth:`SignIn._authorize` forgets it and may register anew. ``detail`` is the one-line
+    reason, without the server's name."""
+
+    def __init__(self, client: Client, error: str, detail: str) -> None:
+        super().__init__(detail)
+        self.client, self.error, self.detail = client, error, detail
+
+
 class SignIn:
     """One sign-in to one server (authorization code + PKCE, or client credentials).
 
@@ -622,12 +632,14 @@ class SignIn:
     to ``offer(url)``; it races the loopback listener and the first valid one wins.
 
     ``new_client`` registers a new client instead of reusing the one kept for the
-    authorization server (``sign-in --new-client``). A sign-in that reused a kept
-    registration and got no callback (timed out, cancelled), or whose client was
-    refused (``invalid_client`` or ``unauthorized_client``, at the callback or the
-    token endpoint), forgets that registration and says so in its error
-    (:data:`FORGOTTEN`, also kept in :attr:`forgot_registration`): the next sign-in
-    registers afresh. RFC 6749 4.1.2.1 has an authorization server show its error to
+    authorization server (``sign-in --new-client``). A client albedo registered that
+    the authorization server refuses (``invalid_client`` or ``unauthorized_client``, at
+    the callback or the token endpoint) is forgotten and a new one registered, once:
+    the user is sent to a second authorization URL, announced after :attr:`notice` is
+    set to say why; a second refusal ends the sign-in. A sign-in that reused a kept
+    registration and got no callback (timed out, cancelled) forgets that registration
+    and says so in its error (:data:`FORGOTTEN`, also kept in
+    :attr:`forgot_registration`): the next sign-in registers afresh. RFC 6749 4.1.2.1 has an authorization server show its error to
     the user, never redirect, when it does not know the client: the browser shows it
     and the callback never comes, so, unless the registration can be read back
     (RFC 7592, see :func:`choose_client`), running out of time is the one sign of a
@@ -652,6 +664,9 @@ class SignIn:
         self._new_client = new_client
         # What this sign-in's error said of the kept registration it forgot (None: it forgot none).
         self.forgot_registration: str | None = None
+        # Why the user is sent to a second authorization URL (None: not sent again); set
+        # just before that URL is announced (see _authorize).
+        self.notice: str | None = None
         self._id_token = id_token  # the user's id_token, for the enterprise grant (see grants.IdTokenProvider)
         self.server = server
         self.store = store
@@ -714,6 +729,48 @@ class SignIn:
 
     def _authorize(self, http: AuthHttp, found: Discovered, challenge: Challenge | None,
                    previous: OAuthRecord | None) -> OAuthRecord:
+        """The authorization code flow, with one recovery: a client albedo registered that
+        the authorization server refuses (``invalid_client`` or ``unauthorized_client``,
+        at the callback or the token endpoint) is forgotten, a new one is registered and
+        the user is sent once more, to a new authorization URL (:attr:`notice` says why
+        before it is announced). A second refusal is the error; so is the first one of a
+        client the user configured (albedo never replaces it)."""
+        name = self.server.name
+        issuer = found.server.issuer
+        new_client = self._new_client
+        first: _Refused | None = None
+        while True:
+            try:
+                return self._authorize_once(http, found, challenge, previous, new_client)
+            except _Refused as refused:
+                forgot = self._forget(refused.client, issuer)
+                with self._lock:
+                    cancelled = self._cancelled
+                if refused.client.kind != "registered" or cancelled:
+                    raise AuthError(name, f"{refused.detail}{forgot}") from None
+                if first is not None:
+                    raise AuthError(name, f"the authorization server refused the client albedo registered ({first.error}), "
+                                          f"and the new one registered in its place too ({refused.error}): it does not "
+                                          f"accept the clients albedo registers; ask its administrator for a client and "
+                                          f"give it with `albedo-mcp edit {name} --oauth-client-id ID`") from None
+                first = refused
+                log.info("server %r: the authorization server refused the client albedo registered (%s); "
+                         "registering a new one and asking again", name, refused.error)
+                self.notice = (f"server {name!r}: the authorization server refused the client albedo registered "
+                               f"({refused.error}), so albedo forgot it and registered a new one: sign in once more "
+                               f"at the new URL")
+                new_client = True
+
+    def _authorize_once(self, http: AuthHttp, found: Discovered, challenge: Challenge | None,
+                        previous: OAuthRecord | None, new_client: bool) -> OAuthRecord:
+        """One authorization: a client, the user sent to the authorization URL, its
+        callback, the code exchanged.
+
+        Raises:
+            _Refused: the authorization server refused the client (``invalid_client`` or
+                ``unauthorized_client``) at the callback or the token endpoint.
+            AuthError: any other failure.
+        """
         name = self.server.name
         metadata = found.server
         step_up = previous.step_up if previous is not None else None
@@ -734,7 +791,7 @@ class SignIn:
             if cancelled:
                 listener.cancel()
             client = choose_client(http, self.store, self.server, found, listener.redirect_uri, self.environ,
-                                   new_client=self._new_client,
+                                   new_client=new_client,
                                    reuse_after=previous.reuse_registrations_after if previous is not None else None)
             url = discovery.authorization_url(metadata.authorization_endpoint, client.client_id, listener.redirect_uri,
                                               pkce.challenge_s256(verifier), state, scope, found.resource.resource or None)
@@ -766,8 +823,9 @@ class SignIn:
             # The redirect can come from anyone: only a well-formed RFC 6749 error code is
             # shown; error_description (free text) is not repeated.
             refusal = tokens._error_code(result["error"]) or "an unreadable error"
-            forgot = self._forget(client, metadata.issuer) if refusal in CLIENT_REFUSALS else ""
-            raise AuthError(name, f"the authorization server refused: {refusal}{forgot}")
+            if refusal in CLIENT_REFUSALS:
+                raise _Refused(client, refusal, f"the authorization server refused: {refusal}")
+            raise AuthError(name, f"the authorization server refused: {refusal}")
         code = result.get("code")
         if not code:
             raise AuthError(name, "the authorization response carried no code")
@@ -778,8 +836,9 @@ class SignIn:
                                      renew=_renewal(client, metadata.token_endpoint, metadata.issuer, self.server.oauth,
                                                     self.environ, name))
         except TokenError as exc:
-            forgot = self._forget(client, metadata.issuer) if exc.error in CLIENT_REFUSALS else ""
-            raise AuthError(name, f"{exc}{forgot}") from None
+            if exc.error in CLIENT_REFUSALS:
+                raise _Refused(client, exc.error, str(exc)) from None
+            raise AuthError(name, str(exc)) from None
         base = previous or OAuthRecord(url=self.url)
         record = base.replace(
             url=self.server.url, resource=found.resource.resource or None, issuer=metadata.issuer,

@@ -103,6 +103,12 @@ Endpoints (``{issuer}`` is the issuer URL, ``{ip}`` is its path, "" by default):
   with an in-memory client store or cleaning up stale registrations does: its
   authorization requests get the error page, its token requests ``invalid_client``.
   Its tokens stay valid. Answers ``{"forgotten": N}``.
+* ``POST /admin/refuse-client`` (no auth; ``?at=redirect|token`` (default ``token``),
+  ``&error=CODE`` (default ``invalid_client``), ``&times=N`` (default 1)) - the next N
+  authorizations of a known client are refused with CODE: at the redirect (``error=CODE``
+  and the ``state`` on the client's registered redirect URI, RFC 6749 4.1.2.1), or at
+  the code exchange (401 for ``invalid_client``, else 400). Each refused client id is
+  appended to ``refused_client_ids`` in ``/stats``; ``times=0`` stops refusing.
 
 ``--client ID[:SECRET]:REDIRECT_URI`` pre-registers a client (public with no SECRET,
 otherwise confidential with client_secret_basic or client_secret_post) allowed every
@@ -197,6 +203,7 @@ class Stats:
         self.registration_reads = 0
         self.refresh_client_ids: list[str] = []
         self.refresh_held = 0  # refresh_token requests held by /admin/hold-refresh
+        self.refused_client_ids: list[str] = []  # the clients /admin/refuse-client refused, in order
 
     def as_json(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -222,6 +229,9 @@ class ServerConfig:
     flexible_secret_clients: set[str] = field(default_factory=set)
     # the expires_in token answers give (/admin/advertise-lifetime); None: the real lifetime
     advertised_lifetime: int | None = None
+    # /admin/refuse-client: the error codes the next authorizations of a known client get,
+    # one each, at the redirect ("redirect") or at the code exchange ("token")
+    refusals: dict[str, list[str]] = field(default_factory=lambda: {"redirect": [], "token": []})
 
     @property
     def all_scopes(self) -> list[str]:
@@ -531,6 +541,11 @@ class TokenEndpoint:
             if grant_type not in self.stats.token_requests:
                 raise TokenFailure("unsupported_grant_type", f"grant_type {grant_type!r} is not supported")
             client = await self.authenticate(request, form)
+            refusals = self.config.refusals["token"]
+            if grant_type == "authorization_code" and refusals:
+                error = refusals.pop(0)
+                self.stats.refused_client_ids.append(client.client_id)
+                raise TokenFailure(error, "refused by /admin/refuse-client", 401 if error == "invalid_client" else 400)
             token = await getattr(self, "_" + grant_type)(client, form)
         except TokenFailure as failure:
             return failure.response()
@@ -1155,6 +1170,18 @@ def build_app(args: argparse.Namespace, port: int):
             stats.last_resource = stats.last_authorize_resource = resource
         if isinstance(params.get("scope"), str):
             stats.last_authorize_scope = params.get("scope")
+        redirect_uri = params.get("redirect_uri")
+        if config.refusals["redirect"] and isinstance(client_id, str) and client_id in provider.clients \
+                and isinstance(redirect_uri, str) and redirect_uri in [str(u) for u in provider.clients[client_id].redirect_uris or ()]:
+            # RFC 6749 4.1.2.1: a known client with a valid redirect URI hears its error there
+            stats.refused_client_ids.append(client_id)
+            error = config.refusals["redirect"].pop(0)
+            state = params.get("state")
+            extra = {"state": state} if isinstance(state, str) else {}
+            if config.send_iss:
+                extra["iss"] = issuer
+            return Response(status_code=302, headers={"Location": add_query(redirect_uri, error=error, **extra),
+                                                      "Cache-Control": "no-store"})
         response = await authorize_handler.handle(request)
         location = response.headers.get("location")
         if config.send_iss and response.status_code == 302 and location:
@@ -1206,6 +1233,15 @@ def build_app(args: argparse.Namespace, port: int):
     async def forget_client(request: Request) -> Response:
         return JSONResponse({"forgotten": provider.forget_client(request.query_params.get("client_id"))})
 
+    async def refuse_client(request: Request) -> Response:
+        at = request.query_params.get("at", "token")
+        error = request.query_params.get("error", "invalid_client")
+        times = int(request.query_params.get("times", "1"))
+        if at not in config.refusals:
+            return JSONResponse({"error": "at must be redirect or token"}, status_code=400)
+        config.refusals[at] = [error] * times
+        return JSONResponse({"refusing": at, "times": times})
+
     async def advertise_lifetime(request: Request) -> Response:
         seconds = request.query_params.get("seconds")
         config.advertised_lifetime = int(seconds) if seconds else None
@@ -1236,6 +1272,7 @@ def build_app(args: argparse.Namespace, port: int):
         Route("/admin/expire", expire, methods=["POST"]),
         Route("/admin/revoke-refresh", revoke_refresh, methods=["POST"]),
         Route("/admin/forget-client", forget_client, methods=["POST"]),
+        Route("/admin/refuse-client", refuse_client, methods=["POST"]),
         Route("/admin/hold-refresh", hold_refresh, methods=["POST"]),
         Route("/admin/advertise-lifetime", advertise_lifetime, methods=["POST"]),
         Route("/admin/release-refresh", release_refresh, methods=["POST"]),
