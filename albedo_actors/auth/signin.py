@@ -639,11 +639,12 @@ class SignIn:
     set to say why; a second refusal ends the sign-in. A sign-in that reused a kept
     registration and got no callback (timed out, cancelled) forgets that registration
     and says so in its error (:data:`FORGOTTEN`, also kept in
-    :attr:`forgot_registration`): the next sign-in registers afresh. RFC 6749 4.1.2.1 has an authorization server show its error to
-    the user, never redirect, when it does not know the client: the browser shows it
-    and the callback never comes, so, unless the registration can be read back
-    (RFC 7592, see :func:`choose_client`), running out of time is the one sign of a
-    forgotten client that albedo can see.
+    :attr:`forgot_registration`): the next sign-in registers afresh; so does a Ctrl-C
+    (``KeyboardInterrupt``) while it waits. RFC 6749 4.1.2.1 has an authorization
+    server show its error to the user, never redirect, when it does not know the
+    client: the browser shows it and the callback never comes, so, unless the
+    registration can be read back (RFC 7592, see :func:`choose_client`), running out of
+    time (or the user giving up) is the one sign of a forgotten client albedo can see.
     """
 
     def __init__(
@@ -799,11 +800,16 @@ class SignIn:
                 check_authorization_url(url)
             except ValueError as exc:
                 raise AuthError(name, f"the authorization URL cannot be opened: {exc}") from None
-            self._announce(url)
-            (self._agent or self._browser)(url, listener)
-            for item in pasted:
-                listener.offer(item)
-            result = listener.wait()
+            try:
+                self._announce(url)
+                (self._agent or self._browser)(url, listener)
+                for item in pasted:
+                    listener.offer(item)
+                result = listener.wait()
+            except KeyboardInterrupt:  # Ctrl-C on the command's own thread: a cancel, as cancel() is
+                if client.kept:
+                    self._forget(client, metadata.issuer)
+                raise
             if result is None:
                 why = "cancelled" if listener.cancelled else "not completed in time"
                 # A kept client the authorization server forgot is refused at its

@@ -39,7 +39,8 @@ def sign_in(settings: Settings, args: argparse.Namespace) -> int:
         record = flow.run()
     except KeyboardInterrupt:
         flow.cancel()
-        error_line(f"server {args.name!r}: sign-in cancelled")
+        forgot = f"; {flow.forgot_registration}" if flow.forgot_registration else ""
+        error_line(f"server {args.name!r}: sign-in cancelled{forgot}")
         return 130
     finally:
         done.set()
@@ -160,9 +161,11 @@ def sign_in_through(client: ServiceClient, args: argparse.Namespace) -> int:
                                                     f"{forgotten(client.sign_in_status(name))}")
                 done.wait(min(0.25, max(0.0, deadline - time.monotonic())))  # polls the service; bounded by --timeout
     except KeyboardInterrupt:
+        forgot = ""
         with contextlib.suppress(AlbedoError):
-            client.cancel_sign_in(name)
-        error_line(f"server {name!r}: sign-in cancelled")
+            client.cancel_sign_in(name)  # waits (bounded) for it to end: its reason says what it forgot
+            forgot = forgotten(client.sign_in_status(name))
+        error_line(f"server {name!r}: sign-in cancelled{forgot}")
         return 130
     finally:
         done.set()

@@ -190,3 +190,21 @@ def test_sign_out_after_a_sign_in_that_never_produced_a_token_registers_anew(hom
     running.write_line(approve(again))
     code, stdout, _ = running.finish()
     assert code == 0 and server.stats()["unknown_client_authorizations"] == 0
+
+
+def test_ctrl_c_on_a_kept_client_forgets_it_and_says_so(home, cli, oauth_server, port):
+    """The browser shows the authorization server's error page: Ctrl-C need not wait for the timeout."""
+    import signal
+
+    server = oauth_server()
+    assert cli.run("add", server.url, "--name", "g").returncode == 0
+    first = sign_in(cli, "g", port)
+    server.forget_client()
+    running, url = start_sign_in(cli, "g", port)
+    assert client_of(url) == first
+    assert running.line(running.proc.stdout).startswith("Waiting for the browser")
+    running.proc.send_signal(signal.SIGINT)
+    assert ended_one_line(running, 130) == ("albedo-mcp: server 'g': sign-in cancelled; the kept client registration "
+                                            "was forgotten: sign in again")
+    assert kept(home, server, port) is None
+    assert sign_in(cli, "g", port) != first
