@@ -229,9 +229,10 @@ def choose_client(http: AuthHttp, store: SignInStore | None, server: ServerConfi
     A registration is kept per issuer and redirect URI (several servers of one
     authorization server share it) and reused, unless ``new_client`` (``sign-in
     --new-client``), or it was kept before ``reuse_after`` (the server's sign-out
-    unbound it), or its RFC 7592 read says the authorization server no longer has
-    it (then it is forgotten before anyone is sent to it). A new registration
-    replaces the kept one of that issuer and redirect URI.
+    unbound it), or its RFC 7592 read, else a pushed authorization request (RFC 9126)
+    where the authorization server takes them, says the authorization server no
+    longer has it (then it is forgotten before anyone is sent to it). A new
+    registration replaces the kept one of that issuer and redirect URI.
 
     Raises:
         AuthError: the registration failed or the server offers none.
@@ -260,6 +261,8 @@ def choose_client(http: AuthHttp, store: SignInStore | None, server: ServerConfi
     if _reusable(kept, reuse_after):
         assert kept is not None
         kept = _still_registered(http, store, server, metadata.issuer, redirect_uri, kept)
+        if kept is not None:
+            kept = _still_known(http, store, server, found, redirect_uri, kept, environ)
         if kept is not None:
             return Client("registered", kept["client_id"], kept.get("client_secret"), kept.get("method") or "none",
                           kept=True)
@@ -326,6 +329,46 @@ def _still_registered(http: AuthHttp, store: SignInStore | None, server: ServerC
             except StoreError as exc:  # this sign-in uses them all the same
                 log.warning("server %r: the renewed client registration was not kept: %s", server.name, exc)
         return fresh
+    return kept
+
+
+def _still_known(http: AuthHttp, store: SignInStore | None, server: ServerConfig, found: Discovered, redirect_uri: str,
+                 kept: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any] | None:
+    """``kept``, unless a pushed authorization request (RFC 9126) says the authorization
+    server does not know it any more.
+
+    Only for a kept registration that cannot be read back (no RFC 7592 endpoint) at an
+    authorization server that publishes ``pushed_authorization_request_endpoint``. The
+    request is an authorization request of its own (fresh PKCE challenge and state,
+    the client authenticated as at the token endpoint), pushed and then left unused:
+    the browser is sent the usual authorization URL, so nothing else changes. A 400 or
+    401 ``invalid_client`` or ``unauthorized_client`` (RFC 9126 2.3) means it is gone:
+    forgotten, and None returned (register afresh). Any other answer, or none, tells
+    nothing: ``kept`` is used, and the sign-in's own failure rules recover if need be.
+    """
+    endpoint = found.server.pushed_authorization_request_endpoint
+    if endpoint is None or isinstance(kept.get("registration_client_uri"), str):
+        return kept
+    client_id = kept["client_id"]
+    form = {"response_type": "code", "client_id": client_id, "redirect_uri": redirect_uri,
+            "code_challenge": pkce.challenge_s256(pkce.new_verifier()), "code_challenge_method": "S256",
+            "state": pkce.new_state()}
+    if found.resource.resource:
+        form["resource"] = found.resource.resource
+    client = Client("registered", client_id, kept.get("client_secret"), kept.get("method") or "none")
+    try:
+        headers = _authenticate(form, client, endpoint, found.server.issuer, server.oauth, environ, server.name)
+        form["client_id"] = client_id  # RFC 9126 2.1: an authorization request names its client, however authenticated
+        reply = http.post_form(endpoint, form, headers)
+    except (AuthError, AuthHttpError) as exc:
+        log.info("server %r: the kept client registration could not be checked with a pushed authorization request "
+                 "(%s); it is used as it is", server.name, exc)
+        return kept
+    if reply.status in (400, 401) and _error_code(reply) in CLIENT_REFUSALS:
+        log.info("server %r: its authorization server refused a pushed authorization request of the kept client "
+                 "(HTTP %s, %s); registering a new client", server.name, reply.status, _error_code(reply))
+        forget_registration(store, found.server.issuer, client_id)  # a failure: the new registration replaces it anyway
+        return None
     return kept
 
 

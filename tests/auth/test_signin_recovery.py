@@ -208,3 +208,30 @@ def test_ctrl_c_on_a_kept_client_forgets_it_and_says_so(home, cli, oauth_server,
                                             "was forgotten: sign in again")
     assert kept(home, server, port) is None
     assert sign_in(cli, "g", port) != first
+
+
+# -- a pushed authorization request finds a forgotten client before the browser opens -------------------
+
+
+def test_a_pushed_authorization_request_finds_a_forgotten_client_before_anyone_is_sent_to_it(home, cli, oauth_server,
+                                                                                              port):
+    """An authorization server that takes pushed authorization requests (RFC 9126) but has
+    no RFC 7592 read: albedo pushes one for a kept client; a 401 invalid_client means it is
+    gone, so a new client is registered and the user never sees the error page."""
+    server = oauth_server("--par")
+    assert cli.run("add", server.url, "--name", "g").returncode == 0
+    first = sign_in(cli, "g", port)
+    assert server.stats()["par_requests"] == 0  # a registration made by this sign-in is not checked
+    assert sign_in(cli, "g", port) == first  # pushed, known: reused
+    assert server.stats()["par_requests"] == 1 and server.stats()["par_refused"] == 0
+
+    server.forget_client()
+    running, url = start_sign_in(cli, "g", port)
+    assert client_of(url) != first and kept(home, server, port)["client_id"] == client_of(url)
+    running.write_line(approve(url))
+    code, stdout, stderr = running.finish()
+    assert code == 0 and "signed in to g" in stdout and stderr == "", (code, stderr)
+    stats = server.stats()
+    assert stats["par_requests"] == 2 and stats["par_refused"] == 1 and stats["registrations"] == 2
+    assert stats["unknown_client_authorizations"] == 0 and first not in stats["authorize_client_ids"][2:]
+    echo(cli)

@@ -75,6 +75,12 @@ Endpoints (``{issuer}`` is the issuer URL, ``{ip}`` is its path, "" by default):
   ``Authorization: Bearer <its registration access token>``, 200 and the client's
   registration; an unknown (or forgotten) client or a wrong token: 401
   ``invalid_token``. Each read counts in ``registration_reads``.
+* ``POST {ip}/par`` (``--par``, advertised as ``pushed_authorization_request_endpoint``) -
+  RFC 9126 pushed authorization request: the client authenticated as at the token
+  endpoint (an unknown or forgotten client: 401 ``invalid_client``), its ``client_id``
+  and ``redirect_uri`` checked; 201 with a ``request_uri``, which /authorize never
+  redeems (albedo pushes only to ask whether a kept client is still known).
+  ``par_requests`` and ``par_refused`` in ``/stats`` count them.
 * ``GET /stats`` (no auth) - JSON counters (``client_assertion_jtis``: the jti of every
   ``private_key_jwt`` client assertion POSTed, checked or not): ``token_requests`` per grant type
   (``authorization_code``, ``refresh_token``, ``client_credentials``; every POST to the
@@ -204,6 +210,8 @@ class Stats:
         self.refresh_client_ids: list[str] = []
         self.refresh_held = 0  # refresh_token requests held by /admin/hold-refresh
         self.refused_client_ids: list[str] = []  # the clients /admin/refuse-client refused, in order
+        self.par_requests = 0  # pushed authorization requests (--par), and those refused
+        self.par_refused = 0
 
     def as_json(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -1149,6 +1157,8 @@ def build_app(args: argparse.Namespace, port: int):
     metadata.authorization_response_iss_parameter_supported = True if config.send_iss else None
     metadata_body = json.loads(metadata.model_dump_json(exclude_none=True))
     metadata_body["issuer"] = issuer  # exact string (no normalisation of the path)
+    if args.par:
+        metadata_body["pushed_authorization_request_endpoint"] = issuer + "/par"
     dpop = Dpop(args, config, stats) if args.dpop else None
     if dpop is not None and dpop.algorithms:  # --dpop-algs "": listed nowhere, ES256 taken
         metadata_body["dpop_signing_alg_values_supported"] = dpop.algorithms
@@ -1221,6 +1231,21 @@ def build_app(args: argparse.Namespace, port: int):
     if workload_keys or id_jag_keys:
         token_endpoint.jwt_bearer = JwtBearerGrant(config, stats, workload_keys, id_jag_keys)
 
+    async def pushed(request: Request) -> Response:
+        """RFC 9126 2: the client authenticated as at the token endpoint; a request_uri."""
+        stats.par_requests += 1
+        form = dict(parse_qsl((await request.body()).decode("utf-8", "replace"), keep_blank_values=True))
+        try:
+            client = await token_endpoint.authenticate(request, form)
+        except TokenFailure as failure:
+            stats.par_refused += 1
+            return failure.response()
+        if form.get("client_id") != client.client_id or form.get("redirect_uri") not in [
+                str(u) for u in client.redirect_uris or ()]:
+            return TokenFailure("invalid_request", "client_id or redirect_uri do not match the client").response()
+        return JSONResponse({"request_uri": "urn:ietf:params:oauth:request_uri:" + secrets.token_urlsafe(16),
+                             "expires_in": 60}, status_code=201, headers=NO_STORE)
+
     async def stats_route(request: Request) -> Response:
         return JSONResponse(stats.as_json())
 
@@ -1268,6 +1293,7 @@ def build_app(args: argparse.Namespace, port: int):
         Route(issuer_path + "/token", token_endpoint.handle, methods=["POST"]),
         Route(issuer_path + "/register", register, methods=["POST"]),
         Route(issuer_path + "/register/{client_id}", read_registration, methods=["GET"]),
+        Route(issuer_path + "/par", pushed, methods=["POST"]),
         Route("/stats", stats_route, methods=["GET"]),
         Route("/admin/expire", expire, methods=["POST"]),
         Route("/admin/revoke-refresh", revoke_refresh, methods=["POST"]),
@@ -1329,6 +1355,8 @@ def main() -> None:
     parser.add_argument("--event-store", action="store_true", help="keep SSE events so sessions can resume")
     parser.add_argument("--rfc7592", action="store_true",
                         help="registrations carry a registration_client_uri and access token, readable with GET (RFC 7592)")
+    parser.add_argument("--par", action="store_true",
+                        help="a pushed authorization request endpoint (RFC 9126; its request_uri is never redeemed)")
     parser.add_argument("--dpop", action="store_true", help="DPoP (RFC 9449): see the Dpop class")
     parser.add_argument("--dpop-algs", default="ES256", help='dpop_signing_alg_values_supported (default "ES256")')
     parser.add_argument("--dpop-bearer", action="store_true", help="answer Bearer (unbound) tokens to DPoP token requests")
