@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 CLIENT_NAME = "albedo_actors"
 # What a failure line adds when it forgot the kept registration (the next sign-in registers anew).
-FORGOTTEN = "the kept client registration was forgotten: sign in again"
+FORGOTTEN = "the kept client registration was forgotten (the authorization server may no longer know it): sign in again to register a new client"
 # The errors that mean the authorization server does not know (or no longer accepts) the client.
 CLIENT_REFUSALS = ("invalid_client", "unauthorized_client")
 JWT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import pytest
 import requests
 
+from albedo_actors.auth.signin import FORGOTTEN
 from kit import Cli
 from test_signin_registrations import (ASK, RUN_OUT, approve, client_of, echo, ended_one_line, free_port, kept, record,
                                        sign_in, start_sign_in)
@@ -170,7 +171,7 @@ def test_remove_keeps_a_registration_another_server_uses_and_a_dead_one_still_re
     server.forget_client()  # now the authorization server forgets it: the added-again g recovers at its timeout
     running, url = start_sign_in(cli, "g", port, "--timeout", RUN_OUT)
     assert client_of(url) == shared
-    assert ended_one_line(running, 3).endswith("the kept client registration was forgotten: sign in again")
+    assert ended_one_line(running, 3).endswith(f"; {FORGOTTEN}")
     assert sign_in(cli, "g", port) != shared
 
 
@@ -204,8 +205,7 @@ def test_ctrl_c_on_a_kept_client_forgets_it_and_says_so(home, cli, oauth_server,
     assert client_of(url) == first
     assert running.line(running.proc.stdout).startswith("Waiting for the browser")
     running.proc.send_signal(signal.SIGINT)
-    assert ended_one_line(running, 130) == ("albedo-mcp: server 'g': sign-in cancelled; the kept client registration "
-                                            "was forgotten: sign in again")
+    assert ended_one_line(running, 130) == f"albedo-mcp: server 'g': sign-in cancelled; {FORGOTTEN}"
     assert kept(home, server, port) is None
     assert sign_in(cli, "g", port) != first
 

@@ -383,8 +383,7 @@ def test_a_sign_in_through_the_service_times_out_or_is_cancelled_with_one_line(s
     cli, _ = start_sign_in(running, one.home, "g")
     cli.proc.send_signal(signal.SIGINT)
     code, stdout, stderr = cli.finish()
-    assert code == 130 and stderr == ("albedo-mcp: server 'g': sign-in cancelled; the kept client registration was "
-                                      "forgotten: sign in again\n"), stderr
+    assert code == 130 and stderr == f"albedo-mcp: server 'g': sign-in cancelled{FORGOTTEN_LINE}\n", stderr
     with one.client() as client:
         assert client.sign_in_status("g")["state"] == "cancelled"
 
@@ -412,7 +411,8 @@ def test_through_albedo_mcp_serve_and_directly_once_it_has_stopped(tmp_path, run
 
 # -- the kept client registration through the service (issue 23, hole 5) ------------------------------
 
-FORGOTTEN_LINE = "; the kept client registration was forgotten: sign in again"
+FORGOTTEN_LINE = ("; the kept client registration was forgotten (the authorization server may no longer know it): "
+                  "sign in again to register a new client")
 
 
 def free_port() -> int:
