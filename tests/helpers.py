@@ -211,6 +211,15 @@ class OAuthServer(_ServerProcess):
         response.raise_for_status()
         return response.json()["forgotten"]
 
+    def refuse_client(self, at: str, error: str = "invalid_client", times: int = 1) -> None:
+        """The next ``times`` authorizations of a known client are refused with ``error``:
+        at the redirect back to it (``at="redirect"``) or at the code exchange
+        (``at="token"``); their client ids land in ``refused_client_ids``."""
+        import requests
+
+        params = {"at": at, "error": error, "times": str(times)}
+        requests.post(self.base + "/admin/refuse-client", params=params, timeout=10).raise_for_status()
+
 
 class SdkHttpServer(_ServerProcess):
     """``tests/servers/sdk_server.py http`` with ``flags`` on a free port of 127.0.0.1.

@@ -449,6 +449,9 @@ class AuthServerMetadata:
     client_id_metadata_document_supported: bool
     # RFC 9449 5.1: the JWS algorithms it takes for DPoP proofs (empty: it lists none)
     dpop_signing_alg_values_supported: tuple[str, ...] = ()
+    # RFC 9126 5: its pushed authorization request endpoint (None: none, or not usable).
+    # Used only to ask whether it still knows a kept client (signin.choose_client).
+    pushed_authorization_request_endpoint: str | None = None
 
 
 def _endpoint(doc: dict[str, Any], name: str, allow_http: bool, required: bool) -> str | None:
@@ -493,6 +496,10 @@ def check_authorization_server_metadata(doc: Json, issuer: str, mcp_url: str) ->
     authorization = _required_endpoint(doc, "authorization_endpoint", allow_http)
     token = _required_endpoint(doc, "token_endpoint", allow_http)
     registration = _endpoint(doc, "registration_endpoint", allow_http, False)
+    try:  # optional and only ever a probe: an unusable one is left out, never an error
+        pushed = _endpoint(doc, "pushed_authorization_request_endpoint", allow_http, False)
+    except AuthDiscoveryError:
+        pushed = None
     return AuthServerMetadata(
         issuer=got,
         authorization_endpoint=authorization,
@@ -507,6 +514,7 @@ def check_authorization_server_metadata(doc: Json, issuer: str, mcp_url: str) ->
         client_id_metadata_document_supported=(
             doc.get("client_id_metadata_document_supported") is True),
         dpop_signing_alg_values_supported=_str_list(doc.get("dpop_signing_alg_values_supported"), MAX_LIST, 32),
+        pushed_authorization_request_endpoint=pushed,
     )
 
 

@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 CLIENT_NAME = "albedo_actors"
 # What a failure line adds when it forgot the kept registration (the next sign-in registers anew).
-FORGOTTEN = "the kept client registration was forgotten: sign in again"
+FORGOTTEN = "the kept client registration was forgotten (the authorization server may no longer know it): sign in again to register a new client"
 # The errors that mean the authorization server does not know (or no longer accepts) the client.
 CLIENT_REFUSALS = ("invalid_client", "unauthorized_client")
 JWT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
@@ -229,9 +229,10 @@ def choose_client(http: AuthHttp, store: SignInStore | None, server: ServerConfi
     A registration is kept per issuer and redirect URI (several servers of one
     authorization server share it) and reused, unless ``new_client`` (``sign-in
     --new-client``), or it was kept before ``reuse_after`` (the server's sign-out
-    unbound it), or its RFC 7592 read says the authorization server no longer has
-    it (then it is forgotten before anyone is sent to it). A new registration
-    replaces the kept one of that issuer and redirect URI.
+    unbound it), or its RFC 7592 read, else a pushed authorization request (RFC 9126)
+    where the authorization server takes them, says the authorization server no
+    longer has it (then it is forgotten before anyone is sent to it). A new
+    registration replaces the kept one of that issuer and redirect URI.
 
     Raises:
         AuthError: the registration failed or the server offers none.
@@ -260,6 +261,8 @@ def choose_client(http: AuthHttp, store: SignInStore | None, server: ServerConfi
     if _reusable(kept, reuse_after):
         assert kept is not None
         kept = _still_registered(http, store, server, metadata.issuer, redirect_uri, kept)
+        if kept is not None:
+            kept = _still_known(http, store, server, found, redirect_uri, kept, environ)
         if kept is not None:
             return Client("registered", kept["client_id"], kept.get("client_secret"), kept.get("method") or "none",
                           kept=True)
@@ -326,6 +329,46 @@ def _still_registered(http: AuthHttp, store: SignInStore | None, server: ServerC
             except StoreError as exc:  # this sign-in uses them all the same
                 log.warning("server %r: the renewed client registration was not kept: %s", server.name, exc)
         return fresh
+    return kept
+
+
+def _still_known(http: AuthHttp, store: SignInStore | None, server: ServerConfig, found: Discovered, redirect_uri: str,
+                 kept: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any] | None:
+    """``kept``, unless a pushed authorization request (RFC 9126) says the authorization
+    server does not know it any more.
+
+    Only for a kept registration that cannot be read back (no RFC 7592 endpoint) at an
+    authorization server that publishes ``pushed_authorization_request_endpoint``. The
+    request is an authorization request of its own (fresh PKCE challenge and state,
+    the client authenticated as at the token endpoint), pushed and then left unused:
+    the browser is sent the usual authorization URL, so nothing else changes. A 400 or
+    401 ``invalid_client`` or ``unauthorized_client`` (RFC 9126 2.3) means it is gone:
+    forgotten, and None returned (register afresh). Any other answer, or none, tells
+    nothing: ``kept`` is used, and the sign-in's own failure rules recover if need be.
+    """
+    endpoint = found.server.pushed_authorization_request_endpoint
+    if endpoint is None or isinstance(kept.get("registration_client_uri"), str):
+        return kept
+    client_id = kept["client_id"]
+    form = {"response_type": "code", "client_id": client_id, "redirect_uri": redirect_uri,
+            "code_challenge": pkce.challenge_s256(pkce.new_verifier()), "code_challenge_method": "S256",
+            "state": pkce.new_state()}
+    if found.resource.resource:
+        form["resource"] = found.resource.resource
+    client = Client("registered", client_id, kept.get("client_secret"), kept.get("method") or "none")
+    try:
+        headers = _authenticate(form, client, endpoint, found.server.issuer, server.oauth, environ, server.name)
+        form["client_id"] = client_id  # RFC 9126 2.1: an authorization request names its client, however authenticated
+        reply = http.post_form(endpoint, form, headers)
+    except (AuthError, AuthHttpError) as exc:
+        log.info("server %r: the kept client registration could not be checked with a pushed authorization request "
+                 "(%s); it is used as it is", server.name, exc)
+        return kept
+    if reply.status in (400, 401) and _error_code(reply) in CLIENT_REFUSALS:
+        log.info("server %r: its authorization server refused a pushed authorization request of the kept client "
+                 "(HTTP %s, %s); registering a new client", server.name, reply.status, _error_code(reply))
+        forget_registration(store, found.server.issuer, client_id)  # a failure: the new registration replaces it anyway
+        return None
     return kept
 
 
@@ -612,6 +655,16 @@ def current_record(store: SignInStore | None, server: ServerConfig) -> OAuthReco
 Agent = Callable[[str, CallbackListener], None]
 
 
+class _Refused(Exception):
+    """The authorization server refused ``client`` (one of :data:`CLIENT_REFUSALS`):
+    :meth:`SignIn._authorize` forgets it and may register anew. ``detail`` is the one-line
+    reason, without the server's name."""
+
+    def __init__(self, client: Client, error: str, detail: str) -> None:
+        super().__init__(detail)
+        self.client, self.error, self.detail = client, error, detail
+
+
 class SignIn:
     """One sign-in to one server (authorization code + PKCE, or client credentials).
 
@@ -622,16 +675,19 @@ class SignIn:
     to ``offer(url)``; it races the loopback listener and the first valid one wins.
 
     ``new_client`` registers a new client instead of reusing the one kept for the
-    authorization server (``sign-in --new-client``). A sign-in that reused a kept
-    registration and got no callback (timed out, cancelled), or whose client was
-    refused (``invalid_client`` or ``unauthorized_client``, at the callback or the
-    token endpoint), forgets that registration and says so in its error
-    (:data:`FORGOTTEN`, also kept in :attr:`forgot_registration`): the next sign-in
-    registers afresh. RFC 6749 4.1.2.1 has an authorization server show its error to
-    the user, never redirect, when it does not know the client: the browser shows it
-    and the callback never comes, so, unless the registration can be read back
-    (RFC 7592, see :func:`choose_client`), running out of time is the one sign of a
-    forgotten client that albedo can see.
+    authorization server (``sign-in --new-client``). A client albedo registered that
+    the authorization server refuses (``invalid_client`` or ``unauthorized_client``, at
+    the callback or the token endpoint) is forgotten and a new one registered, once:
+    the user is sent to a second authorization URL, announced after :attr:`notice` is
+    set to say why; a second refusal ends the sign-in. A sign-in that reused a kept
+    registration and got no callback (timed out, cancelled) forgets that registration
+    and says so in its error (:data:`FORGOTTEN`, also kept in
+    :attr:`forgot_registration`): the next sign-in registers afresh; so does a Ctrl-C
+    (``KeyboardInterrupt``) while it waits. RFC 6749 4.1.2.1 has an authorization
+    server show its error to the user, never redirect, when it does not know the
+    client: the browser shows it and the callback never comes, so, unless the
+    registration can be read back (RFC 7592, see :func:`choose_client`), running out of
+    time (or the user giving up) is the one sign of a forgotten client albedo can see.
     """
 
     def __init__(
@@ -652,6 +708,9 @@ class SignIn:
         self._new_client = new_client
         # What this sign-in's error said of the kept registration it forgot (None: it forgot none).
         self.forgot_registration: str | None = None
+        # Why the user is sent to a second authorization URL (None: not sent again); set
+        # just before that URL is announced (see _authorize).
+        self.notice: str | None = None
         self._id_token = id_token  # the user's id_token, for the enterprise grant (see grants.IdTokenProvider)
         self.server = server
         self.store = store
@@ -714,6 +773,48 @@ class SignIn:
 
     def _authorize(self, http: AuthHttp, found: Discovered, challenge: Challenge | None,
                    previous: OAuthRecord | None) -> OAuthRecord:
+        """The authorization code flow, with one recovery: a client albedo registered that
+        the authorization server refuses (``invalid_client`` or ``unauthorized_client``,
+        at the callback or the token endpoint) is forgotten, a new one is registered and
+        the user is sent once more, to a new authorization URL (:attr:`notice` says why
+        before it is announced). A second refusal is the error; so is the first one of a
+        client the user configured (albedo never replaces it)."""
+        name = self.server.name
+        issuer = found.server.issuer
+        new_client = self._new_client
+        first: _Refused | None = None
+        while True:
+            try:
+                return self._authorize_once(http, found, challenge, previous, new_client)
+            except _Refused as refused:
+                forgot = self._forget(refused.client, issuer)
+                with self._lock:
+                    cancelled = self._cancelled
+                if refused.client.kind != "registered" or cancelled:
+                    raise AuthError(name, f"{refused.detail}{forgot}") from None
+                if first is not None:
+                    raise AuthError(name, f"the authorization server refused the client albedo registered ({first.error}), "
+                                          f"and the new one registered in its place too ({refused.error}): it does not "
+                                          f"accept the clients albedo registers; ask its administrator for a client and "
+                                          f"give it with `albedo-mcp edit {name} --oauth-client-id ID`") from None
+                first = refused
+                log.info("server %r: the authorization server refused the client albedo registered (%s); "
+                         "registering a new one and asking again", name, refused.error)
+                self.notice = (f"server {name!r}: the authorization server refused the client albedo registered "
+                               f"({refused.error}), so albedo forgot it and registered a new one: sign in once more "
+                               f"at the new URL")
+                new_client = True
+
+    def _authorize_once(self, http: AuthHttp, found: Discovered, challenge: Challenge | None,
+                        previous: OAuthRecord | None, new_client: bool) -> OAuthRecord:
+        """One authorization: a client, the user sent to the authorization URL, its
+        callback, the code exchanged.
+
+        Raises:
+            _Refused: the authorization server refused the client (``invalid_client`` or
+                ``unauthorized_client``) at the callback or the token endpoint.
+            AuthError: any other failure.
+        """
         name = self.server.name
         metadata = found.server
         step_up = previous.step_up if previous is not None else None
@@ -734,7 +835,7 @@ class SignIn:
             if cancelled:
                 listener.cancel()
             client = choose_client(http, self.store, self.server, found, listener.redirect_uri, self.environ,
-                                   new_client=self._new_client,
+                                   new_client=new_client,
                                    reuse_after=previous.reuse_registrations_after if previous is not None else None)
             url = discovery.authorization_url(metadata.authorization_endpoint, client.client_id, listener.redirect_uri,
                                               pkce.challenge_s256(verifier), state, scope, found.resource.resource or None)
@@ -742,11 +843,16 @@ class SignIn:
                 check_authorization_url(url)
             except ValueError as exc:
                 raise AuthError(name, f"the authorization URL cannot be opened: {exc}") from None
-            self._announce(url)
-            (self._agent or self._browser)(url, listener)
-            for item in pasted:
-                listener.offer(item)
-            result = listener.wait()
+            try:
+                self._announce(url)
+                (self._agent or self._browser)(url, listener)
+                for item in pasted:
+                    listener.offer(item)
+                result = listener.wait()
+            except KeyboardInterrupt:  # Ctrl-C on the command's own thread: a cancel, as cancel() is
+                if client.kept:
+                    self._forget(client, metadata.issuer)
+                raise
             if result is None:
                 why = "cancelled" if listener.cancelled else "not completed in time"
                 # A kept client the authorization server forgot is refused at its
@@ -766,8 +872,9 @@ class SignIn:
             # The redirect can come from anyone: only a well-formed RFC 6749 error code is
             # shown; error_description (free text) is not repeated.
             refusal = tokens._error_code(result["error"]) or "an unreadable error"
-            forgot = self._forget(client, metadata.issuer) if refusal in CLIENT_REFUSALS else ""
-            raise AuthError(name, f"the authorization server refused: {refusal}{forgot}")
+            if refusal in CLIENT_REFUSALS:
+                raise _Refused(client, refusal, f"the authorization server refused: {refusal}")
+            raise AuthError(name, f"the authorization server refused: {refusal}")
         code = result.get("code")
         if not code:
             raise AuthError(name, "the authorization response carried no code")
@@ -778,8 +885,9 @@ class SignIn:
                                      renew=_renewal(client, metadata.token_endpoint, metadata.issuer, self.server.oauth,
                                                     self.environ, name))
         except TokenError as exc:
-            forgot = self._forget(client, metadata.issuer) if exc.error in CLIENT_REFUSALS else ""
-            raise AuthError(name, f"{exc}{forgot}") from None
+            if exc.error in CLIENT_REFUSALS:
+                raise _Refused(client, exc.error, str(exc)) from None
+            raise AuthError(name, str(exc)) from None
         base = previous or OAuthRecord(url=self.url)
         record = base.replace(
             url=self.server.url, resource=found.resource.resource or None, issuer=metadata.issuer,

@@ -24,8 +24,9 @@ def sign_in(settings: Settings, args: argparse.Namespace) -> int:
     from ..auth.browser import NO_BROWSER_ENV
 
     def announce(url: str) -> None:
-        out(f"Open this URL to sign in to {args.name}:\n{url}", flush=True)
-        out("Waiting for the browser; or paste the URL it was sent to (the callback) and press Enter.", flush=True)
+        if flow.notice:  # a second URL: the authorization server refused the first client
+            out(flow.notice, flush=True)
+        show_url(args.name, url)
 
     environ = {**os.environ, NO_BROWSER_ENV: "1"} if args.no_browser else None
     flow = settings.begin_sign_in(args.name, announce=announce, port=args.port, lifetime=args.timeout, environ=environ,
@@ -38,7 +39,8 @@ def sign_in(settings: Settings, args: argparse.Namespace) -> int:
         record = flow.run()
     except KeyboardInterrupt:
         flow.cancel()
-        error_line(f"server {args.name!r}: sign-in cancelled")
+        forgot = f"; {flow.forgot_registration}" if flow.forgot_registration else ""
+        error_line(f"server {args.name!r}: sign-in cancelled{forgot}")
         return 130
     finally:
         done.set()
@@ -46,6 +48,12 @@ def sign_in(settings: Settings, args: argparse.Namespace) -> int:
     scope = f" (scope {record.scope})" if record.scope else ""
     out(f"signed in to {args.name}{scope}")
     return EXIT_OK
+
+
+def show_url(name: str, url: str) -> None:
+    """Tell the user where to sign in, and that a pasted callback URL is taken too."""
+    out(f"Open this URL to sign in to {name}:\n{url}", flush=True)
+    out("Waiting for the browser; or paste the URL it was sent to (the callback) and press Enter.", flush=True)
 
 
 NOT_THIS_CALLBACK = "That URL is not this sign-in's callback (wrong or missing state); still waiting."
@@ -120,29 +128,44 @@ def sign_in_through(client: ServiceClient, args: argparse.Namespace) -> int:
             url = started.get("authorizationUrl")
             if not isinstance(url, str) or not url:
                 raise ServiceSignInFailed(name, f"server {name!r}: sign-in failed: the settings service gave no authorization URL")
-            out(f"Open this URL to sign in to {name}:\n{url}", flush=True)
-            out("Waiting for the browser; or paste the URL it was sent to (the callback) and press Enter.", flush=True)
-            if not args.no_browser:
-                try:
-                    open_authorization_url(url)
-                except ValueError as exc:
-                    client.cancel_sign_in(name)
-                    raise ServiceSignInFailed(name, f"server {name!r}: sign-in failed: the authorization URL cannot be opened: {exc}") from None
+
+            def send_to(url: str) -> None:
+                show_url(name, url)
+                if not args.no_browser:
+                    try:
+                        open_authorization_url(url)
+                    except ValueError as exc:
+                        client.cancel_sign_in(name)
+                        raise ServiceSignInFailed(name, f"server {name!r}: sign-in failed: the authorization URL cannot "
+                                                        f"be opened: {exc}") from None
+
+            send_to(url)
             reader.start()
             deadline = time.monotonic() + args.timeout
             while True:
                 status = client.sign_in_status(name)
                 if status.get("state") != "pending":
                     break
+                again = status.get("authorizationUrl")
+                if isinstance(again, str) and again and again != url:
+                    # The service registered a new client after a refusal: a second URL, and a new wait.
+                    url = again
+                    notice = status.get("notice")
+                    if isinstance(notice, str) and notice:
+                        out(notice, flush=True)
+                    send_to(url)
+                    deadline = time.monotonic() + args.timeout
                 if time.monotonic() >= deadline:
                     client.cancel_sign_in(name)  # waits (bounded) for it to end: its reason says what it forgot
                     raise ServiceSignInFailed(name, f"server {name!r}: sign-in failed: the sign-in was not completed in time"
                                                     f"{forgotten(client.sign_in_status(name))}")
                 done.wait(min(0.25, max(0.0, deadline - time.monotonic())))  # polls the service; bounded by --timeout
     except KeyboardInterrupt:
+        forgot = ""
         with contextlib.suppress(AlbedoError):
-            client.cancel_sign_in(name)
-        error_line(f"server {name!r}: sign-in cancelled")
+            client.cancel_sign_in(name)  # waits (bounded) for it to end: its reason says what it forgot
+            forgot = forgotten(client.sign_in_status(name))
+        error_line(f"server {name!r}: sign-in cancelled{forgot}")
         return 130
     finally:
         done.set()

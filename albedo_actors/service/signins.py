@@ -76,6 +76,9 @@ class _Attempt:
     name: str
     flow: SignIn | None = None
     url: str | None = None
+    # Why the user is sent to a second URL (the sign-in registered a new client after a
+    # refusal); None until then.
+    notice: str | None = None
     state: str = PENDING
     reason: str | None = None
     cancel_requested: bool = False
@@ -152,7 +155,10 @@ class SignIns:
 
     def status(self, name: str) -> dict:
         """``{"state": "none"|"pending"|"signed_in"|"failed"|"cancelled", "reason": str|None}``:
-        the latest sign-in of ``name`` this service ran (``none``: none yet)."""
+        the latest sign-in of ``name`` this service ran (``none``: none yet). A pending
+        sign-in that registered a new client after the authorization server refused the
+        first one adds ``"authorizationUrl"`` (the new URL to open) and ``"notice"`` (why,
+        in one line)."""
         with self._lock:
             attempt = self._attempts.get(name)
             if attempt is None:
@@ -179,7 +185,9 @@ class SignIns:
             raise ConfigError(f"server {name!r}: that URL is not this sign-in's callback (wrong or missing state); "
                               "the sign-in is still waiting")
         with self._lock:
-            self._changed.wait_for(lambda: attempt.done, OFFER_WAIT_S)
+            sent_to = attempt.url
+            # Ended, or sent the user to a new URL (a refused client was replaced).
+            self._changed.wait_for(lambda: attempt.done or attempt.url != sent_to, OFFER_WAIT_S)
             return self._status_of(attempt)
 
     def cancel(self, name: str) -> None:
@@ -231,6 +239,7 @@ class SignIns:
         def announce(url: str) -> None:
             with self._lock:
                 attempt.url = url
+                attempt.notice = attempt.flow.notice if attempt.flow is not None else None
                 self._changed.notify_all()
 
         try:
@@ -286,5 +295,8 @@ class SignIns:
 
     @staticmethod
     def _status_of(attempt: _Attempt) -> dict:
-        return {"state": attempt.state, "reason": attempt.reason}
+        status: dict[str, Any] = {"state": attempt.state, "reason": attempt.reason}
+        if attempt.notice and not attempt.done:  # the second URL, and why the user goes there
+            status.update(authorizationUrl=attempt.url, notice=attempt.notice)
+        return status
 

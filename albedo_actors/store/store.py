@@ -272,13 +272,15 @@ class Store:
         """Forget the server's credentials (nothing happens when there are none), and with
         them the dynamic client registration its OAuth record signed in with.
 
-        A removed server's registration is never reused: a server added again (under
-        any name) registers a new client. The record's ``client_kind``, ``issuer`` and
-        ``client_id`` name it (``auth/record.py``); every redirect URI it was kept for
-        goes. Another server that signed in with the same registration keeps its tokens
-        and refreshes, which use the client id and secret in its own record. A record
-        that cannot be read (sealed under a key not given) forgets nothing: the row is
-        deleted all the same (``remove`` needs no key).
+        A removed server's registration is not reused: a server added again (under any
+        name) registers a new client, unless another server still uses that registration
+        (its record names it and was not signed out): then it is kept for that server's
+        next sign-in, and a registration the authorization server forgot is caught there
+        (``invalid_client``, no callback, an RFC 7592 read). The record's
+        ``client_kind``, ``issuer`` and ``client_id`` name it (``auth/record.py``); every
+        redirect URI it was kept for goes. A record that cannot be read (sealed under a
+        key not given) forgets nothing, and another server's record that cannot be read
+        counts as using it: the row is deleted all the same (``remove`` needs no key).
 
         Raises:
             StoreError: the database failed.
@@ -288,8 +290,16 @@ class Store:
             registered = _registration_of(self._keys, server, row.oauth if row is not None else None)
             if CredentialRow.delete().where(CredentialRow.server == server).execute(self._db):
                 self._bump()
-            if registered is not None:
+            if registered is not None and not self._registration_used(server, registered):
                 self._delete_clients(*registered)
+
+    def _registration_used(self, server: str, registered: tuple[str, str]) -> bool:
+        """True when a server other than ``server`` uses the registration (issuer, client
+        id): its record names it and was not signed out, or its record cannot be read.
+        Inside the caller's transaction."""
+        rows = CredentialRow.select(CredentialRow.server, CredentialRow.oauth).where(
+            (CredentialRow.server != server) & CredentialRow.oauth.is_null(False)).tuples().execute(self._db)
+        return any(_uses_registration(self._keys, other, text, registered) for other, text in rows)
 
     # --- the revision ---------------------------------------------------------
 
@@ -848,6 +858,18 @@ def _registration_of(keys: StoreKeys | None, server: str, text: str | None) -> t
     if record.get("client_kind") != "registered" or not isinstance(issuer, str) or not isinstance(client_id, str):
         return None
     return issuer, client_id
+
+
+def _uses_registration(keys: StoreKeys | None, server: str, text: str, registered: tuple[str, str]) -> bool:
+    """True when ``server``'s stored OAuth record ``text`` uses the dynamic registration
+    ``registered`` (issuer, client id) and was not signed out, or cannot be read."""
+    try:
+        opened = sealing.open_value(keys, ("credentials", server, "oauth"), text, f"credentials of {server!r}")
+        record = _json_object(opened or "{}", "credentials", server)
+    except StoreError:
+        return True
+    return (record.get("client_kind") == "registered" and record.get("state") != "signed_out"
+            and (record.get("issuer"), record.get("client_id")) == registered)
 
 
 def _client_id_of(text: str) -> str | None:

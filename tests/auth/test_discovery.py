@@ -263,6 +263,19 @@ def test_as_metadata_accepted_and_read():
     assert meta.client_id_metadata_document_supported is False
 
 
+@pytest.mark.parametrize("value, kept", [
+    ("https://auth.a.com/par", "https://auth.a.com/par"),
+    (None, None),
+    ("http://auth.a.com/par", None),  # plain http for an https MCP server: left out, never an error
+    ("javascript:alert(1)", None),
+    (42, None),
+])
+def test_as_metadata_keeps_a_usable_pushed_authorization_request_endpoint_only(value, kept):
+    meta = check_authorization_server_metadata(_asm(pushed_authorization_request_endpoint=value),
+                                               "https://auth.a.com", "https://a.com/mcp")
+    assert meta.pushed_authorization_request_endpoint == kept
+
+
 def test_as_metadata_without_registration_endpoint_and_truthy_non_bool_flags():
     meta = check_authorization_server_metadata(
         _asm(registration_endpoint=None, authorization_response_iss_parameter_supported="yes",

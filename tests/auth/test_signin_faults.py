@@ -350,16 +350,19 @@ def test_invalid_client_at_the_token_endpoint_forgets_the_kept_registration(faul
     assert sign_in(config, store, port=port).client_id == first.client_id  # kept and reused
     assert server.hits("/register") == 1
 
-    server.token = "invalid_client"
+    server.token = "invalid_client"  # every exchange: the kept client, then the new one registered in its place
     with pytest.raises(AuthError) as caught:
         sign_in(config, store, port=port)
     one_line(str(caught.value))
-    assert "invalid_client" in str(caught.value) and str(caught.value).endswith("; the kept client registration was forgotten: sign in again")
-    assert store.get_oauth_client(server.issuer, redirect) is None
+    assert ("the authorization server refused the client albedo registered (invalid_client), and the new one "
+            "registered in its place too (invalid_client)") in str(caught.value)
+    assert str(caught.value).endswith("give it with `albedo-mcp edit faulty --oauth-client-id ID`")
+    assert store.get_oauth_client(server.issuer, redirect) is None  # both forgotten
+    assert server.hits("/register") == 2  # registered anew once, not more
 
     server.token = "ok"
     third = sign_in(config, store, port=port)
-    assert server.hits("/register") == 2 and third.client_id != first.client_id
+    assert server.hits("/register") == 3 and third.client_id != first.client_id
     assert store.get_oauth_client(server.issuer, redirect)["client_id"] == third.client_id
 
 

@@ -75,6 +75,12 @@ Endpoints (``{issuer}`` is the issuer URL, ``{ip}`` is its path, "" by default):
   ``Authorization: Bearer <its registration access token>``, 200 and the client's
   registration; an unknown (or forgotten) client or a wrong token: 401
   ``invalid_token``. Each read counts in ``registration_reads``.
+* ``POST {ip}/par`` (``--par``, advertised as ``pushed_authorization_request_endpoint``) -
+  RFC 9126 pushed authorization request: the client authenticated as at the token
+  endpoint (an unknown or forgotten client: 401 ``invalid_client``), its ``client_id``
+  and ``redirect_uri`` checked; 201 with a ``request_uri``, which /authorize never
+  redeems (albedo pushes only to ask whether a kept client is still known).
+  ``par_requests`` and ``par_refused`` in ``/stats`` count them.
 * ``GET /stats`` (no auth) - JSON counters (``client_assertion_jtis``: the jti of every
   ``private_key_jwt`` client assertion POSTed, checked or not): ``token_requests`` per grant type
   (``authorization_code``, ``refresh_token``, ``client_credentials``; every POST to the
@@ -103,6 +109,12 @@ Endpoints (``{issuer}`` is the issuer URL, ``{ip}`` is its path, "" by default):
   with an in-memory client store or cleaning up stale registrations does: its
   authorization requests get the error page, its token requests ``invalid_client``.
   Its tokens stay valid. Answers ``{"forgotten": N}``.
+* ``POST /admin/refuse-client`` (no auth; ``?at=redirect|token`` (default ``token``),
+  ``&error=CODE`` (default ``invalid_client``), ``&times=N`` (default 1)) - the next N
+  authorizations of a known client are refused with CODE: at the redirect (``error=CODE``
+  and the ``state`` on the client's registered redirect URI, RFC 6749 4.1.2.1), or at
+  the code exchange (401 for ``invalid_client``, else 400). Each refused client id is
+  appended to ``refused_client_ids`` in ``/stats``; ``times=0`` stops refusing.
 
 ``--client ID[:SECRET]:REDIRECT_URI`` pre-registers a client (public with no SECRET,
 otherwise confidential with client_secret_basic or client_secret_post) allowed every
@@ -197,6 +209,9 @@ class Stats:
         self.registration_reads = 0
         self.refresh_client_ids: list[str] = []
         self.refresh_held = 0  # refresh_token requests held by /admin/hold-refresh
+        self.refused_client_ids: list[str] = []  # the clients /admin/refuse-client refused, in order
+        self.par_requests = 0  # pushed authorization requests (--par), and those refused
+        self.par_refused = 0
 
     def as_json(self) -> dict[str, Any]:
         return dict(vars(self))
@@ -222,6 +237,9 @@ class ServerConfig:
     flexible_secret_clients: set[str] = field(default_factory=set)
     # the expires_in token answers give (/admin/advertise-lifetime); None: the real lifetime
     advertised_lifetime: int | None = None
+    # /admin/refuse-client: the error codes the next authorizations of a known client get,
+    # one each, at the redirect ("redirect") or at the code exchange ("token")
+    refusals: dict[str, list[str]] = field(default_factory=lambda: {"redirect": [], "token": []})
 
     @property
     def all_scopes(self) -> list[str]:
@@ -531,6 +549,11 @@ class TokenEndpoint:
             if grant_type not in self.stats.token_requests:
                 raise TokenFailure("unsupported_grant_type", f"grant_type {grant_type!r} is not supported")
             client = await self.authenticate(request, form)
+            refusals = self.config.refusals["token"]
+            if grant_type == "authorization_code" and refusals:
+                error = refusals.pop(0)
+                self.stats.refused_client_ids.append(client.client_id)
+                raise TokenFailure(error, "refused by /admin/refuse-client", 401 if error == "invalid_client" else 400)
             token = await getattr(self, "_" + grant_type)(client, form)
         except TokenFailure as failure:
             return failure.response()
@@ -1134,6 +1157,8 @@ def build_app(args: argparse.Namespace, port: int):
     metadata.authorization_response_iss_parameter_supported = True if config.send_iss else None
     metadata_body = json.loads(metadata.model_dump_json(exclude_none=True))
     metadata_body["issuer"] = issuer  # exact string (no normalisation of the path)
+    if args.par:
+        metadata_body["pushed_authorization_request_endpoint"] = issuer + "/par"
     dpop = Dpop(args, config, stats) if args.dpop else None
     if dpop is not None and dpop.algorithms:  # --dpop-algs "": listed nowhere, ES256 taken
         metadata_body["dpop_signing_alg_values_supported"] = dpop.algorithms
@@ -1155,6 +1180,18 @@ def build_app(args: argparse.Namespace, port: int):
             stats.last_resource = stats.last_authorize_resource = resource
         if isinstance(params.get("scope"), str):
             stats.last_authorize_scope = params.get("scope")
+        redirect_uri = params.get("redirect_uri")
+        if config.refusals["redirect"] and isinstance(client_id, str) and client_id in provider.clients \
+                and isinstance(redirect_uri, str) and redirect_uri in [str(u) for u in provider.clients[client_id].redirect_uris or ()]:
+            # RFC 6749 4.1.2.1: a known client with a valid redirect URI hears its error there
+            stats.refused_client_ids.append(client_id)
+            error = config.refusals["redirect"].pop(0)
+            state = params.get("state")
+            extra = {"state": state} if isinstance(state, str) else {}
+            if config.send_iss:
+                extra["iss"] = issuer
+            return Response(status_code=302, headers={"Location": add_query(redirect_uri, error=error, **extra),
+                                                      "Cache-Control": "no-store"})
         response = await authorize_handler.handle(request)
         location = response.headers.get("location")
         if config.send_iss and response.status_code == 302 and location:
@@ -1194,6 +1231,21 @@ def build_app(args: argparse.Namespace, port: int):
     if workload_keys or id_jag_keys:
         token_endpoint.jwt_bearer = JwtBearerGrant(config, stats, workload_keys, id_jag_keys)
 
+    async def pushed(request: Request) -> Response:
+        """RFC 9126 2: the client authenticated as at the token endpoint; a request_uri."""
+        stats.par_requests += 1
+        form = dict(parse_qsl((await request.body()).decode("utf-8", "replace"), keep_blank_values=True))
+        try:
+            client = await token_endpoint.authenticate(request, form)
+        except TokenFailure as failure:
+            stats.par_refused += 1
+            return failure.response()
+        if form.get("client_id") != client.client_id or form.get("redirect_uri") not in [
+                str(u) for u in client.redirect_uris or ()]:
+            return TokenFailure("invalid_request", "client_id or redirect_uri do not match the client").response()
+        return JSONResponse({"request_uri": "urn:ietf:params:oauth:request_uri:" + secrets.token_urlsafe(16),
+                             "expires_in": 60}, status_code=201, headers=NO_STORE)
+
     async def stats_route(request: Request) -> Response:
         return JSONResponse(stats.as_json())
 
@@ -1205,6 +1257,15 @@ def build_app(args: argparse.Namespace, port: int):
 
     async def forget_client(request: Request) -> Response:
         return JSONResponse({"forgotten": provider.forget_client(request.query_params.get("client_id"))})
+
+    async def refuse_client(request: Request) -> Response:
+        at = request.query_params.get("at", "token")
+        error = request.query_params.get("error", "invalid_client")
+        times = int(request.query_params.get("times", "1"))
+        if at not in config.refusals:
+            return JSONResponse({"error": "at must be redirect or token"}, status_code=400)
+        config.refusals[at] = [error] * times
+        return JSONResponse({"refusing": at, "times": times})
 
     async def advertise_lifetime(request: Request) -> Response:
         seconds = request.query_params.get("seconds")
@@ -1232,10 +1293,12 @@ def build_app(args: argparse.Namespace, port: int):
         Route(issuer_path + "/token", token_endpoint.handle, methods=["POST"]),
         Route(issuer_path + "/register", register, methods=["POST"]),
         Route(issuer_path + "/register/{client_id}", read_registration, methods=["GET"]),
+        Route(issuer_path + "/par", pushed, methods=["POST"]),
         Route("/stats", stats_route, methods=["GET"]),
         Route("/admin/expire", expire, methods=["POST"]),
         Route("/admin/revoke-refresh", revoke_refresh, methods=["POST"]),
         Route("/admin/forget-client", forget_client, methods=["POST"]),
+        Route("/admin/refuse-client", refuse_client, methods=["POST"]),
         Route("/admin/hold-refresh", hold_refresh, methods=["POST"]),
         Route("/admin/advertise-lifetime", advertise_lifetime, methods=["POST"]),
         Route("/admin/release-refresh", release_refresh, methods=["POST"]),
@@ -1292,6 +1355,8 @@ def main() -> None:
     parser.add_argument("--event-store", action="store_true", help="keep SSE events so sessions can resume")
     parser.add_argument("--rfc7592", action="store_true",
                         help="registrations carry a registration_client_uri and access token, readable with GET (RFC 7592)")
+    parser.add_argument("--par", action="store_true",
+                        help="a pushed authorization request endpoint (RFC 9126; its request_uri is never redeemed)")
     parser.add_argument("--dpop", action="store_true", help="DPoP (RFC 9449): see the Dpop class")
     parser.add_argument("--dpop-algs", default="ES256", help='dpop_signing_alg_values_supported (default "ES256")')
     parser.add_argument("--dpop-bearer", action="store_true", help="answer Bearer (unbound) tokens to DPoP token requests")

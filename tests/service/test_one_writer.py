@@ -366,7 +366,7 @@ def test_sign_in_and_sign_out_go_through_the_service(served, oauth_server, runni
 
 def test_a_sign_in_through_the_service_times_out_or_is_cancelled_with_one_line(served, oauth_server, running):
     server = oauth_server()
-    one = served()
+    one = served(signin_port=free_port())  # one redirect URI: the second sign-in finds the first one's registration
     assert albedo(one.home, "add", server.url, "--name", "g").returncode == 0
     run = albedo(one.home, "sign-in", "g", "--no-browser", "--timeout", "1")  # nothing pasted, no browser
     assert run.returncode == 3 and "Traceback" not in run.stderr, run.stderr
@@ -378,11 +378,12 @@ def test_a_sign_in_through_the_service_times_out_or_is_cancelled_with_one_line(s
     assert auth_state(one, "g") == "needs_sign_in"
     assert server.stats()["token_requests"]["authorization_code"] == 0
 
-    # Ctrl-C: the service's sign-in is cancelled too.
+    # Ctrl-C: the service's sign-in is cancelled too. It reused the registration the first
+    # one kept, so the cancel forgot it, and the line says so (as directly).
     cli, _ = start_sign_in(running, one.home, "g")
     cli.proc.send_signal(signal.SIGINT)
     code, stdout, stderr = cli.finish()
-    assert code == 130 and stderr == "albedo-mcp: server 'g': sign-in cancelled\n", stderr
+    assert code == 130 and stderr == f"albedo-mcp: server 'g': sign-in cancelled{FORGOTTEN_LINE}\n", stderr
     with one.client() as client:
         assert client.sign_in_status("g")["state"] == "cancelled"
 
@@ -410,7 +411,8 @@ def test_through_albedo_mcp_serve_and_directly_once_it_has_stopped(tmp_path, run
 
 # -- the kept client registration through the service (issue 23, hole 5) ------------------------------
 
-FORGOTTEN_LINE = "; the kept client registration was forgotten: sign in again"
+FORGOTTEN_LINE = ("; the kept client registration was forgotten (the authorization server may no longer know it): "
+                  "sign in again to register a new client")
 
 
 def free_port() -> int:
@@ -499,3 +501,81 @@ def test_new_client_through_albedo_mcp_serve(tmp_path, oauth_server, running, di
     serve.proc.send_signal(signal.SIGTERM)
     code, _, stderr = serve.finish()
     assert code == 0 and "Traceback" not in stderr
+
+
+# -- a refused client recovers through the service (issue 25, item 6) ----------------------------------
+
+NOTICE = ("server 'g': the authorization server refused the client albedo registered (invalid_client), so albedo forgot it "
+          "and registered a new one: sign in once more at the new URL")
+
+
+def redirected(url: str) -> str:
+    """The browser's part: where the authorization server sends it back (a code, or an error)."""
+    response = requests.get(url, allow_redirects=False, timeout=ASK)
+    assert response.status_code in (302, 303), response.status_code
+    return response.headers["Location"]
+
+
+def second_url(cli: Running) -> str:
+    """What the CLI prints when the service registered a new client: the notice, the new URL."""
+    assert cli.line(cli.proc.stdout) == NOTICE
+    assert cli.line(cli.proc.stdout) == "Open this URL to sign in to g:"
+    url = cli.line(cli.proc.stdout).strip()
+    assert cli.line(cli.proc.stdout).startswith("Waiting for the browser; or paste the URL")
+    return url
+
+
+def test_a_refused_client_recovers_through_the_service(served, oauth_server, running):
+    server = oauth_server()
+    port = free_port()
+    one = served(signin_port=port)
+
+    def kept():
+        return one.store.get_oauth_client(server.base, f"http://127.0.0.1:{port}/callback")
+
+    assert albedo(one.home, "add", server.url, "--name", "g").returncode == 0
+    first = signed_in_through(running, one.home, "g")
+
+    # Refused at the redirect: the pasted callback; the service registers anew, the CLI shows the new URL.
+    server.refuse_client("redirect", "invalid_client")
+    cli, url = start_sign_in(running, one.home, "g")
+    assert client_of(url) == first
+    cli.write_line(redirected(url))
+    again = second_url(cli)
+    assert client_of(again) != first and kept()["client_id"] == client_of(again)
+    with one.client() as client:
+        status = client.sign_in_status("g")
+    assert status == {"state": "pending", "reason": None, "authorizationUrl": again, "notice": NOTICE}
+    assert requests.get(approve(again), timeout=ASK).status_code == 200  # the browser's way: the service's listener
+    code, stdout, stderr = cli.finish()
+    assert code == 0 and stdout.splitlines()[-1].startswith("signed in to g") and stderr == "", (stdout, stderr)
+    assert server.stats()["refused_client_ids"] == [first] and server.stats()["registrations"] == 2
+
+    # Refused at the code exchange twice: one line, and both registrations forgotten.
+    server.refuse_client("token", "invalid_client", times=2)
+    cli, url = start_sign_in(running, one.home, "g")
+    cli.write_line(approve(url))
+    third = second_url(cli)
+    cli.write_line(approve(third))
+    code, _, stderr = cli.finish()
+    assert code == 3 and stderr.splitlines() == [
+        "albedo-mcp: server 'g': sign-in failed: the authorization server refused the client albedo registered "
+        "(invalid_client), and the new one registered in its place too (invalid_client): it does not accept the clients "
+        "albedo registers; ask its administrator for a client and give it with `albedo-mcp edit g --oauth-client-id ID`"
+    ], stderr
+    assert server.stats()["refused_client_ids"] == [first, client_of(again), client_of(third)]
+    assert server.stats()["registrations"] == 3 and kept() is None
+
+
+def test_sign_out_through_the_service_after_a_sign_in_that_produced_no_token(served, oauth_server, running):
+    server = oauth_server()
+    port = free_port()
+    one = served(signin_port=port)
+    assert albedo(one.home, "add", server.url, "--name", "g").returncode == 0
+    run = albedo(one.home, "sign-in", "g", "--no-browser", "--timeout", "1")  # registered; nobody completes it
+    assert run.returncode == 3
+    url = run.stdout.splitlines()[1].strip()
+    server.forget_client()
+    assert albedo(one.home, "sign-out", "g").returncode == 0
+    fresh = signed_in_through(running, one.home, "g")
+    assert fresh != client_of(url) and server.stats()["unknown_client_authorizations"] == 0

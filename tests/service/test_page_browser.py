@@ -255,6 +255,38 @@ def test_sign_in_and_out_of_a_server_from_the_page(service, browser, oauth, stor
     driver.save_screenshot(os.path.join(BUILD, "service-page-phone.png"))
 
 
+def authorization_link(driver):
+    links = row(driver, SIGN_INS, GUARDED).find_elements(By.CSS_SELECTOR, "a.authorization-link")
+    return links[0] if links else None
+
+
+def test_a_refused_client_gives_the_page_the_new_authorization_link(service, browser, oauth, store):
+    """Issue 25, item 6: the authorization server refuses the client at the redirect; the
+    service registers a new one, and the page, polling, shows the new link and says why
+    (a poll may not open a tab itself)."""
+    driver = browser
+    open_page(driver, service)
+    page_handle = driver.current_window_handle
+    oauth.refuse_client("redirect", "invalid_client")
+    driver.execute_script("window.__opened = []; window.open = (url) => { window.__opened.push(url); return null; };")
+    visible_button(row(driver, SIGN_INS, GUARDED), "button.sign-in").click()
+    first = wait_for(driver, "the link to the authorization page", authorization_link).get_attribute("href")
+    authorization_link(driver).click()  # the tab: the authorization server sends it back with error=invalid_client
+    sign_in_completes_in_new_tab(driver, page_handle, oauth)
+    again = wait_for(driver, "a new link", lambda d: (authorization_link(d) is not None
+                                                      and authorization_link(d).get_attribute("href") != first
+                                                      and authorization_link(d).get_attribute("href")))
+    client = urllib.parse.parse_qs(urllib.parse.urlsplit(again).query)["client_id"][0]
+    assert oauth.stats()["refused_client_ids"] == [urllib.parse.parse_qs(urllib.parse.urlsplit(first).query)["client_id"][0]]
+    assert client not in oauth.stats()["refused_client_ids"]
+    wait_for(driver, "why, on the status line", lambda d: "registered a new one" in d.find_element(By.ID, "status").text)
+    assert state_of(driver, SIGN_INS, GUARDED) == "signing in…"
+    authorization_link(driver).click()
+    sign_in_completes_in_new_tab(driver, page_handle, oauth)
+    wait_for(driver, "the state signed in", lambda d: state_of(d, SIGN_INS, GUARDED) == "signed in")
+    assert store.get_credentials(GUARDED).oauth["client_id"] == client
+
+
 def test_another_ports_page_is_sent_no_credential_and_the_page_session_ends(service, browser, other_listener):
     """Issue 23, hole 1: a page of another local user, served on another 127.0.0.1 port,
     fetches its own origin with credentials; a cookie of the settings page would be sent

@@ -320,3 +320,27 @@ def test_a_cancelled_or_run_out_sign_in_with_the_kept_client_says_it_forgot_it(m
     changes.wait(NAME, 4)
     assert signins.status(NAME)["reason"] == f"server 'g': sign-in failed: the sign-in was not completed in time; {FORGOTTEN}"
     assert store.get_oauth_client(server.base, redirect) is None
+
+
+def test_a_refused_client_is_replaced_and_the_status_gives_the_new_url(make, store, oauth_server):
+    """Issue 25, item 6: the sign-in registers a new client and sends the user again; the
+    status says where and why, and a pasted callback's answer is that status."""
+    server = oauth_server()
+    port = free_port()
+    signins, changes = make({NAME: http_entry(server)}, port=port)
+    first = signins.start(NAME)
+    assert signins.offer(NAME, callback_of(first["authorizationUrl"]))["state"] == "signed_in"
+    server.refuse_client("redirect", "unauthorized_client")
+    started = signins.start(NAME)
+    location = requests.get(started["authorizationUrl"], allow_redirects=False, timeout=WAIT).headers["Location"]
+    assert "error=unauthorized_client" in location
+    answer = signins.offer(NAME, location)
+    again = answer.get("authorizationUrl")
+    assert answer == {"state": "pending", "reason": None, "authorizationUrl": again, "notice": (
+        "server 'g': the authorization server refused the client albedo registered (unauthorized_client), so albedo "
+        "forgot it and registered a new one: sign in once more at the new URL")}
+    assert client_of(again) != client_of(first["authorizationUrl"]) and signins.status(NAME) == answer
+    assert signins.start(NAME) == {"state": "pending", "authorizationUrl": again}  # joins it, at the new URL
+    assert signins.offer(NAME, callback_of(again)) == {"state": "signed_in", "reason": None}
+    assert record_of(store).client_id == client_of(again)
+    assert_no_secret(answer, store)

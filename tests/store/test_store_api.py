@@ -238,3 +238,27 @@ def test_existing_home_keeps_its_mode_and_the_database_is_private(tmp_path):
 
 def test_store_type_is_exported():
     assert Store.__name__ == "Store"
+
+
+def test_delete_forgets_the_registration_the_server_signed_in_with_unless_another_server_uses_it(stores):
+    """Issue 25, item 6: ``remove`` forgets a dynamic registration only when no other
+    server still uses it (its record names it and was not signed out)."""
+    store = stores()
+    issuer, redirect = "https://as.example", "http://127.0.0.1:33418/callback"
+
+    def signed_in(server: str, client_id: str, state: str = "signed_in") -> None:
+        store.put_credentials(server, Credentials(oauth={"url": "https://x.example/mcp", "state": state,
+                                                         "client_kind": "registered", "issuer": issuer,
+                                                         "client_id": client_id}))
+
+    store.put_oauth_client(issuer, redirect, {"client_id": "shared"})
+    signed_in("g", "shared")
+    signed_in("h", "shared")
+    signed_in("k", "other")  # another client of the same issuer: not a use
+    store.delete_credentials("g")
+    assert store.get_oauth_client(issuer, redirect)["client_id"] == "shared"  # h uses it
+    signed_in("h", "shared", state="signed_out")  # h signed out: it uses it no more
+    signed_in("g", "shared")
+    store.delete_credentials("g")
+    assert store.get_oauth_client(issuer, redirect) is None
+    assert store.get_credentials("h").oauth["client_id"] == "shared"  # h's own record is untouched

@@ -399,6 +399,13 @@
       for (const [name, mine] of signIns) {
         if (mine.state !== "pending") continue;
         const status = await api("GET", loginPath(name));
+        const again = status && status.state === "pending" ? httpUrl(status.authorizationUrl) : null;
+        if (again && again !== mine.url) {
+          // The authorization server refused the client; the service registered a new one:
+          // a new authorization page (a link, as a poll may not open a tab).
+          mine.url = again;
+          say(typeof status.notice === "string" ? oneLine(status.notice) : `Signing in to ${name}: open the new authorization page.`, false);
+        }
         if (status && typeof status.state === "string" && status.state !== "pending") {
           mine.state = status.state;
           mine.reason = status.reason ? oneLine(status.reason) : null;
