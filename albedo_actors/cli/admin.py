@@ -6,6 +6,7 @@ import argparse
 import getpass
 import logging
 import os
+import re
 import shlex
 import sys
 import time
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 _SECRETS_HELP = (
     "secrets are never taken from the command line: each is read without echo from the terminal, "
-    "or as one line of standard input (order: bearer token, header value, env entries, OAuth client secret)"
+    "or as one line of standard input (order: bearer token, the --header values as given, the --env values as given, "
+    "OAuth client secret)"
 )
 
 
@@ -38,9 +40,11 @@ def admin_parsers(commands: Any) -> None:
         group.add_argument("--bearer-token", action="store_true", help="read a bearer token (HTTP)")
         group.add_argument("--bearer-token-from-stdin", dest="bearer_token", action="store_true", help=argparse.SUPPRESS)
         group.add_argument("--bearer-token-env", metavar="VAR", help="take the bearer token from this variable of your environment")
-        group.add_argument("--header", metavar="NAME", help="one custom HTTP header; its value is read like a secret")
-        group.add_argument("--header-env", metavar="VAR", help="take the --header value from this variable of your environment")
-        group.add_argument("--env", action="append", default=[], metavar="KEY", help="a KEY=value env entry for a stdio server; the value is read like a secret (repeatable)")
+        group.add_argument("--header", action="append", default=[], metavar="NAME",
+                           help="a custom HTTP header, by its NAME only; its value is read like a secret (repeatable)")
+        group.add_argument("--header-env", action="append", default=[], metavar="NAME=VAR",
+                           help="a custom HTTP header whose value is taken from VAR of your environment (repeatable)")
+        group.add_argument("-e", "--env", action="append", default=[], metavar="KEY", help="a KEY=value env entry for a stdio server; the value is read like a secret (repeatable)")
         group.add_argument("--env-from", action="append", default=[], metavar="KEY=VAR", help="an env entry whose value is taken from VAR of your environment (repeatable)")
         group.add_argument("--oauth-client-id", metavar="ID", help="HTTP: an OAuth client registered by hand for signing in ('-' forgets it)")
         group.add_argument("--oauth-client-secret", action="store_true", help="read that client's secret like a secret")
@@ -51,7 +55,8 @@ def admin_parsers(commands: Any) -> None:
     servers.add_argument("--json", action="store_true", help="print a JSON array")
     add = admin("add", "add a server; it must connect unless --disabled (else nothing is saved, exit 3)")
     add.add_argument("target", metavar="TARGET", help="the URL (http) or the command line as one shell-quoted string (stdio; no shell runs)")
-    add.add_argument("--transport", choices=("http", "stdio"), default="http", help="default: http")
+    add.add_argument("--transport", choices=("http", "stdio"),
+                     help="default: http for an http:// or https:// URL, else stdio (a command line)")
     add.add_argument("--name", help="default: suggested from the URL host (mcp.example.com -> example) or the command's package")
     add.add_argument("--disabled", action="store_true", help='save it switched off ("enabled": false); it is not tried')
     secrets(add)
@@ -162,13 +167,9 @@ def admin_command(args: argparse.Namespace) -> int:
             out(f"signed out of {view.name}")
             return EXIT_OK
         if args.command == "add":
-            if args.transport == "http":
-                spec_kwargs: dict[str, Any] = {"url": args.target}
-            else:
-                words = split_command(args.target, "TARGET")
-                spec_kwargs = {"command": words[0], "args": tuple(words[1:])}
-            name = args.name or suggest_name(args.transport, args.target, set(settings.names()))
-            view = settings.add(ServerSpec(name=name, transport=args.transport, enabled=not args.disabled, **spec_kwargs), secrets)
+            transport, spec_kwargs = add_target(args)
+            name = args.name or suggest_name(transport, args.target, set(settings.names()))
+            view = settings.add(ServerSpec(name=name, transport=transport, enabled=not args.disabled, **spec_kwargs), secrets)
             out(f"added {view.name} ({view.transport}, {view.state})")
             return EXIT_OK
         if args.command == "edit":
@@ -221,15 +222,11 @@ def through_service(client: ServiceClient, home: str, args: argparse.Namespace, 
         out(f"signed out of {args.name}")
         return EXIT_OK
     if args.command == "add":
-        if args.transport == "http":
-            spec_kwargs: dict[str, Any] = {"url": args.target}
-        else:
-            words = split_command(args.target, "TARGET")
-            spec_kwargs = {"command": words[0], "args": tuple(words[1:])}
+        transport, spec_kwargs = add_target(args)
         taken = {str(server.get("name")) for server in client.get().get("servers") or [] if isinstance(server, dict)}
-        name = args.name or suggest_name(args.transport, args.target, taken)
+        name = args.name or suggest_name(transport, args.target, taken)
         # Settings.add's checks (a PATCH of a known name would edit it).
-        entry = new_entry(ServerSpec(name=name, transport=args.transport, enabled=not args.disabled, **spec_kwargs),
+        entry = new_entry(ServerSpec(name=name, transport=transport, enabled=not args.disabled, **spec_kwargs),
                           secrets, taken, reader.path)
         check_kept(name, secrets, ())
         view = saved_through(client, name, entry, secrets)
@@ -260,6 +257,23 @@ def through_service(client: ServiceClient, home: str, args: argparse.Namespace, 
     return EXIT_OK
 
 
+def guess_transport(target: str) -> str:
+    """``http`` for an ``http://`` or ``https://`` URL, else ``stdio`` (a command line).
+
+    Any other ``scheme://`` is taken as a URL too, so that it is refused as one (only
+    http and https are served) rather than run as a command."""
+    return "http" if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", target.strip()) else "stdio"
+
+
+def add_target(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """``add``'s transport (``--transport``, else guessed from TARGET) and its URL or command."""
+    transport = args.transport or guess_transport(args.target)
+    if transport == "http":
+        return transport, {"url": args.target}
+    words = split_command(args.target, "TARGET")
+    return transport, {"command": words[0], "args": tuple(words[1:])}
+
+
 def server_changes(args: argparse.Namespace) -> ServerChanges:
     """What ``edit`` changes: the URL, or the command and its arguments."""
     from ..settings import ServerChanges
@@ -276,16 +290,16 @@ def check_kept(name: str, secrets: Any, stored: Sequence[str]) -> None:
     """What Settings refuses of blank secrets (kept) with nothing stored to keep, in its
     order and words: the service's API just keeps an omitted one. ``stored``: the server's
     credentials as ``servers --json`` names them ("header X-Key", "env KEY")."""
-    from ..config import _ENV_NAME, _HEADER_NAME
+    from ..config import ENV_NAME
 
-    if secrets.header is not None:
-        header_name, value = secrets.header
-        if not _HEADER_NAME.match(header_name or ""):
-            raise ConfigError(f"server {name!r}: {header_name!r} is not an HTTP header name")
-        if not value and not any(item.startswith("header ") for item in stored):
-            raise ConfigError(f"server {name!r}: the {header_name} header has no stored value to keep; give one")
+    if secrets.headers:
+        from ..settings import apply_headers
+
+        # The stored headers' names stand in for them (their values are not needed here).
+        apply_headers(tuple((item[len("header "):], "kept") for item in stored if item.startswith("header ")),
+                      secrets.headers, name)
     for key, value in secrets.env.items():
-        if not _ENV_NAME.match(key):
+        if not ENV_NAME.match(key):
             raise ConfigError(f"server {name!r}: {key!r} is not an environment variable name")
         if not value and f"env {key}" not in stored:
             raise ConfigError(f"server {name!r}: env {key} has no stored value to keep; give one")
@@ -317,10 +331,9 @@ def secrets_json(secrets: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if secrets.bearer_token:
         out["bearerToken"] = None if secrets.bearer_token == REMOVE else secrets.bearer_token
-    if secrets.header is not None:
-        header_name, value = secrets.header
-        # A name without a value renames the stored header, keeping its value.
-        out["header"] = None if value == REMOVE else {"name": header_name, **({"value": value} if value else {})}
+    if secrets.headers:
+        # A name with a blank value keeps that header (or renames the one stored header).
+        out["headers"] = {header: (None if value == REMOVE else value) for header, value in secrets.headers.items()}
     env = {key: (None if value == REMOVE else value) for key, value in secrets.env.items() if value}
     if env:
         out["env"] = env
@@ -372,18 +385,19 @@ def read_secrets(args: argparse.Namespace) -> Any:
 
     if args.bearer_token and args.bearer_token_env:
         raise Usage("give --bearer-token or --bearer-token-env, not both")
-    if args.header_env and not args.header:
-        raise Usage("--header-env needs --header NAME")
+    header_env = header_variables(args)
     reader = SecretReader(args.stdin, editing=args.command == "edit")
     bearer = None
     if args.bearer_token_env:
         bearer = from_environment(args.bearer_token_env, "--bearer-token-env")
     elif args.bearer_token:
         bearer = reader.read("bearer token")
-    header = None
-    if args.header:
-        value = from_environment(args.header_env, "--header-env") if args.header_env else reader.read(f"value of header {args.header}")
-        header = (args.header, value)
+    headers: dict[str, str] = {}
+    for header in args.header:
+        if header not in header_env:
+            headers[header] = reader.read(f"value of header {header}")
+    for header, variable in header_env.items():
+        headers[header] = from_environment(variable, "--header-env")
     env: dict[str, str] = {}
     for key in args.env:
         if "=" in key:
@@ -407,7 +421,36 @@ def read_secrets(args: argparse.Namespace) -> Any:
         elif args.oauth_client_secret:
             secret = reader.read(f"secret of OAuth client {args.oauth_client_id}")
         oauth_client = (args.oauth_client_id, secret)
-    return SecretInput(bearer_token=bearer, header=header, env=env, oauth_client=oauth_client)
+    return SecretInput(bearer_token=bearer, headers=headers, env=env, oauth_client=oauth_client)
+
+
+def header_variables(args: argparse.Namespace) -> dict[str, str]:
+    """Check the --header names (never a value on the command line); the --header-env
+    headers, NAME -> VAR. ``--header NAME --header-env VAR`` (one header) is the older form."""
+    from ..config import HEADER_NAME
+
+    for header in args.header:
+        if not HEADER_NAME.match(header):
+            head = header.split(":", 1)[0].strip()
+            # Say nothing of what follows the name: it may be a secret.
+            named = f" {head}" if head and HEADER_NAME.match(head) else ""
+            raise Usage(f"--header takes a NAME only: give --header{named or ' NAME'} and type its value when asked, "
+                        f"or pipe it on standard input, or use --header-env{named or ' NAME'}=VAR; "
+                        "values are never taken from the command line")
+    lowered = [header.lower() for header in args.header]
+    if len(set(lowered)) != len(lowered):
+        raise Usage("--header names one header twice")
+    header_env: dict[str, str] = {}
+    for item in args.header_env:
+        header, sep, variable = item.partition("=")
+        if not sep and len(args.header) == 1 and len(args.header_env) == 1:
+            header, variable = args.header[0], item  # --header NAME --header-env VAR
+        elif not sep or not header or not variable or not HEADER_NAME.match(header):
+            raise Usage("--header-env takes NAME=VAR (NAME: the header; VAR: a variable of your environment holding its value)")
+        if header.lower() in {known.lower() for known in header_env}:
+            raise Usage(f"--header-env names the {header} header twice")
+        header_env[header] = variable
+    return header_env
 
 
 def from_environment(variable: str, option: str) -> str:

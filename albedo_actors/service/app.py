@@ -12,8 +12,9 @@ Routes (Werkzeug's routing; no hand-written HTTP parsing):
   ``albedo-mcp servers --json`` prints it (``ServerView.as_json()``: ``auth`` included,
   never a secret).
 - ``PATCH /api/mcp``: ``servers`` (NAME -> entry as in extensions.json, or null to
-  remove), ``secrets`` (NAME -> bearerToken, header, env, oauth: null (the sign-out),
-  oauth_client), ``enabled``, ``retryMs``; every part optional, all or nothing: 400
+  remove), ``secrets`` (NAME -> bearerToken, headers (header name -> value, "" kept, null
+  removed; the older ``header`` ``{"name", "value"}`` is still taken), env, oauth:
+  null (the sign-out), oauth_client), ``enabled``, ``retryMs``; every part optional, all or nothing: 400
   writes nothing, 409 (a saved or enabled server could not connect) restores
   extensions.json and the credentials, 200 returns the new GET body and calls
   ``on_saved`` once.
@@ -62,7 +63,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.security import safe_join
 from werkzeug.wrappers import Request, Response
 
-from ..config import _NAME, parse
+from ..config import SERVER_NAME, parse
 from ..errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
 from ..settings import (REMOVE, SecretInput, _apply, _apply_oauth_client, _empty_credentials, _is_empty, _kind,
                         change_credentials, signed_out, undo_save)
@@ -80,7 +81,7 @@ __all__ = ["make_app", "MAX_BODY"]
 
 MAX_BODY = 1024 * 1024  # request bodies above 1 MiB: 413
 _PATCH_KEYS = frozenset({"servers", "secrets", "enabled", "retryMs"})
-_SECRET_KEYS = frozenset({"bearerToken", "header", "env", "oauth", "oauth_client"})
+_SECRET_KEYS = frozenset({"bearerToken", "header", "headers", "env", "oauth", "oauth_client"})
 _HEADERS = {
     "Cache-Control": "no-store",
     "Referrer-Policy": "no-referrer",
@@ -334,7 +335,7 @@ def patch(settings: Settings, body: Any) -> bool:
             if server is None:
                 raise ConfigError(f"no server named {name!r} in {settings.path} to keep secrets for")
             if not isinstance(given, dict):
-                raise ConfigError(f"server {name!r}: its secrets must be an object of bearerToken, header, env, oauth, oauth_client")
+                raise ConfigError(f"server {name!r}: its secrets must be an object of bearerToken, headers, env, oauth, oauth_client")
             changes[name] = _with_secrets(server, given, changes.get(name))
             if set(given) - {"oauth"}:  # anything but a sign-out: the server is tried
                 secrets_changed.add(name)
@@ -418,29 +419,35 @@ def _secrets(server: ServerConfig, current: Credentials, given: Any) -> tuple[Cr
     must be tried (anything but a sign-out changed). An omitted secret is kept, null removes it."""
     name = server.name
     if not isinstance(given, dict):
-        raise ConfigError(f"server {name!r}: its secrets must be an object of bearerToken, header, env, oauth, oauth_client")
+        raise ConfigError(f"server {name!r}: its secrets must be an object of bearerToken, headers, env, oauth, oauth_client")
     unknown = set(given) - _SECRET_KEYS
     if unknown:
         raise ConfigError(f"server {name!r}: unknown secret key(s) {', '.join(sorted(unknown))} "
                           f"(known: {', '.join(sorted(_SECRET_KEYS))})")
     http = server.type == "http"
-    if not http and ({"bearerToken", "header", "oauth", "oauth_client"} & set(given)):
+    if not http and ({"bearerToken", "header", "headers", "oauth", "oauth_client"} & set(given)):
         raise ConfigError(f"server {name!r}: a bearer token, header or OAuth secret is for HTTP servers")
     if http and "env" in given:
         raise ConfigError(f"server {name!r}: env entries are for stdio servers")
     bearer = None
     if "bearerToken" in given:
         bearer = REMOVE if given["bearerToken"] is None else _value(given["bearerToken"], "bearerToken", name)
-    header = None
-    if "header" in given:
+    headers: dict[str, str] = {}
+    if "header" in given:  # the one-header form, kept for older clients
         value = given["header"]
         if value is None:
-            header = (current.header[0], REMOVE) if current.header else None
+            headers.update({stored: REMOVE for stored, _ in current.headers})  # the one header (or every one) removed
         elif isinstance(value, dict) and set(value) <= {"name", "value"} and isinstance(value.get("name"), str):
             kept = value.get("value")  # left out or "": renames the stored header, keeping its value
-            header = (value["name"], "" if kept in (None, "") else _value(kept, "header value", name))
+            headers[value["name"]] = "" if kept in (None, "") else _value(kept, "header value", name)
         else:
             raise ConfigError(f'server {name!r}: "header" must be {{"name": ..., "value": ...}} or null')
+    if "headers" in given:
+        value = given["headers"]
+        if not isinstance(value, dict):
+            raise ConfigError(f'server {name!r}: "headers" must map each header name to its value, "" (kept) or null (removed)')
+        for header, item in value.items():
+            headers[header] = REMOVE if item is None else ("" if item == "" else _value(item, "a header value", name))
     env: dict[str, str] = {}
     if "env" in given:
         value = given["env"]
@@ -461,7 +468,7 @@ def _secrets(server: ServerConfig, current: Credentials, given: Any) -> tuple[Cr
             raise ConfigError(f'server {name!r}: "oauth_client" must be {{"clientId": ..., "clientSecret": ...}} or null')
     if "oauth" in given and given["oauth"] is not None:
         raise ConfigError(f'server {name!r}: "oauth" takes only null (the sign-out); sign in with PUT /api/auth/logins/mcp:{name}')
-    secrets = SecretInput(bearer_token=bearer, header=header, env=env, oauth_client=client)
+    secrets = SecretInput(bearer_token=bearer, headers=headers, env=env, oauth_client=client)
     credentials = _apply(current, secrets, name)
     if http:
         credentials = _apply_oauth_client(credentials, secrets, server.url, name)
@@ -502,7 +509,7 @@ def _object(value: Any, what: str) -> dict:
 
 
 def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not SERVER_NAME.match(name):
         raise ConfigError(f"{name[:60]!r} is not a valid server name: 1-48 letters, digits, '-' or '_'")
 
 

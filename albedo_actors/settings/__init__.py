@@ -53,7 +53,7 @@ import pykka
 
 from ..actors.client import ServerHandle
 from ..actors.refresher import TokenRefresher, oauth_for
-from ..config import _ENV_NAME, _HEADER_NAME, _NAME, EXTENSION_DEFAULTS, ServerConfig, parse
+from ..config import ENV_NAME, HEADER_NAME, SERVER_NAME, EXTENSION_DEFAULTS, ServerConfig, parse
 from ..auth.callback import DEFAULT_LIFETIME_S, DEFAULT_PORT
 from ..auth.record import NO_AUTH_VIEW, OAuthRecord, from_credentials, usable
 from ..auth.signin import SignIn, check_new_client
@@ -97,8 +97,12 @@ class ServerChanges:
 class SecretInput:
     """Secrets typed for a save. Per value: blank keeps the stored one, ``-`` removes it.
 
-    ``header`` is one custom HTTP header, (name, value); a blank value with a new name
-    renames the stored header, keeping its value. ``env`` maps KEY -> value (stdio).
+    ``headers`` maps each custom HTTP header's name to its value, in the order given
+    (names compare without case): a value adds or replaces that header, ``-`` removes
+    it, blank keeps it. A blank value for a name not stored renames the server's one
+    stored header, keeping its value (when it has exactly one). ``header=(name, value)``
+    is the older one-header form, the same as ``headers={name: value}``. ``env`` maps
+    KEY -> value (stdio).
     """
 
     bearer_token: str | None = None
@@ -107,11 +111,24 @@ class SecretInput:
     # (client id, client secret or None): an OAuth client registered by hand (HTTP); an id
     # of "-" forgets it, a secret of "-" forgets the secret only, a blank one keeps it.
     oauth_client: tuple[str, str | None] | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.header is not None:  # the one-header form joins the others, first
+            merged = {self.header[0]: self.header[1]}
+            merged.update(self.headers)
+            object.__setattr__(self, "headers", merged)
+            object.__setattr__(self, "header", None)
 
     def __repr__(self) -> str:  # never show a secret, even in a traceback
         client = self.oauth_client[0] if self.oauth_client else None
-        return (f"SecretInput(bearer_token={'***' if self.bearer_token else None}, header={self.header[0] if self.header else None}, "
+        return (f"SecretInput(bearer_token={'***' if self.bearer_token else None}, headers={list(self.headers)}, "
                 f"env={sorted(self.env)}, oauth_client={client})")
+
+    @property
+    def for_http(self) -> bool:
+        """Whether any secret here is one only an HTTP server takes."""
+        return bool(self.bearer_token or self.headers or self.oauth_client)
 
 
 @dataclass(frozen=True)
@@ -598,14 +615,14 @@ def new_entry(spec: ServerSpec, secrets: SecretInput, taken: Collection[str], pa
     ``taken``: the names configured now; ``path``: the file they are in (for the message).
     The command line runs the same checks before it asks a running service to add it.
     """
-    if not _NAME.match(spec.name or ""):
+    if not SERVER_NAME.match(spec.name or ""):
         raise ConfigError(f"{spec.name!r} is not a valid server name: 1-48 letters, digits, '-' or '_', starting with a letter or digit")
     entry = _entry(spec)
     if spec.name in taken:
         raise ConfigError(f"a server named {spec.name!r} exists already in {path}; edit or remove it")
     if spec.transport == "http" and secrets.env:
         raise ConfigError(f"server {spec.name!r}: env entries are for stdio servers")
-    if spec.transport == "stdio" and (secrets.bearer_token or secrets.header or secrets.oauth_client):
+    if spec.transport == "stdio" and secrets.for_http:
         raise ConfigError(f"server {spec.name!r}: a bearer token, header or OAuth client is for HTTP servers")
     return entry
 
@@ -626,7 +643,7 @@ def edit_entry(name: str, entry: dict[str, Any], changes: ServerChanges, secrets
     else:
         if changes.url is not None:
             raise ConfigError(f"server {name!r} is a stdio server: change its command, not a URL")
-        if secrets.bearer_token or secrets.header or secrets.oauth_client:
+        if secrets.for_http:
             raise ConfigError(f"server {name!r}: a bearer token, header or OAuth client is for HTTP servers")
         if changes.command is not None:
             entry["command"] = changes.command
@@ -668,7 +685,7 @@ def _empty_credentials() -> Any:
 
 
 def _is_empty(credentials: Credentials) -> bool:
-    return not (credentials.bearer_token or credentials.header or credentials.env or credentials.oauth)
+    return not (credentials.bearer_token or credentials.headers or credentials.env or credentials.oauth)
 
 
 def _apply(current: Any, secrets: SecretInput, name: str) -> Any:
@@ -679,23 +696,10 @@ def _apply(current: Any, secrets: SecretInput, name: str) -> Any:
     elif secrets.bearer_token:
         _check_value(secrets.bearer_token, "the bearer token", name)
         bearer = secrets.bearer_token
-    header = current.header
-    if secrets.header is not None:
-        header_name, value = secrets.header
-        if not _HEADER_NAME.match(header_name or ""):
-            raise ConfigError(f"server {name!r}: {header_name!r} is not an HTTP header name")
-        if value == REMOVE:
-            header = None
-        elif value:
-            _check_value(value, f"the {header_name} header", name)
-            header = (header_name, value)
-        elif header is not None:
-            header = (header_name, header[1])  # renamed, value kept
-        else:
-            raise ConfigError(f"server {name!r}: the {header_name} header has no stored value to keep; give one")
+    headers = apply_headers(current.headers, secrets.headers, name)
     env = dict(current.env or {})
     for key, value in secrets.env.items():
-        if not _ENV_NAME.match(key):
+        if not ENV_NAME.match(key):
             raise ConfigError(f"server {name!r}: {key!r} is not an environment variable name")
         if value == REMOVE:
             env.pop(key, None)
@@ -705,7 +709,52 @@ def _apply(current: Any, secrets: SecretInput, name: str) -> Any:
             env[key] = value
         elif key not in env:
             raise ConfigError(f"server {name!r}: env {key} has no stored value to keep; give one")
-    return dataclasses.replace(current, bearer_token=bearer, header=header, env=env)
+    return dataclasses.replace(current, bearer_token=bearer, headers=headers, env=env)
+
+
+def check_header_name(header: str, name: str) -> None:
+    """Refuse a header name that is not an HTTP token, without quoting anything after a
+    ``:`` or a space in it (``"X-Key: VALUE"``, the curl form, carries a value)."""
+    if isinstance(header, str) and HEADER_NAME.match(header):
+        return
+    head = re.split(r"[:\s]", header, maxsplit=1)[0] if isinstance(header, str) else ""
+    if head and HEADER_NAME.match(head):
+        raise ConfigError(f"server {name!r}: give the {head} header by its name alone; its value is given apart, "
+                          "never with the name")
+    raise ConfigError(f"server {name!r}: a header name must be letters, digits and !#$%&'*+.^_`|~- only (e.g. X-Api-Key)")
+
+
+def apply_headers(stored: tuple[tuple[str, str], ...], given: Mapping[str, str],
+                  name: str) -> tuple[tuple[str, str], ...]:
+    """The custom headers after a save: per name (without case), a value adds or replaces
+    it, ``-`` removes it, blank keeps it; a blank for a name not stored renames the one
+    stored header (see :class:`SecretInput`). The stored order is kept, new ones follow."""
+    headers = list(stored)
+
+    def at(header: str) -> int | None:
+        return next((i for i, (known, _) in enumerate(headers) if known.lower() == header.lower()), None)
+
+    renaming = len(stored) == 1 and not any(header.lower() == stored[0][0].lower() for header in given)
+    for header, value in given.items():
+        check_header_name(header, name)
+        index = at(header)
+        if value == REMOVE:
+            if index is not None:
+                del headers[index]
+        elif value:
+            _check_value(value, f"the {header} header", name)
+            if index is None:
+                headers.append((header, value))
+            else:
+                headers[index] = (header, value)
+        elif index is not None:
+            headers[index] = (header, headers[index][1])  # kept (in the spelling given)
+        elif renaming and headers == list(stored):
+            headers = [(header, stored[0][1])]  # the one stored header renamed, its value kept
+            renaming = False
+        else:
+            raise ConfigError(f"server {name!r}: the {header} header has no stored value to keep; give one")
+    return tuple(headers)
 
 
 def _apply_oauth_client(current: Any, secrets: SecretInput, url: Any, name: str) -> Any:
@@ -764,7 +813,7 @@ def undo_save(current: Any, written: Any, previous: Any) -> Any:
         return before if now == ours else now
 
     oauth = _undo_oauth(thaw_json(current.oauth), thaw_json(written.oauth), thaw_json(previous.oauth))
-    return dataclasses.replace(current, bearer_token=field("bearer_token"), header=field("header"),
+    return dataclasses.replace(current, bearer_token=field("bearer_token"), headers=field("headers"),
                                env=dict(field("env") or {}), oauth=oauth)
 
 
@@ -820,8 +869,7 @@ def describe_credentials(credentials: Credentials) -> tuple[str, ...]:
     out = []
     if credentials.bearer_token:
         out.append("bearer token")
-    if credentials.header:
-        out.append(f"header {credentials.header[0]}")
+    out.extend(f"header {header}" for header, _ in credentials.headers)
     out.extend(f"env {key}" for key in sorted(credentials.env or {}))
     if credentials.oauth:
         out.append("oauth")
