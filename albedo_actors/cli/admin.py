@@ -10,17 +10,17 @@ import re
 import shlex
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..config import OWN_VARIABLE, own_variable, resolve_home
-from ..errors import EXIT_OK, ConfigError, StoreError
+from ..errors import EXIT_OK, StoreError
 from .options import PROG, Usage, place_options
 from .output import out, print_json, warn
 from .signin import sign_in, sign_in_through
 
 if TYPE_CHECKING:
     from ..service.client import ServiceClient
-    from ..settings import ServerChanges, Settings
+    from ..settings import ServerChanges, Settings, SettingsPort
 
 _SECRETS_HELP = (
     "secrets are never taken from the command line: each is read without echo from the terminal, "
@@ -111,7 +111,7 @@ def auth_text(auth: Any) -> str:
 
 
 def admin_command(args: argparse.Namespace) -> int:
-    from ..settings import ServerSpec, Settings, suggest_name
+    from ..settings import Settings
     from ..store import open_store
 
     home = resolve_home(args.home)
@@ -162,31 +162,7 @@ def admin_command(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.command == "sign-in":
             return sign_in(settings, args)
-        if args.command == "sign-out":
-            view = settings.sign_out(args.name)
-            out(f"signed out of {view.name}")
-            return EXIT_OK
-        if args.command == "add":
-            transport, spec_kwargs = add_target(args)
-            name = args.name or suggest_name(transport, args.target, set(settings.names()))
-            view = settings.add(ServerSpec(name=name, transport=transport, enabled=not args.disabled, **spec_kwargs), secrets)
-            out(f"added {view.name} ({view.transport}, {view.state})")
-            return EXIT_OK
-        if args.command == "edit":
-            view = settings.edit(args.name, server_changes(args), secrets)
-            out(f"saved {view.name} ({view.transport}, {view.state})")
-            return EXIT_OK
-        if args.command == "remove":
-            settings.remove(args.name)
-            out(f"removed {args.name}")
-            return EXIT_OK
-        if args.command == "enable":
-            view = settings.enable(args.name)
-            out(f"enabled {view.name} ({view.state})")
-            return EXIT_OK
-        view = settings.disable(args.name)
-        out(f"disabled {view.name}")
-        return EXIT_OK
+        return change_command(settings, home, args, secrets)
     finally:
         store.close()
 
@@ -197,63 +173,52 @@ THROUGH_SERVICE = ("add", "edit", "remove", "enable", "disable", "extension", "s
 def through_service(client: ServiceClient, home: str, args: argparse.Namespace, secrets: Any) -> int:
     """The admin command through the service's API: the same checks, output and exit codes.
 
-    What the command reads (the entry it edits, the names taken) is read here; every
-    change is one PATCH (or the sign-in API), which the service applies with
-    :class:`~albedo_actors.settings.Settings` and after which its sessions reload.
+    The client is a :class:`~albedo_actors.settings.SettingsPort` as :class:`Settings`
+    is: each change is one PATCH of a :class:`~albedo_actors.settings.change.Change`,
+    which the service applies as a direct save does, after which its sessions reload.
     """
-    from ..config import EXTENSION_DEFAULTS
-    from ..settings import ServerSpec, Settings, edit_entry, new_entry, suggest_name
-
-    reader = Settings(home, None)  # type: ignore[arg-type]  # reads extensions.json only, never the store
     if args.command == "extension":
         if args.extension is None:
-            return print_extensions(dict(client.get().get("enabled") or {}), args)
+            return print_extensions(client.extensions(), args)
         if args.state is None:
             raise Usage(f"say on or off: {PROG} extension {args.extension} on|off")
-        if args.extension not in EXTENSION_DEFAULTS:
-            raise ConfigError(f"no extension named {args.extension!r}; the extensions are {', '.join(sorted(EXTENSION_DEFAULTS))}")
-        client.patch({"enabled": {args.extension: args.state == "on"}})
+        client.set_extension(args.extension, args.state == "on")
         out(f"{args.extension} is {args.state} for every session that does not choose for itself")
         return EXIT_OK
     if args.command == "sign-in":
         return sign_in_through(client, args)
-    if args.command == "sign-out":
-        client.patch({"secrets": {args.name: {"oauth": None}}}, name=args.name)
-        out(f"signed out of {args.name}")
-        return EXIT_OK
+    return change_command(client, home, args, secrets)
+
+
+def change_command(port: SettingsPort, home: str, args: argparse.Namespace, secrets: Any) -> int:
+    """add, edit, remove, enable, disable and sign-out, written once against the port
+    (the settings directly, or a running settings service)."""
+    from ..settings import ServerSpec, suggest_name
+
     if args.command == "add":
         transport, spec_kwargs = add_target(args)
-        taken = {str(server.get("name")) for server in client.get().get("servers") or [] if isinstance(server, dict)}
-        name = args.name or suggest_name(transport, args.target, taken)
-        # Settings.add's checks (a PATCH of a known name would edit it).
-        entry = new_entry(ServerSpec(name=name, transport=transport, enabled=not args.disabled, **spec_kwargs),
-                          secrets, taken, reader.path)
-        check_kept(name, secrets, ())
-        view = saved_through(client, name, entry, secrets)
-        out(f"added {name} ({view.get('transport')}, {view.get('state')})")
+        name = args.name or suggest_name(transport, args.target, set(port.names()))
+        view = port.add(ServerSpec(name=name, transport=transport, enabled=not args.disabled, **spec_kwargs), secrets)
+        out(f"added {view.name} ({view.transport}, {view.state})")
         return EXIT_OK
-    entry = reader._existing(reader._servers(reader._read_document()), args.name)
-    name = args.name
     if args.command == "edit":
-        edit_entry(name, entry, server_changes(args), secrets)
-        stored = [view.get("credentials") for view in client.get().get("servers") or []
-                  if isinstance(view, dict) and view.get("name") == name]
-        check_kept(name, secrets, [str(item) for item in (stored[0] if stored and isinstance(stored[0], list) else [])])
-        view = saved_through(client, name, entry, secrets)
-        out(f"saved {name} ({view.get('transport')}, {view.get('state')})")
+        view = port.edit(args.name, server_changes(args), secrets)
+        out(f"saved {view.name} ({view.transport}, {view.state})")
         return EXIT_OK
     if args.command == "remove":
-        client.patch({"servers": {name: None}}, name=name)
-        out(f"removed {name}")
+        port.remove(args.name)
+        out(f"removed {args.name}")
         return EXIT_OK
     if args.command == "enable":
-        entry.pop("enabled", None)
-        view = saved_through(client, name, entry, None)
-        out(f"enabled {name} ({view.get('state')})")
+        view = port.enable(args.name)
+        out(f"enabled {view.name} ({view.state})")
         return EXIT_OK
-    entry["enabled"] = False
-    saved_through(client, name, entry, None)
-    out(f"disabled {name}")
+    if args.command == "sign-out":
+        port.sign_out(args.name)
+        out(f"signed out of {args.name}")
+        return EXIT_OK
+    view = port.disable(args.name)
+    out(f"disabled {view.name}")
     return EXIT_OK
 
 
@@ -284,67 +249,6 @@ def server_changes(args: argparse.Namespace) -> ServerChanges:
         words = split_command(args.command_line, "--command")
         return ServerChanges(command=words[0], args=tuple(words[1:]))
     return ServerChanges(url=args.url)
-
-
-def check_kept(name: str, secrets: Any, stored: Sequence[str]) -> None:
-    """What Settings refuses of blank secrets (kept) with nothing stored to keep, in its
-    order and words: the service's API just keeps an omitted one. ``stored``: the server's
-    credentials as ``servers --json`` names them ("header X-Key", "env KEY")."""
-    from ..config import ENV_NAME
-
-    if secrets.headers:
-        from ..settings import apply_headers
-
-        # The stored headers' names stand in for them (their values are not needed here).
-        apply_headers(tuple((item[len("header "):], "kept") for item in stored if item.startswith("header ")),
-                      secrets.headers, name)
-    for key, value in secrets.env.items():
-        if not ENV_NAME.match(key):
-            raise ConfigError(f"server {name!r}: {key!r} is not an environment variable name")
-        if not value and f"env {key}" not in stored:
-            raise ConfigError(f"server {name!r}: env {key} has no stored value to keep; give one")
-
-
-def saved_through(client: ServiceClient, name: str, entry: dict[str, Any], secrets: Any) -> dict[str, Any]:
-    """PATCH one server's entry (and its secrets); its view in the answer."""
-    from ..config import DEFAULT_STARTUP_TIMEOUT_MS
-    from ..service.client import READ_TIMEOUT_S
-
-    body: dict[str, Any] = {"servers": {name: entry}}
-    typed = secrets_json(secrets) if secrets is not None else {}
-    if typed:
-        body["secrets"] = {name: typed}
-    startup = entry.get("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS)
-    startup_s = startup / 1000 if isinstance(startup, int) and not isinstance(startup, bool) and startup > 0 else 30.0
-    # The save connects the server within its startupTimeoutMs, after any save ahead of it.
-    answer = client.patch(body, name=name, timeout=max(READ_TIMEOUT_S, 2 * startup_s + 30.0))
-    for view in answer.get("servers") or []:
-        if isinstance(view, dict) and view.get("name") == name:
-            return view
-    raise ConfigError(f"server {name!r}: the settings service saved it but does not list it; see `{PROG} servers`")
-
-
-def secrets_json(secrets: Any) -> dict[str, Any]:
-    """A SecretInput as the PATCH body's secrets: blank (kept) is left out, ``-`` is null."""
-    from ..settings import REMOVE
-
-    out: dict[str, Any] = {}
-    if secrets.bearer_token:
-        out["bearerToken"] = None if secrets.bearer_token == REMOVE else secrets.bearer_token
-    if secrets.headers:
-        # A name with a blank value keeps that header (or renames the one stored header).
-        out["headers"] = {header: (None if value == REMOVE else value) for header, value in secrets.headers.items()}
-    env = {key: (None if value == REMOVE else value) for key, value in secrets.env.items() if value}
-    if env:
-        out["env"] = env
-    if secrets.oauth_client is not None:
-        client_id, secret = secrets.oauth_client
-        if client_id == REMOVE:
-            out["oauth_client"] = None
-        else:
-            # A blank secret keeps the stored one (for the same client id); "-" forgets it.
-            out["oauth_client"] = {"clientId": client_id, "clientSecret": None if secret == REMOVE else (secret or "")}
-    return out
 
 
 def extension_command(settings: Settings, args: argparse.Namespace) -> int:
