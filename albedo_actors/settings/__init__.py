@@ -10,6 +10,14 @@
     settings.disable("docs"); settings.enable("docs"); settings.remove("docs")
     settings.extensions()                     # {"mcp": False, "editor-mcp": True}
     settings.set_extension("mcp", True)       # on for every session that does not choose
+    settings.apply(Change(...))               # any change, all or nothing (settings.change)
+
+The package: :mod:`.document` (the ``extensions.json`` document: read, lock, write),
+:mod:`.secrets` (the secret rules: :class:`SecretInput`, blank keeps, ``-`` removes) and
+:mod:`.change` (a :class:`Change`, what one save changes, and its one all-or-nothing
+``apply``). Every write here, the settings service's PATCH and the command line's path
+through the service build a :class:`Change` and apply it. :class:`SettingsPort` is what
+an admin command needs; :class:`Settings` and the service's client implement it.
 
 A save writes the server's entry into ``extensions.json`` (atomically: a temporary file
 in the same directory, fsync, ``os.replace``, mode 0600) and its credentials into the
@@ -63,7 +71,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["Settings", "SettingsPort", "ServerSpec", "ServerChanges", "ServerView", "SecretInput", "Change", "apply",
            "Document", "REMOVE", "FILE_NAME", "LOCK_NAME", "new_entry", "edit_entry", "suggest_name", "signed_out",
            "undo_save", "change_credentials", "apply_headers", "check_header_name", "auth_view", "describe_credentials"]
-
 
 
 @dataclass(frozen=True)
