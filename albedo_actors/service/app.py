@@ -11,10 +11,13 @@ Routes (Werkzeug's routing; no hand-written HTTP parsing):
 - ``GET /api/mcp``: ``{"enabled": {...}, "retryMs": N, "servers": [...]}``, each server as
   ``albedo-mcp servers --json`` prints it (``ServerView.as_json()``: ``auth`` included,
   never a secret).
-- ``PATCH /api/mcp``: ``servers`` (NAME -> entry as in extensions.json, or null to
-  remove), ``secrets`` (NAME -> bearerToken, headers (header name -> value, "" kept, null
-  removed; the older ``header`` ``{"name", "value"}`` is still taken), env, oauth:
-  null (the sign-out), oauth_client), ``enabled``, ``retryMs``; every part optional, all or nothing: 400
+- ``PATCH /api/mcp``: a :class:`~albedo_actors.settings.change.Change` as JSON
+  (``Change.from_json``): ``servers`` (NAME -> entry as in extensions.json, or null to
+  remove), ``secrets`` (NAME -> bearerToken, headers (header name -> value), env
+  (KEY -> value), each value a string, "" keeping the stored one, null removing it; the
+  older ``header`` ``{"name", "value"}`` is still taken; oauth: null (the sign-out),
+  oauth_client), ``enabled``, ``retryMs``, ``added`` (names that must not exist yet);
+  every part optional, applied by ``Settings.apply``, all or nothing: 400
   writes nothing, 409 (a saved or enabled server could not connect) restores
   extensions.json and the credentials, 200 returns the new GET body and calls
   ``on_saved`` once.

@@ -200,8 +200,16 @@ def apply_locked(change: Change, document: Document, store: Store) -> bool:
             mcp["retryMs"] = change.retry_ms
     config = parse(data, document.home, source=document.path)  # before anything is written
     by_name = {server.name: server for server in config.servers}
-    touched = {*change.servers, *change.secrets, *change.sign_out}
-    stored: dict[str, Credentials] = {name: store.get_credentials(name) for name in touched}
+    stored: dict[str, Credentials] = {name: store.get_credentials(name)
+                                      for name in {*change.servers, *change.secrets, *change.sign_out} - set(removed)}
+    # A removed server's credentials are deleted even when they cannot be read (removing
+    # it is the way out of a damaged row); only readable ones can be put back on failure.
+    kept_removed: dict[str, Credentials] = {}
+    for name in removed:
+        try:
+            kept_removed[name] = store.get_credentials(name)
+        except StoreError:
+            logger.info("server %r: its unreadable credentials are deleted with it", name)
     # Each server's credentials change as a function of its row, applied under the row's
     # lock (a token refresh that commits meanwhile is kept); checked here on what is
     # stored now, so an invalid secret refuses the change before anything is written.
@@ -254,7 +262,7 @@ def apply_locked(change: Change, document: Document, store: Store) -> bool:
                 raise SettingsConflict(name, exc) from None
     except BaseException:
         _restore(document, store, None if sign_out_only else previous_text, previous, written,
-                 {name: stored[name] for name in removed}, restore_file=not sign_out_only)
+                 kept_removed, restore_file=not sign_out_only)
         raise
     for name, catalogue in catalogues.items():
         save_catalogue(store, by_name[name], catalogue)
