@@ -59,3 +59,22 @@ def test_change_json_goes_both_ways_and_never_quotes_a_value():
         Change.from_json({"secrets": {"web": {"headers": {"X-A": 12345678}}}})
     assert "12345678" not in str(refused.value)
     assert "b-1" not in repr(change) and "a-1" not in repr(change)
+
+
+def test_the_service_patch_takes_several_headers_and_the_older_one_header_form(tmp_path, settings):
+    from albedo_actors.service.app import patch
+
+    off = {"type": "http", "url": "http://127.0.0.1:9/mcp", "enabled": False}  # switched off: not tried
+    assert patch(settings, {"servers": {"web": off}, "added": ["web"],
+                            "secrets": {"web": {"headers": {"X-A": "a-1", "X-B": "b-1"}}}})
+    assert settings.store.get_credentials("web").headers == (("X-A", "a-1"), ("X-B", "b-1"))
+    assert patch(settings, {"secrets": {"web": {"headers": {"x-a": "", "X-B": None, "X-C": "c-1"}}}})
+    assert settings.store.get_credentials("web").headers == (("x-a", "a-1"), ("X-C", "c-1"))
+    with pytest.raises(ConfigError, match="X-D header has no stored value to keep"):
+        patch(settings, {"secrets": {"web": {"headers": {"X-D": ""}}}})
+    with pytest.raises(ConfigError, match="give the X-E header by its name alone") as refused:
+        patch(settings, {"secrets": {"web": {"headers": {"X-E: value-77": "v"}}}})
+    assert "value-77" not in str(refused.value)
+    assert patch(settings, {"secrets": {"web": {"header": None}}})  # the older form: every header removed
+    assert settings.store.get_credentials("web").headers == ()
+    assert [view.credentials for view in settings.servers()] == [()]
