@@ -229,6 +229,11 @@ def parse(data: Any, home: str, source: str = "extensions.json") -> McpConfig:
     """
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a JSON object")
+    foreign = foreign_format(data)
+    if foreign is not None:
+        # Another client's file in our place would otherwise give no servers, silently.
+        raise ConfigError(f"{source} holds {foreign}, not albedo's format (servers under \"mcp\": {{\"servers\": ...}}); "
+                          f"move it aside and run `albedo-mcp import FILE` to bring its servers in")
     mcp = data.get("mcp", {})
     if not isinstance(mcp, dict):
         raise ConfigError(f'{source}: "mcp" must be an object')
@@ -242,6 +247,22 @@ def parse(data: Any, home: str, source: str = "extensions.json") -> McpConfig:
     parsed = tuple(_server(name, entry, home, source) for name, entry in servers.items())
     return McpConfig(home=home, servers=parsed, retry_ms=retry_ms, extensions=_extensions(data.get("enabled"), source),
                      advertising=_advertise(mcp.get("advertise"), source))
+
+
+def foreign_format(data: dict) -> str | None:
+    """Which other client's format the document ``data`` is, or None.
+
+    Claude, Cursor, Windsurf and Gemini list servers under a top-level ``mcpServers``;
+    VS Code under a top-level ``servers`` beside ``inputs``, or (in its settings) under
+    ``"mcp": {"servers", "inputs"}``. albedo's own document has none of these: its
+    servers are under ``"mcp": {"servers"}``, and ``"mcp"`` never holds ``inputs``.
+    """
+    if "mcpServers" in data:
+        return 'another client\'s "mcpServers" list (Claude, Cursor, Windsurf or Gemini CLI)'
+    mcp = data.get("mcp")
+    if "servers" in data or "inputs" in data or (isinstance(mcp, dict) and "inputs" in mcp):
+        return 'a VS Code MCP configuration ("servers" with "inputs")'
+    return None
 
 
 # -- "mcp": {"advertise": ...}: the budget of operations a session advertises (tool search) --

@@ -256,7 +256,7 @@ EXIT_SESSION = 6
 EXIT_STORE = 7
 
 # The one table: class -> exit code of ``albedo-mcp`` (the tree above draws it; the
-# README's "Exit codes" lists it). Every class of this module has its own row.
+# docs/guide.rst's "Exit codes" lists it). Every class of this module has its own row.
 EXIT_CODES: dict[type[AlbedoError], int] = {
     AlbedoError: EXIT_SESSION,
     ConfigError: EXIT_USAGE,

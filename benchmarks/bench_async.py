@@ -31,7 +31,7 @@ The parts:
 
 Parts 2 and 3 take the median over ``--slow-rounds`` rounds. ``--quick``: fewer calls
 and rounds, and 0.25 s sleeps. Run: ``.venv/bin/python benchmarks/bench_async.py
-[--quick]``. See README.rst.
+[--quick]``. See docs/operations.rst ("Async hosts, the binding and tool lists").
 """
 
 from __future__ import annotations

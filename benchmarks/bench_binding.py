@@ -31,7 +31,7 @@ copy strategies   the N schemas copied by ``marshal.loads`` of bytes marshalled 
                   (``Composition.schema_copy``, as shipped), ``pickle.loads`` of bytes
                   pickled once, ``copy.deepcopy`` and a ``json`` round trip
 
-Run: ``.venv/bin/python benchmarks/bench_binding.py [--quick]``. See README.rst.
+Run: ``.venv/bin/python benchmarks/bench_binding.py [--quick]``. See docs/operations.rst ("Speed").
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--copies", type=int, default=None, help="times each way of handing out the tool list is timed (default 30)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 100 calls, 2 rounds, 50 warm-up calls, 6 copies")
     parser.add_argument("--baseline", metavar="DIR", default=None,
-                        help="also measure binding/handle of the checkout in DIR, in the same run (see README.rst)")
+                        help="also measure binding/handle of the checkout in DIR, in the same run (see docs/operations.rst)")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)  # one --baseline measurement
     opts = parser.parse_args(argv)
     for key, full, quick in (("calls", 500, 100), ("rounds", 6, 2), ("warmup", 200, 50), ("copies", 30, 6)):

@@ -38,7 +38,7 @@ Measured:
    budget. ``before`` takes ``over`` only up to ``--before-flood-mib`` (16) MiB, since
    it keeps everything (issue 10 saw 4.3 GB of peak RSS for 40 pages of 2 MB).
 
-Run: ``.venv/bin/python benchmarks/bench_discovery.py [--quick]``. See README.rst.
+Run: ``.venv/bin/python benchmarks/bench_discovery.py [--quick]``. See docs/security.rst ("What a server sends is data").
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ measured and disconnects, one client at a time. Measured:
    reads resources, templates and prompts); and the time to disconnect (``stop``).
 
 Ratios compare ours with the peers: latency by the median, throughput by calls/s.
-Run: ``.venv/bin/python benchmarks/bench_http.py [--quick] [--sse]``. See README.rst.
+Run: ``.venv/bin/python benchmarks/bench_http.py [--quick] [--sse]``. See docs/operations.rst ("Speed").
 """
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     _common.add_options(parser, DEFAULTS)
     parser.add_argument("--sse", action="store_true",
-                        help="start the server in SSE mode instead of --json-response (see README.rst: the SDK "
+                        help="start the server in SSE mode instead of --json-response (see benchmarks/README.rst: the SDK "
                              "server still answers a quick modern call with a JSON body)")
     parser.add_argument("--server-as-is", action="store_true",
                         help="start sdk_server.py without the TCP_NODELAY shim (then every call waits ~40 ms for a "

@@ -30,7 +30,7 @@ warmed first), as an installed package runs, and from a scratch directory, so th
     The same for what a host does: ``Runtime`` with one stdio server and no store,
     ``runtime.mcp().call("demo/echo")``, then idle.
 ``+store RSS MiB``
-    The same with the host's SQLite store (``open_store(home)``, the README's host):
+    The same with the host's SQLite store (``open_store(home)``, the host of docs/python-api.rst):
     peewee, sqlite3, and psycopg2 when it is installed (peewee imports it).
 ``bare RSS MiB``
     A child that imports nothing, for scale.

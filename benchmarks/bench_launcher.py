@@ -26,7 +26,7 @@ ctypes      the same file with ``prctl`` called through the ``ctypes`` package
 
 The variants are written to a temporary directory; the run fails if the text it
 replaces is not found. Run: ``.venv/bin/python benchmarks/bench_launcher.py
-[--starts N] [--quick]``. See README.rst.
+[--starts N] [--quick]``. See docs/configuration.rst ("How a stdio server runs").
 """
 
 from __future__ import annotations

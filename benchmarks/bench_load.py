@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The load run of issue 23: one host, 8 callers, 8 servers, kill -9s, crashes and HTTP outages.
 
-One process embeds albedo_actors as README.rst's "Python API" says: an SQLite store, a
+One process embeds albedo_actors as docs/python-api.rst says: an SQLite store, a
 ``Runtime`` (registry, preparer, token refresher, one session composer) and its binding,
 ``mcp.call("server/echo", text=...)``. It has 8 servers:
 
@@ -538,7 +538,7 @@ class Chaos:
             d = self.tally.begin(server, "kill")
             try:
                 # The disturbance ends when the server has ended: at once for its own kill,
-                # after the host ended its group for its launcher's (README: "if the
+                # after the host ended its group for its launcher's (docs/configuration.rst: "if the
                 # launcher itself dies, the host ends the server's group").
                 pidfd = os.pidfd_open(found[0])
             except ProcessLookupError:
@@ -739,7 +739,7 @@ class LoadRun:
                 break
             if now >= next_turn:
                 next_turn += opts.turn_every
-                try:  # README "Python API": the host tells the composer about turns
+                try:  # docs/python-api.rst: the host tells the composer about turns
                     runtime.composer.turn_started()
                     runtime.request(TurnEnded(), timeout=60)
                     self.turns += 1

@@ -38,7 +38,7 @@ clients take turns (rotating order), one at a time:
    refresh) and with the expiry known locally (its ``token_expiry_time`` set in the
    past: it refreshes before sending).
 
-Run: ``.venv/bin/python benchmarks/bench_oauth.py [--rounds N]``. See README.rst.
+Run: ``.venv/bin/python benchmarks/bench_oauth.py [--rounds N]``. See docs/operations.rst ("Speed").
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ sdk   the official Python SDK (``mcp``), which has no saved catalogues: one asyn
       call.
 
 Figures are medians of ``--rounds`` (3) rounds; ratios are ours/sdk (lower is better).
-Run: ``.venv/bin/python benchmarks/bench_ready.py [--quick]``. See README.rst.
+Run: ``.venv/bin/python benchmarks/bench_ready.py [--quick]``. See docs/operations.rst ("Speed").
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ sequential ``mcp.call("demo/echo", text="x")`` per round with search enabled
 (``maxTools`` 2, the index built, the call recorded as recently used) and disabled
 (no budget), the two taking turns; the ratio enabled/disabled (goal: ~1.0x, no growth).
 
-Run: ``.venv/bin/python benchmarks/bench_search.py [--quick]``. See README.rst.
+Run: ``.venv/bin/python benchmarks/bench_search.py [--quick]``. See docs/operations.rst ("Budgets, pinning and tool search").
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ time. Measured:
    and opens the listen stream); and the time to disconnect (``stop``).
 
 Ratios compare ours with the peers: latency by the median, throughput by calls/s.
-Run: ``.venv/bin/python benchmarks/bench_stdio.py [--quick]``. See README.rst.
+Run: ``.venv/bin/python benchmarks/bench_stdio.py [--quick]``. See docs/operations.rst ("Speed").
 """
 
 from __future__ import annotations

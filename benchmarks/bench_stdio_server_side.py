@@ -17,7 +17,8 @@ busy       raw, then ``--busy`` µs of Python work per call on the same thread: 
            extra CPU without ours's threads, launcher or bytes.
 
 Per client: median latency per round, and CPU µs per call in this process and in the
-server. Results and findings: README.rst.
+server. Results and findings: docs/operations.rst
+("Async hosts, the binding and tool lists") and benchmarks/README.rst.
 Run: ``.venv/bin/python benchmarks/bench_stdio_server_side.py [--calls N] [--rounds N] [--only a,b]``.
 """
 

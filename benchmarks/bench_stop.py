@@ -22,7 +22,7 @@ Each round runs both, in alternating order, on fresh servers; figures are median
 ``--rounds`` (5) rounds, and the ratio is ours/sdk (lower is better). Targets: ours
 under 0.1 s and no slower than the SDK.
 
-Run: ``.venv/bin/python benchmarks/bench_stop.py [--quick]``. See README.rst.
+Run: ``.venv/bin/python benchmarks/bench_stop.py [--quick]``. See docs/operations.rst ("Speed").
 """
 
 from __future__ import annotations

@@ -196,3 +196,86 @@ _albedo_postgres_stop() {
   rm -rf -- "$ALBEDO_PG_DIR"
   ALBEDO_PG_DIR=
 }
+
+# The other Pythons scripts/test runs the fast subset on (tests/pythons.txt lists it),
+# beside .venv's python3: the lowest that setup.cfg's python_requires admits and the
+# highest we claim. docs/commands/pythons.rst says why and how.
+ALBEDO_OTHER_PYTHONS=(3.10 3.13)
+
+# _albedo_find_python X.Y: print the path of a Python X.Y, or nothing: pythonX.Y on
+# PATH when it is a real interpreter (a pyenv shim runs only the versions pyenv has
+# chosen, so shims are passed over), else the newest X.Y.* that pyenv installed
+# ($PYENV_ROOT, else ~/.pyenv), else /usr/bin/pythonX.Y or /usr/local/bin/pythonX.Y.
+_albedo_find_python() {
+  local version=$1 candidate best= root=${PYENV_ROOT:-$HOME/.pyenv}
+  candidate=$(command -v "python$version" 2>/dev/null || true)
+  if [[ -n $candidate && $candidate != */shims/* ]]; then
+    best=$candidate
+  else
+    while IFS= read -r candidate; do
+      [[ -x $candidate ]] && best=$candidate
+    done < <(printf '%s\n' "$root"/versions/"$version".*/bin/python"$version" | sort -V)
+    [[ -z $best && -x /usr/local/bin/python$version ]] && best=/usr/local/bin/python$version
+    [[ -z $best && -x /usr/bin/python$version ]] && best=/usr/bin/python$version
+  fi
+  [[ -n $best ]] && "$best" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$version'.split('.'))))" \
+    2>/dev/null && printf '%s' "$best"
+  return 0
+}
+
+# albedo_other_venv X.Y: make .venv-pyX.Y (git-ignored) with Python X.Y and install the
+# package with its test extra into it (skipped, as for .venv, when a stamp shows
+# setup.cfg and pyproject.toml unchanged); set OTHER_PY to its python. Returns 1, with
+# one line on stderr, when no Python X.Y is found: a failure under CI=true, which must
+# test every Python we claim, and a skip otherwise.
+albedo_other_venv() {
+  local version=$1 interpreter venv stamp want pkg=no
+  venv=$REPO/.venv-py$version
+  OTHER_PY=$venv/bin/python
+  if [[ ! -x $OTHER_PY ]]; then
+    interpreter=$(_albedo_find_python "$version")
+    if [[ -z $interpreter ]]; then
+      echo "albedo: no Python $version found (on PATH or under pyenv's versions); the subset of tests/pythons.txt is not run on it" >&2
+      return 1
+    fi
+    echo "albedo: creating $venv with $interpreter" >&2
+    "$interpreter" -m venv "$venv"
+  fi
+  stamp=$venv/.albedo-pip-test.sha256
+  [[ -f albedo_actors/__init__.py ]] && pkg=yes
+  want=$(_albedo_hash ".[test]" "package:$pkg" -- setup.cfg pyproject.toml)
+  if [[ -f $stamp && $(<"$stamp") == "$want" ]]; then
+    return 0
+  fi
+  echo "albedo: pip install -e '.[test]' into .venv-py$version" >&2
+  rm -f "$stamp"
+  "$OTHER_PY" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+  printf '%s\n' "$want" >"$stamp"
+}
+
+# albedo_shells: zsh and fish, for the tests of `albedo-mcp completion zsh|fish`
+# (tests/test_cli_polish.py; bash is always there). Installed with apt-get when one is
+# missing and we are root; under CI=true their absence fails the run, otherwise those
+# two tests skip.
+albedo_shells() {
+  local missing=() shell
+  for shell in zsh fish; do
+    command -v "$shell" >/dev/null || missing+=("$shell")
+  done
+  (( ${#missing[@]} == 0 )) && return 0
+  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    echo "albedo: installing ${missing[*]} with apt-get" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+      || echo "albedo: apt-get could not install ${missing[*]}" >&2
+    missing=()
+    for shell in zsh fish; do
+      command -v "$shell" >/dev/null || missing+=("$shell")
+    done
+  fi
+  (( ${#missing[@]} == 0 )) && return 0
+  if [[ ${CI:-} == true ]]; then
+    echo "albedo: ${missing[*]} not found and could not be installed; the completion tests need them under CI" >&2
+    exit 1
+  fi
+  echo "albedo: ${missing[*]} not found; the completion tests for them will skip (apt-get install zsh fish)" >&2
+}

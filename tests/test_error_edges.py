@@ -25,7 +25,7 @@ import threading
 import pykka
 import pytest
 
-import albedo_actors.cli.entry
+from albedo_actors.cli import entry as cli_entry
 from albedo_actors import cli, runtime as runtime_module
 from albedo_actors.auth import server_auth
 from albedo_actors.binding import AsyncMcp
@@ -387,7 +387,7 @@ def test_cli_a_session_future_that_fails_in_pykka_exits_as_our_class(tmp_path, m
     def waiting(args):
         return proxy.refresh(None, None).get(timeout=0.2)
 
-    monkeypatch.setattr(cli.entry, "tools_command", waiting)
+    monkeypatch.setattr(cli_entry, "tools_command", waiting)
     try:
         code = cli.main(["--home", str(tmp_path), "tools"])
     finally:

@@ -1,6 +1,7 @@
 """The error tree's exit codes (issue 12, Deliver 5): one table, errors.EXIT_CODES, that
 every class has its own row in, that the command line exits by, and that errors.py's
-docstring and README.rst's "Exit codes" both show. "Usage" (2) means ConfigError only.
+docstring and the user guide's "Exit codes" (docs/guide.rst) both show. "Usage" (2)
+means ConfigError only.
 
 The command line is run in process (``cli.main``) with its one command raising each
 class in turn, so the exit code is the one the table gives and stderr is one line.
@@ -14,11 +15,11 @@ import re
 
 import pytest
 
-import albedo_actors.cli.entry
+from albedo_actors.cli import entry as cli_entry
 from albedo_actors import cli, errors
 from albedo_actors.errors import EXIT_CODES, AlbedoError, ConfigError, exit_code
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.rst")
+GUIDE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "guide.rst")
 CLASSES = sorted((c for c in vars(errors).values() if inspect.isclass(c) and issubclass(c, AlbedoError)),
                  key=lambda c: c.__name__)
 
@@ -52,7 +53,7 @@ def test_the_cli_exits_with_the_tables_code_and_one_line(cls, tmp_path, monkeypa
     def raising(args):
         raise error
 
-    monkeypatch.setattr(cli.entry, "tools_command", raising)
+    monkeypatch.setattr(cli_entry, "tools_command", raising)
     code = cli.main(["--home", str(tmp_path), "tools"])
     assert code == EXIT_CODES[cls] == exit_code(error)
     err = capsys.readouterr().err
@@ -72,10 +73,10 @@ def test_errors_docstring_draws_each_class_with_its_exit_code():
         c.__name__: code for c, code in EXIT_CODES.items() if c is not AlbedoError}
 
 
-def test_the_readme_lists_each_class_with_its_exit_code_and_every_code():
-    with open(README, encoding="utf-8") as f:
+def test_the_guide_lists_each_class_with_its_exit_code_and_every_code():
+    with open(GUIDE, encoding="utf-8") as f:
         text = f.read()
-    section = text.split("\nExit codes\n==========\n", 1)[1].split("\nPython API\n", 1)[0]
+    section = text.split("\nExit codes\n==========\n", 1)[1].split("\nCommands\n========\n", 1)[0]
     listed = {name: int(code) for name, code in re.findall(r"^(\w+)\s+(\d)$", section, re.M)}
     assert listed == {c.__name__: code for c, code in EXIT_CODES.items()}
     described = {int(code) for code in re.findall(r"^(\d)   \S", section, re.M)}

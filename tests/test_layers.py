@@ -1,4 +1,4 @@
-"""The package's import graph keeps the layers of README.rst's Design section.
+"""The package's import graph keeps the layers of docs/design.rst's "Layout".
 
 Read from the source (every ``import`` and ``from ... import``, at module level or
 inside a function), so a layer that imports above itself, or any import cycle,
@@ -102,7 +102,7 @@ def _rank(module: str) -> int:
     for rank, (_name, tops) in enumerate(LAYERS):
         if top in tops:
             return rank
-    raise AssertionError(f"{module} is in no layer; add its folder to LAYERS (and to README.rst's Design section)")
+    raise AssertionError(f"{module} is in no layer; add its folder to LAYERS (and to docs/design.rst's Layout)")
 
 
 MODULES = _modules()

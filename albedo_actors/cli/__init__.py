@@ -5,6 +5,7 @@
     albedo-mcp [--home DIR] [--database URL | --no-store] tools [--json]
     albedo-mcp [--home DIR] [--database URL | --no-store] call NAME [--args JSON] [--json] [--hidden]
     albedo-mcp demo
+    albedo-mcp completion bash|zsh|fish
     albedo-mcp extension [--json] | extension mcp|editor-mcp on|off
 
     albedo-mcp servers [--json]
@@ -15,6 +16,8 @@
     albedo-mcp edit NAME [--url URL | --command LINE] [the secret options of add]
     albedo-mcp remove NAME | enable NAME | disable NAME
     albedo-mcp sign-in NAME [--timeout S] [--port P] [--no-browser] [--new-client] | sign-out NAME
+    albedo-mcp import FILE [--from KIND] [--dry-run] [--disabled] [--stdin]
+    albedo-mcp export --to KIND [--output FILE]
     albedo-mcp store new-key [--file PATH] | status | encrypt | rotate-key [--new-key-file PATH] | decrypt
 
 ``sign-in`` signs in to an HTTP server that asks for OAuth: it prints the authorization
@@ -25,10 +28,16 @@ registers a new OAuth client instead of reusing the one kept for the authorizati
 (a client the user configured is never replaced). ``sign-out`` forgets the server's
 tokens, and its next sign-in registers a new client.
 
+``import`` adds the servers of another client's file (Claude, Claude Code, Cursor,
+Windsurf, Gemini CLI, VS Code, Codex) one by one as ``add`` does, literal secrets to the
+store, ``${env:VAR}``/``${VAR}`` as references (:mod:`albedo_actors.cli.importing`);
+``export`` writes the servers in such a format with no secret, each stored credential a
+reference to a variable (:mod:`albedo_actors.cli.exporting`).
+
 **One writer.** While ``HOME/service.json`` names a live settings service for the home
 (``albedo-mcp serve``, or a host embedding :class:`albedo_actors.service.server.Service`),
-``add``, ``edit``, ``remove``, ``enable``, ``disable``, ``extension``, ``sign-in`` and
-``sign-out`` go through its API (:class:`albedo_actors.service.client.ServiceClient`), so
+``add``, ``edit``, ``remove``, ``enable``, ``disable``, ``extension``, ``sign-in``,
+``sign-out`` and ``import`` go through its API (:class:`albedo_actors.service.client.ServiceClient`), so
 the host saves the change and its sessions reload; they print the same lines and exit
 with the same codes as when they act directly. The secrets they read go in the PATCH
 body's ``secrets``, never in argv. ``sign-in`` then starts the service's sign-in (its
@@ -68,7 +77,19 @@ not valid MCP); 5 timed out (the server, or the session, did not answer in time)
 session failed or closed; 7 the store could not be read or written. Each error class has
 its code in :data:`albedo_actors.errors.EXIT_CODES`. Warnings go to stderr, one line
 each, naming the server.
-No traceback reaches the user unless ``--verbose`` is given.
+No traceback reaches the user unless ``--verbose`` is given. With ``--json`` (every
+command that takes it), a failure is also one JSON object on stdout,
+``{"error": {"type", "message", "server", "exit"}}``: the error's class name, the stderr
+line without the program's name, the server the error names (else null) and the exit
+code. A reader that goes away early (``albedo-mcp tools | head -1``) ends the run
+quietly with exit 141, as a program killed by SIGPIPE does (``--help`` too;
+``--version`` may exit 0, as argparse drops that write error itself on Python 3.11 and later). ``servers`` on an empty home prints one line on stderr
+saying how to add a server, and nothing on stdout (``[]`` with ``--json``).
+
+``completion bash|zsh|fish`` prints argcomplete's completion script for that shell
+(:mod:`albedo_actors.cli.completion`); the script completes by running ``albedo-mcp``
+with ``$_ARGCOMPLETE`` set, which answers from the parser and the configured servers'
+names and exits before anything else runs.
 
 Nothing a server sends reaches the terminal as a control code: every line printed
 (lists, results, error lines, warnings, ``--verbose`` logs) goes through

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import OWN_VARIABLE, own_variable, resolve_home
 from ..errors import EXIT_OK, StoreError
 from .options import PROG, Usage, place_options
-from .output import out, print_json, warn
+from .output import note, out, print_json, warn
 from .signin import sign_in, sign_in_through
 
 if TYPE_CHECKING:
@@ -153,6 +153,9 @@ def admin_command(args: argparse.Namespace) -> int:
             views = settings.servers()
             if args.json:
                 print_json([view.as_json() for view in views])
+            elif not views:
+                # On stderr: stdout holds only the list, so `servers | wc -l` counts servers.
+                note(f"no servers yet; add one: {PROG} add URL | 'COMMAND LINE'")
             else:
                 for view in views:
                     # A server whose credentials cannot be read shows the store's line in their

@@ -20,8 +20,11 @@ from ..errors import (
     exit_code,
 )
 from .admin import ADMIN, admin_command, admin_parsers
+from .completion import complete_if_asked, completion_command, completion_parser
+from .exporting import export_command, export_parsers
+from .importing import import_command, import_parsers
 from .options import PROG, Parser, Usage, no_store_option, place_options
-from .output import PrintableFormatter, error_line
+from .output import PrintableFormatter, closed_pipe, failure
 from .run import call_command, seconds, tools_command
 from .serve import open_command, serve_command, serve_parsers
 from .store_keys import store_command, store_parsers
@@ -57,19 +60,44 @@ def build_parser() -> argparse.ArgumentParser:
     place_options(call)
     no_store_option(call)
     commands.add_parser("demo", help="show what albedo_actors does, on the bundled demo server")
+    completion_parser(commands)
     admin_parsers(commands)
+    import_parsers(commands)
+    export_parsers(commands)
     serve_parsers(commands)
     store_parsers(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit code (the console script exits with it)."""
+    """Run the command line; return the exit code (the console script exits with it).
+
+    A reader that goes away early (``albedo-mcp tools | head -1``) ends the run quietly
+    with exit 141, as a program killed by SIGPIPE does: no traceback, and no complaint
+    from Python's flush at exit (stdout and stderr then point at /dev/null)."""
     try:
-        args = build_parser().parse_args(argv)
+        try:
+            return run_command_line(argv)
+        finally:
+            # The last buffered lines are written here, not at interpreter exit, so a
+            # closed pipe is found while it can still be handled.
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        return closed_pipe()
+
+
+def run_command_line(argv: Sequence[str] | None) -> int:
+    """Parse ``argv`` and run its command; every error becomes one line (and, with --json, a JSON object)."""
+    parser = build_parser()
+    complete_if_asked(parser)  # only when a shell's completion script runs us
+    try:
+        args = parser.parse_args(argv)
     except Usage as exc:
-        error_line(f"{exc} (see {PROG} --help)")
-        return EXIT_USAGE
+        # --json among the words asks for the JSON error too, though the parse failed.
+        words = list(sys.argv[1:] if argv is None else argv)
+        asked = "--json" in words[: words.index("--")] if "--" in words else "--json" in words
+        return failure(Usage(f"{exc} (see {PROG} --help)"), EXIT_USAGE, as_json=asked)
     # Log messages quote what servers sent: escaped like every other line printed.
     log_handler = logging.StreamHandler()
     log_handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -78,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("pykka").setLevel(logging.CRITICAL)
     # peewee logs every query with its parameters at DEBUG: those may be secrets.
     logging.getLogger("peewee").setLevel(logging.INFO)
+    # Every command that takes --json prints its failure as JSON on stdout too.
+    as_json = bool(getattr(args, "json", False))
     try:
         if args.command == "tools":
             return tools_command(args)
@@ -87,32 +117,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ..demo.run import run_demo
 
             return run_demo(out=sys.stdout)
+        if args.command == "completion":
+            return completion_command(args)
         if args.command == "serve":
             return serve_command(args)
         if args.command == "open":
             return open_command(args)
         if args.command == "store":
             return store_command(args)
+        if args.command == "import":
+            return import_command(args)
+        if args.command == "export":
+            return export_command(args)
         if args.command in ADMIN:
             return admin_command(args)
-        error_line(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in, sign-out, extension, serve, open or store (see {PROG} --help)")
-        return EXIT_USAGE
+        return failure(Usage(f"a command is required: tools, call, demo, servers, add, edit, remove, enable, disable, sign-in, "
+                             f"sign-out, extension, import, export, serve, open, store or completion (see {PROG} --help)"), EXIT_USAGE)
+    except BrokenPipeError:
+        raise  # main ends the run quietly
     except Usage as exc:
-        error_line(str(exc))
-        return EXIT_USAGE
+        return failure(exc, EXIT_USAGE, as_json=as_json)
     except AlbedoError as exc:
-        error_line(str(exc))
-        return exit_code(exc)
-    except KeyboardInterrupt:
-        error_line("interrupted")
-        return 130
+        return failure(exc, exit_code(exc), as_json=as_json)
+    except KeyboardInterrupt as exc:
+        return failure(exc, 130, message="interrupted", as_json=as_json)
     except (pykka.Timeout, pykka.ActorDeadError) as exc:  # the demo waits on the session's own futures
         error = SessionClosed(CLOSED) if isinstance(exc, pykka.ActorDeadError) else \
             SessionTimedOut("the MCP session did not answer in time; try again")
-        error_line(str(error))
-        return exit_code(error)
+        return failure(error, exit_code(error), as_json=as_json)
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
         if args.verbose:
             logging.getLogger(__name__).exception("unexpected error")
-        error_line(f"unexpected error: {type(exc).__name__}: {exc} (run with --verbose for details)")
-        return EXIT_TOOL_ERROR
+        return failure(exc, EXIT_TOOL_ERROR, as_json=as_json,
+                       message=f"unexpected error: {type(exc).__name__}: {exc} (run with --verbose for details)")

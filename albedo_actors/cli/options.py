@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+import sys
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 PROG = "albedo-mcp"
 
@@ -15,6 +19,11 @@ class Usage(Exception):
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse would exit; we report one line
         raise Usage(message)
+
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        # argparse 3.11 and later drop a write error here (3.10 does not): written
+        # plainly, a closed pipe reaches main, and --help ends as every command does.
+        (file or sys.stdout).write(self.format_help())
 
 
 def place_options(sub: argparse.ArgumentParser) -> None:

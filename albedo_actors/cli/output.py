@@ -1,8 +1,14 @@
-"""What the command line prints: every line through the escaping rule, JSON exactly, errors and warnings one line each on stderr."""
+"""What the command line prints: every line through the escaping rule, JSON exactly, errors and warnings one line each on stderr.
+
+A failure is one line on stderr; with ``--json`` it is also one JSON object on stdout,
+``{"error": {"type", "message", "server", "exit"}}`` (:func:`failure`). A reader that
+leaves early ends the run quietly (:func:`closed_pipe`).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
@@ -69,6 +75,51 @@ def warn(message: str) -> None:
 
 def error_line(message: str) -> None:
     print(f"{PROG}: {printable(message, one_line=True)}", file=sys.stderr)
+
+
+def note(message: str) -> None:
+    """A hint on stderr (one line), so that stdout holds only what was asked for."""
+    print(f"{PROG}: {printable(message, one_line=True)}", file=sys.stderr)
+
+
+def failure(exc: BaseException, code: int, *, message: str | None = None, as_json: bool = False) -> int:
+    """Report a failure and return its exit ``code``: one line on stderr and, with
+    ``as_json``, ``{"error": {"type", "message", "server", "exit"}}`` on stdout.
+
+    ``type`` is the error's class name (``Unavailable``, ``ConfigError``, ``Usage``...),
+    ``message`` the stderr line without the program's name (``str(exc)`` unless
+    ``message`` is given), ``server`` the server the error names, else null.
+    """
+    text = printable(str(exc) if message is None else message, one_line=True)
+    error_line(text)
+    if as_json:
+        server = getattr(exc, "server", None)
+        print_json({"error": {"type": type(exc).__name__, "message": text,
+                              "server": server if isinstance(server, str) else None, "exit": code}})
+    return code
+
+
+# The exit status of a run whose reader went away, as of a program killed by SIGPIPE
+# (128 + 13): what `cat` or `git log` give under `set -o pipefail`.
+EXIT_CLOSED_PIPE = 141
+
+
+def closed_pipe() -> int:
+    """Stdout's (or stderr's) reader has gone: print nothing more, and return 141.
+
+    Both streams are pointed at /dev/null, so that the lines still buffered are dropped
+    without a second BrokenPipeError ("Exception ignored ...") at interpreter exit.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                os.dup2(devnull, stream.fileno())
+            except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
+                pass
+    finally:
+        os.close(devnull)
+    return EXIT_CLOSED_PIPE
 
 
 class PrintableFormatter(logging.Formatter):

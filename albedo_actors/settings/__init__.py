@@ -83,6 +83,10 @@ class ServerSpec:
     command: str | None = None
     args: tuple[str, ...] = ()
     enabled: bool = True
+    # Further keys of the extensions.json entry, spelt as the file spells them (``cwd``,
+    # ``env`` and ``headers`` references, ``bearerTokenEnvVar``, tool lists, timeouts):
+    # ``albedo-mcp import`` fills them; they are validated as the file's own.
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -412,6 +416,7 @@ def _entry(spec: ServerSpec) -> dict[str, Any]:
             entry["args"] = list(spec.args)
     else:
         raise ConfigError(f"server {spec.name!r}: the transport must be http or stdio, not {spec.transport!r}")
+    entry.update({key: value for key, value in spec.extra.items() if key not in entry and key != "enabled"})
     if not spec.enabled:
         entry["enabled"] = False
     return entry
@@ -460,8 +465,14 @@ def suggest_name(transport: str, target: str, taken: set[str] | frozenset[str] =
     @modelcontextprotocol/server-filesystem "/srv/my docs"`` → ``server-filesystem``).
     A name already taken gets ``-2``, ``-3``, ...
     """
-    base = _from_url(target) if transport == "http" else _from_command(target)
-    base = re.sub(r"[^A-Za-z0-9_-]+", "-", base).strip("-_")[:44] or "server"
+    return fit_name(_from_url(target) if transport == "http" else _from_command(target), taken)
+
+
+def fit_name(text: str, taken: set[str] | frozenset[str] = frozenset()) -> str:
+    """``text`` made a valid server name (every run of other characters becomes ``-``,
+    at most 44 characters, starting with a letter or digit), with ``-2``, ``-3``, ...
+    when it is taken: the rule of :func:`suggest_name`, also used by ``albedo-mcp import``."""
+    base = re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-_")[:44] or "server"
     if not base[0].isalnum():
         base = "s" + base
     name, n = base, 1

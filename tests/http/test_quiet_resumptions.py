@@ -1,4 +1,4 @@
-"""Five quiet resumptions give up (issue 11, item 9; README "A 2025-11-25-era stream ...").
+"""Five quiet resumptions give up (issue 11, item 9; docs/design.rst "A 2025-11-25-era stream ...").
 
 A legacy stream with event ids that ends before its response is resumed with
 ``Last-Event-ID``; a resumption that brings no new event is quiet, and five in a row

@@ -164,7 +164,7 @@ def test_a_sigkilled_launcher_leaves_the_host_to_end_the_helpers_it_can_still_fi
     # The helper that called setsid() is the server's child, and the one that called
     # setpgid() is in its session: the host finds both once the launcher is gone (the
     # server gets its EOF only after that). A double-forked orphan adopted by the
-    # launcher is re-parented past it when it dies: the host cannot find it (README).
+    # launcher is re-parented past it when it dies: the host cannot find it (docs/configuration.rst).
     hows = ("setsid", "setpgid")
     handle = clients.start(process_config("orphaned", *server_flags, *escape_flags(*hows)))
     pids = pids_of(handle)
