@@ -300,8 +300,9 @@ def read_secrets(args: argparse.Namespace) -> Any:
     elif args.bearer_token:
         bearer = reader.read("bearer token")
     headers: dict[str, str] = {}
+    from_variables = {header.lower() for header in header_env}
     for header in args.header:
-        if header not in header_env:
+        if header.lower() not in from_variables:  # else its value comes from --header-env
             headers[header] = reader.read(f"value of header {header}")
     for header, variable in header_env.items():
         headers[header] = from_environment(variable, "--header-env")
