@@ -48,9 +48,11 @@ OWN_PREFIX = "ALBEDO_"
 OWN_VARIABLE = ("one of albedo's own variables (ALBEDO_*: the store key, the database URL, the service's "
                 "settings), which no server is given; name another variable")
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# The validators every writer of the settings shares (settings, the service, the CLI):
+# a server's name, an environment variable's name, an HTTP header's name (an RFC 9110 token).
+SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _COMMON_KEYS = {"type", "enabled", "enabledTools", "disabledTools", "startupTimeoutMs", "callTimeoutMs", "maxCallTimeoutMs"}
 _STDIO_KEYS = _COMMON_KEYS | {"command", "args", "cwd", "env"}
 _HTTP_KEYS = _COMMON_KEYS | {"url", "bearerTokenEnvVar", "headers", "caFile", "oauth"}
@@ -310,7 +312,7 @@ def _extensions(value: Any, source: str) -> dict[str, bool]:
 
 def _server(name: str, entry: Any, home: str, source: str) -> ServerConfig:
     where = f"{source}: server {name!r}"
-    if not _NAME.match(name):
+    if not SERVER_NAME.match(name):
         raise ConfigError(f"{where}: a name must be 1-48 letters, digits, '-' or '_', starting with a letter or digit")
     if not isinstance(entry, dict):
         raise ConfigError(f"{where} must be an object")
@@ -347,7 +349,7 @@ def _server(name: str, entry: Any, home: str, source: str) -> ServerConfig:
             command=command,
             args=tuple(_strings(entry, "args", where)),
             cwd=cwd,
-            env=_named(entry, "env", where, _ENV_NAME, "an environment variable name"),
+            env=_named(entry, "env", where, ENV_NAME, "an environment variable name"),
             **common,
         )
     return ServerConfig(
@@ -355,7 +357,7 @@ def _server(name: str, entry: Any, home: str, source: str) -> ServerConfig:
         type="http",
         url=_url(entry.get("url"), where),
         bearer_token_env_var=_variable(entry.get("bearerTokenEnvVar"), f'{where}: "bearerTokenEnvVar"', optional=True),
-        headers=_named(entry, "headers", where, _HEADER_NAME, "an HTTP header name"),
+        headers=_named(entry, "headers", where, HEADER_NAME, "an HTTP header name"),
         ca_file=_ca_file(entry.get("caFile"), home, where),
         oauth=_oauth(entry.get("oauth"), where, home),
         **common,
@@ -494,7 +496,7 @@ def _variable(value: Any, where: str, optional: bool = False) -> str | None:
 
 
 def _required_variable(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not _ENV_NAME.match(value):
+    if not isinstance(value, str) or not ENV_NAME.match(value):
         raise ConfigError(f"{where} must name an environment variable of the host")
     if own_variable(value):
         # The store key ($ALBEDO_STORE_KEY), the database URL with its password: whatever a
@@ -566,11 +568,10 @@ def http_headers(server: ServerConfig, environ: Mapping[str, str] = os.environ,
     bearer = credentials.bearer_token if credentials is not None else None
     if bearer:
         stored.append(("Authorization", f"Bearer {bearer}"))
-    pair = credentials.header if credentials is not None else None
-    if pair:
-        stored.append(pair)
+    if credentials is not None:
+        stored.extend(credentials.headers)
     for name, value in stored:
-        if any(ch in value for ch in "\r\n\0") or not _HEADER_NAME.match(name):
+        if any(ch in value for ch in "\r\n\0") or not HEADER_NAME.match(name):
             raise ConfigError(f"{where}: the stored {name} header cannot be sent (a line break or a bad name)")
         for existing in [h for h in out if h.lower() == name.lower()]:
             del out[existing]

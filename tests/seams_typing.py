@@ -15,6 +15,8 @@ from albedo_actors.connection.channel import Link
 from albedo_actors.connection.http.exchange import LinkAuth
 from albedo_actors.connection.http.link import HttpLink
 from albedo_actors.connection.stdio_link import StdioLink
+from albedo_actors.service.client import ServiceClient
+from albedo_actors.settings import Settings, SettingsPort
 from albedo_actors.store import Store
 from connection.memory_link import MemoryLink
 
@@ -29,3 +31,7 @@ def server_auth_fits(auth: ServerAuth) -> LinkAuth:
 
 def links_fit(stdio: StdioLink, http: HttpLink, memory: MemoryLink) -> tuple[Link, Link, Link]:
     return stdio, http, memory
+
+
+def settings_ports_fit(settings: Settings, client: ServiceClient) -> tuple[SettingsPort, SettingsPort]:
+    return settings, client

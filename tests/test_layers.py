@@ -207,3 +207,20 @@ def test_the_graph_is_read_from_real_imports() -> None:
     assert "albedo_actors.wire.jsonrpc" in GRAPH["albedo_actors.transport.http"]
     assert "albedo_actors.connection.channel" in GRAPH["albedo_actors.connection.http.link"]
     assert any(t.startswith("albedo_actors.actors.") for t in GRAPH["albedo_actors.runtime"])
+
+
+def test_no_module_imports_another_modules_underscore_names() -> None:
+    """A name that starts with ``_`` is its module's own: no other module of the package
+    imports it (``from .x import _helper``); a shared helper is made public instead.
+    The rule is for ``albedo_actors/`` only: the tests may still reach private names."""
+    offenders = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            target = _resolve(module, path.name == "__init__.py", node)
+            if target.split(".")[0] != ROOT or target == module:
+                continue
+            private = [alias.name for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]
+            offenders.extend(f"{module} imports {target}.{name}" for name in private)
+    assert not offenders, "; ".join(offenders)

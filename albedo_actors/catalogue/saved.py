@@ -114,11 +114,21 @@ def fingerprint(server: ServerConfig, credentials: Credentials | None = None, en
     if credentials is not None:
         secrets = {
             "bearer": digest(credentials.bearer_token) if credentials.bearer_token else None,
-            "header": [credentials.header[0], digest(credentials.header[1])] if credentials.header else None,
+            "header": _headers_key(credentials.headers, digest),
             "env": {name: digest(value) for name, value in sorted(credentials.env.items())},
         }
     canonical = _CANONICAL.encode({"v": FINGERPRINT_VERSION, "config": config, "named": named, "secrets": secrets})
     return digest(canonical)
+
+
+def _headers_key(headers: tuple[tuple[str, str], ...], digest: Callable[[str], str]) -> Any:
+    """The stored headers in a fingerprint: one header as it always was (so catalogues
+    saved before several headers existed still match), several as a list of pairs."""
+    if not headers:
+        return None
+    if len(headers) == 1:
+        return [headers[0][0], digest(headers[0][1])]
+    return [[name, digest(value)] for name, value in headers]
 
 
 def to_json(catalogue: Catalogue) -> dict[str, Any]:

@@ -6,24 +6,26 @@ import argparse
 import getpass
 import logging
 import os
+import re
 import shlex
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..config import OWN_VARIABLE, own_variable, resolve_home
-from ..errors import EXIT_OK, ConfigError, StoreError
+from ..errors import EXIT_OK, StoreError
 from .options import PROG, Usage, place_options
 from .output import note, out, print_json, warn
 from .signin import sign_in, sign_in_through
 
 if TYPE_CHECKING:
     from ..service.client import ServiceClient
-    from ..settings import ServerChanges, Settings
+    from ..settings import ServerChanges, Settings, SettingsPort
 
 _SECRETS_HELP = (
     "secrets are never taken from the command line: each is read without echo from the terminal, "
-    "or as one line of standard input (order: bearer token, header value, env entries, OAuth client secret)"
+    "or as one line of standard input (order: bearer token, the --header values as given, the --env values as given, "
+    "OAuth client secret)"
 )
 
 
@@ -38,9 +40,11 @@ def admin_parsers(commands: Any) -> None:
         group.add_argument("--bearer-token", action="store_true", help="read a bearer token (HTTP)")
         group.add_argument("--bearer-token-from-stdin", dest="bearer_token", action="store_true", help=argparse.SUPPRESS)
         group.add_argument("--bearer-token-env", metavar="VAR", help="take the bearer token from this variable of your environment")
-        group.add_argument("--header", metavar="NAME", help="one custom HTTP header; its value is read like a secret")
-        group.add_argument("--header-env", metavar="VAR", help="take the --header value from this variable of your environment")
-        group.add_argument("--env", action="append", default=[], metavar="KEY", help="a KEY=value env entry for a stdio server; the value is read like a secret (repeatable)")
+        group.add_argument("--header", action="append", default=[], metavar="NAME",
+                           help="a custom HTTP header, by its NAME only; its value is read like a secret (repeatable)")
+        group.add_argument("--header-env", action="append", default=[], metavar="NAME=VAR",
+                           help="a custom HTTP header whose value is taken from VAR of your environment (repeatable)")
+        group.add_argument("-e", "--env", action="append", default=[], metavar="KEY", help="a KEY=value env entry for a stdio server; the value is read like a secret (repeatable)")
         group.add_argument("--env-from", action="append", default=[], metavar="KEY=VAR", help="an env entry whose value is taken from VAR of your environment (repeatable)")
         group.add_argument("--oauth-client-id", metavar="ID", help="HTTP: an OAuth client registered by hand for signing in ('-' forgets it)")
         group.add_argument("--oauth-client-secret", action="store_true", help="read that client's secret like a secret")
@@ -51,7 +55,8 @@ def admin_parsers(commands: Any) -> None:
     servers.add_argument("--json", action="store_true", help="print a JSON array")
     add = admin("add", "add a server; it must connect unless --disabled (else nothing is saved, exit 3)")
     add.add_argument("target", metavar="TARGET", help="the URL (http) or the command line as one shell-quoted string (stdio; no shell runs)")
-    add.add_argument("--transport", choices=("http", "stdio"), default="http", help="default: http")
+    add.add_argument("--transport", choices=("http", "stdio"),
+                     help="default: http for an http:// or https:// URL, else stdio (a command line)")
     add.add_argument("--name", help="default: suggested from the URL host (mcp.example.com -> example) or the command's package")
     add.add_argument("--disabled", action="store_true", help='save it switched off ("enabled": false); it is not tried')
     secrets(add)
@@ -116,7 +121,7 @@ def seen_text(seen: Any) -> str:
 
 
 def admin_command(args: argparse.Namespace) -> int:
-    from ..settings import ServerSpec, Settings, suggest_name
+    from ..settings import Settings
     from ..store import open_store
 
     home = resolve_home(args.home)
@@ -171,35 +176,7 @@ def admin_command(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.command == "sign-in":
             return sign_in(settings, args)
-        if args.command == "sign-out":
-            view = settings.sign_out(args.name)
-            out(f"signed out of {view.name}")
-            return EXIT_OK
-        if args.command == "add":
-            if args.transport == "http":
-                spec_kwargs: dict[str, Any] = {"url": args.target}
-            else:
-                words = split_command(args.target, "TARGET")
-                spec_kwargs = {"command": words[0], "args": tuple(words[1:])}
-            name = args.name or suggest_name(args.transport, args.target, set(settings.names()))
-            view = settings.add(ServerSpec(name=name, transport=args.transport, enabled=not args.disabled, **spec_kwargs), secrets)
-            out(f"added {view.name} ({view.transport}, {view.state})")
-            return EXIT_OK
-        if args.command == "edit":
-            view = settings.edit(args.name, server_changes(args), secrets)
-            out(f"saved {view.name} ({view.transport}, {view.state})")
-            return EXIT_OK
-        if args.command == "remove":
-            settings.remove(args.name)
-            out(f"removed {args.name}")
-            return EXIT_OK
-        if args.command == "enable":
-            view = settings.enable(args.name)
-            out(f"enabled {view.name} ({view.state})")
-            return EXIT_OK
-        view = settings.disable(args.name)
-        out(f"disabled {view.name}")
-        return EXIT_OK
+        return change_command(settings, home, args, secrets)
     finally:
         store.close()
 
@@ -210,68 +187,70 @@ THROUGH_SERVICE = ("add", "edit", "remove", "enable", "disable", "extension", "s
 def through_service(client: ServiceClient, home: str, args: argparse.Namespace, secrets: Any) -> int:
     """The admin command through the service's API: the same checks, output and exit codes.
 
-    What the command reads (the entry it edits, the names taken) is read here; every
-    change is one PATCH (or the sign-in API), which the service applies with
-    :class:`~albedo_actors.settings.Settings` and after which its sessions reload.
+    The client is a :class:`~albedo_actors.settings.SettingsPort` as :class:`Settings`
+    is: each change is one PATCH of a :class:`~albedo_actors.settings.change.Change`,
+    which the service applies as a direct save does, after which its sessions reload.
     """
-    from ..config import EXTENSION_DEFAULTS
-    from ..settings import ServerSpec, Settings, edit_entry, new_entry, suggest_name
-
-    reader = Settings(home, None)  # type: ignore[arg-type]  # reads extensions.json only, never the store
     if args.command == "extension":
         if args.extension is None:
-            return print_extensions(dict(client.get().get("enabled") or {}), args)
+            return print_extensions(client.extensions(), args)
         if args.state is None:
             raise Usage(f"say on or off: {PROG} extension {args.extension} on|off")
-        if args.extension not in EXTENSION_DEFAULTS:
-            raise ConfigError(f"no extension named {args.extension!r}; the extensions are {', '.join(sorted(EXTENSION_DEFAULTS))}")
-        client.patch({"enabled": {args.extension: args.state == "on"}})
+        client.set_extension(args.extension, args.state == "on")
         out(f"{args.extension} is {args.state} for every session that does not choose for itself")
         return EXIT_OK
     if args.command == "sign-in":
         return sign_in_through(client, args)
-    if args.command == "sign-out":
-        client.patch({"secrets": {args.name: {"oauth": None}}}, name=args.name)
-        out(f"signed out of {args.name}")
-        return EXIT_OK
+    return change_command(client, home, args, secrets)
+
+
+def change_command(port: SettingsPort, home: str, args: argparse.Namespace, secrets: Any) -> int:
+    """add, edit, remove, enable, disable and sign-out, written once against the port
+    (the settings directly, or a running settings service)."""
+    from ..settings import ServerSpec, suggest_name
+
     if args.command == "add":
-        if args.transport == "http":
-            spec_kwargs: dict[str, Any] = {"url": args.target}
-        else:
-            words = split_command(args.target, "TARGET")
-            spec_kwargs = {"command": words[0], "args": tuple(words[1:])}
-        taken = {str(server.get("name")) for server in client.get().get("servers") or [] if isinstance(server, dict)}
-        name = args.name or suggest_name(args.transport, args.target, taken)
-        # Settings.add's checks (a PATCH of a known name would edit it).
-        entry = new_entry(ServerSpec(name=name, transport=args.transport, enabled=not args.disabled, **spec_kwargs),
-                          secrets, taken, reader.path)
-        check_kept(name, secrets, ())
-        view = saved_through(client, name, entry, secrets)
-        out(f"added {name} ({view.get('transport')}, {view.get('state')})")
+        transport, spec_kwargs = add_target(args)
+        name = args.name or suggest_name(transport, args.target, set(port.names()))
+        view = port.add(ServerSpec(name=name, transport=transport, enabled=not args.disabled, **spec_kwargs), secrets)
+        out(f"added {view.name} ({view.transport}, {view.state})")
         return EXIT_OK
-    entry = reader._existing(reader._servers(reader._read_document()), args.name)
-    name = args.name
     if args.command == "edit":
-        edit_entry(name, entry, server_changes(args), secrets)
-        stored = [view.get("credentials") for view in client.get().get("servers") or []
-                  if isinstance(view, dict) and view.get("name") == name]
-        check_kept(name, secrets, [str(item) for item in (stored[0] if stored and isinstance(stored[0], list) else [])])
-        view = saved_through(client, name, entry, secrets)
-        out(f"saved {name} ({view.get('transport')}, {view.get('state')})")
+        view = port.edit(args.name, server_changes(args), secrets)
+        out(f"saved {view.name} ({view.transport}, {view.state})")
         return EXIT_OK
     if args.command == "remove":
-        client.patch({"servers": {name: None}}, name=name)
-        out(f"removed {name}")
+        port.remove(args.name)
+        out(f"removed {args.name}")
         return EXIT_OK
     if args.command == "enable":
-        entry.pop("enabled", None)
-        view = saved_through(client, name, entry, None)
-        out(f"enabled {name} ({view.get('state')})")
+        view = port.enable(args.name)
+        out(f"enabled {view.name} ({view.state})")
         return EXIT_OK
-    entry["enabled"] = False
-    saved_through(client, name, entry, None)
-    out(f"disabled {name}")
+    if args.command == "sign-out":
+        port.sign_out(args.name)
+        out(f"signed out of {args.name}")
+        return EXIT_OK
+    view = port.disable(args.name)
+    out(f"disabled {view.name}")
     return EXIT_OK
+
+
+def guess_transport(target: str) -> str:
+    """``http`` for an ``http://`` or ``https://`` URL, else ``stdio`` (a command line).
+
+    Any other ``scheme://`` is taken as a URL too, so that it is refused as one (only
+    http and https are served) rather than run as a command."""
+    return "http" if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", target.strip()) else "stdio"
+
+
+def add_target(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """``add``'s transport (``--transport``, else guessed from TARGET) and its URL or command."""
+    transport = args.transport or guess_transport(args.target)
+    if transport == "http":
+        return transport, {"url": args.target}
+    words = split_command(args.target, "TARGET")
+    return transport, {"command": words[0], "args": tuple(words[1:])}
 
 
 def server_changes(args: argparse.Namespace) -> ServerChanges:
@@ -284,68 +263,6 @@ def server_changes(args: argparse.Namespace) -> ServerChanges:
         words = split_command(args.command_line, "--command")
         return ServerChanges(command=words[0], args=tuple(words[1:]))
     return ServerChanges(url=args.url)
-
-
-def check_kept(name: str, secrets: Any, stored: Sequence[str]) -> None:
-    """What Settings refuses of blank secrets (kept) with nothing stored to keep, in its
-    order and words: the service's API just keeps an omitted one. ``stored``: the server's
-    credentials as ``servers --json`` names them ("header X-Key", "env KEY")."""
-    from ..config import _ENV_NAME, _HEADER_NAME
-
-    if secrets.header is not None:
-        header_name, value = secrets.header
-        if not _HEADER_NAME.match(header_name or ""):
-            raise ConfigError(f"server {name!r}: {header_name!r} is not an HTTP header name")
-        if not value and not any(item.startswith("header ") for item in stored):
-            raise ConfigError(f"server {name!r}: the {header_name} header has no stored value to keep; give one")
-    for key, value in secrets.env.items():
-        if not _ENV_NAME.match(key):
-            raise ConfigError(f"server {name!r}: {key!r} is not an environment variable name")
-        if not value and f"env {key}" not in stored:
-            raise ConfigError(f"server {name!r}: env {key} has no stored value to keep; give one")
-
-
-def saved_through(client: ServiceClient, name: str, entry: dict[str, Any], secrets: Any) -> dict[str, Any]:
-    """PATCH one server's entry (and its secrets); its view in the answer."""
-    from ..config import DEFAULT_STARTUP_TIMEOUT_MS
-    from ..service.client import READ_TIMEOUT_S
-
-    body: dict[str, Any] = {"servers": {name: entry}}
-    typed = secrets_json(secrets) if secrets is not None else {}
-    if typed:
-        body["secrets"] = {name: typed}
-    startup = entry.get("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS)
-    startup_s = startup / 1000 if isinstance(startup, int) and not isinstance(startup, bool) and startup > 0 else 30.0
-    # The save connects the server within its startupTimeoutMs, after any save ahead of it.
-    answer = client.patch(body, name=name, timeout=max(READ_TIMEOUT_S, 2 * startup_s + 30.0))
-    for view in answer.get("servers") or []:
-        if isinstance(view, dict) and view.get("name") == name:
-            return view
-    raise ConfigError(f"server {name!r}: the settings service saved it but does not list it; see `{PROG} servers`")
-
-
-def secrets_json(secrets: Any) -> dict[str, Any]:
-    """A SecretInput as the PATCH body's secrets: blank (kept) is left out, ``-`` is null."""
-    from ..settings import REMOVE
-
-    out: dict[str, Any] = {}
-    if secrets.bearer_token:
-        out["bearerToken"] = None if secrets.bearer_token == REMOVE else secrets.bearer_token
-    if secrets.header is not None:
-        header_name, value = secrets.header
-        # A name without a value renames the stored header, keeping its value.
-        out["header"] = None if value == REMOVE else {"name": header_name, **({"value": value} if value else {})}
-    env = {key: (None if value == REMOVE else value) for key, value in secrets.env.items() if value}
-    if env:
-        out["env"] = env
-    if secrets.oauth_client is not None:
-        client_id, secret = secrets.oauth_client
-        if client_id == REMOVE:
-            out["oauth_client"] = None
-        else:
-            # A blank secret keeps the stored one (for the same client id); "-" forgets it.
-            out["oauth_client"] = {"clientId": client_id, "clientSecret": None if secret == REMOVE else (secret or "")}
-    return out
 
 
 def extension_command(settings: Settings, args: argparse.Namespace) -> int:
@@ -386,18 +303,20 @@ def read_secrets(args: argparse.Namespace) -> Any:
 
     if args.bearer_token and args.bearer_token_env:
         raise Usage("give --bearer-token or --bearer-token-env, not both")
-    if args.header_env and not args.header:
-        raise Usage("--header-env needs --header NAME")
+    header_env = header_variables(args)
     reader = SecretReader(args.stdin, editing=args.command == "edit")
     bearer = None
     if args.bearer_token_env:
         bearer = from_environment(args.bearer_token_env, "--bearer-token-env")
     elif args.bearer_token:
         bearer = reader.read("bearer token")
-    header = None
-    if args.header:
-        value = from_environment(args.header_env, "--header-env") if args.header_env else reader.read(f"value of header {args.header}")
-        header = (args.header, value)
+    headers: dict[str, str] = {}
+    from_variables = {header.lower() for header in header_env}
+    for header in args.header:
+        if header.lower() not in from_variables:  # else its value comes from --header-env
+            headers[header] = reader.read(f"value of header {header}")
+    for header, variable in header_env.items():
+        headers[header] = from_environment(variable, "--header-env")
     env: dict[str, str] = {}
     for key in args.env:
         if "=" in key:
@@ -421,7 +340,36 @@ def read_secrets(args: argparse.Namespace) -> Any:
         elif args.oauth_client_secret:
             secret = reader.read(f"secret of OAuth client {args.oauth_client_id}")
         oauth_client = (args.oauth_client_id, secret)
-    return SecretInput(bearer_token=bearer, header=header, env=env, oauth_client=oauth_client)
+    return SecretInput(bearer_token=bearer, headers=headers, env=env, oauth_client=oauth_client)
+
+
+def header_variables(args: argparse.Namespace) -> dict[str, str]:
+    """Check the --header names (never a value on the command line); the --header-env
+    headers, NAME -> VAR. ``--header NAME --header-env VAR`` (one header) is the older form."""
+    from ..config import HEADER_NAME
+
+    for header in args.header:
+        if not HEADER_NAME.match(header):
+            head = header.split(":", 1)[0].strip()
+            # Say nothing of what follows the name: it may be a secret.
+            named = f" {head}" if head and HEADER_NAME.match(head) else ""
+            raise Usage(f"--header takes a NAME only: give --header{named or ' NAME'} and type its value when asked, "
+                        f"or pipe it on standard input, or use --header-env{named or ' NAME'}=VAR; "
+                        "values are never taken from the command line")
+    lowered = [header.lower() for header in args.header]
+    if len(set(lowered)) != len(lowered):
+        raise Usage("--header names one header twice")
+    header_env: dict[str, str] = {}
+    for item in args.header_env:
+        header, sep, variable = item.partition("=")
+        if not sep and len(args.header) == 1 and len(args.header_env) == 1:
+            header, variable = args.header[0], item  # --header NAME --header-env VAR
+        elif not sep or not header or not variable or not HEADER_NAME.match(header):
+            raise Usage("--header-env takes NAME=VAR (NAME: the header; VAR: a variable of your environment holding its value)")
+        if header.lower() in {known.lower() for known in header_env}:
+            raise Usage(f"--header-env names the {header} header twice")
+        header_env[header] = variable
+    return header_env
 
 
 def from_environment(variable: str, option: str) -> str:

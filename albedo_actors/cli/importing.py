@@ -217,21 +217,15 @@ class Adder:
         """The server added through the service's API, as ``add`` does; its state, or
         None when the service has gone (nothing was sent)."""
         from ..service.client import ServiceGone
-        from ..settings import Settings, new_entry
-        from .admin import check_kept, saved_through
 
-        reader = Settings(self.home, None)  # type: ignore[arg-type]  # reads extensions.json only, never the store
         try:
-            taken = {str(server.get("name")) for server in self.client.get().get("servers") or [] if isinstance(server, dict)}
-            entry = new_entry(spec, secrets, taken, reader.path)
-            check_kept(spec.name, secrets, ())
-            view = saved_through(self.client, spec.name, entry, secrets)
+            view = self.client.add(spec, secrets)  # the settings port, as `add` goes through it
         except ServiceGone:
             logger.info("the settings service of %s has gone; importing directly", self.home)
             self.client.close()
             self.client = None
             return None
-        return str(view.get("state"))
+        return view.state
 
     def _directly(self, spec: Any, secrets: Any) -> str:
         from ..settings import Settings

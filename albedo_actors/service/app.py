@@ -11,9 +11,13 @@ Routes (Werkzeug's routing; no hand-written HTTP parsing):
 - ``GET /api/mcp``: ``{"enabled": {...}, "retryMs": N, "servers": [...]}``, each server as
   ``albedo-mcp servers --json`` prints it (``ServerView.as_json()``: ``auth`` included,
   never a secret).
-- ``PATCH /api/mcp``: ``servers`` (NAME -> entry as in extensions.json, or null to
-  remove), ``secrets`` (NAME -> bearerToken, header, env, oauth: null (the sign-out),
-  oauth_client), ``enabled``, ``retryMs``; every part optional, all or nothing: 400
+- ``PATCH /api/mcp``: a :class:`~albedo_actors.settings.change.Change` as JSON
+  (``Change.from_json``): ``servers`` (NAME -> entry as in extensions.json, or null to
+  remove), ``secrets`` (NAME -> bearerToken, headers (header name -> value), env
+  (KEY -> value), each value a string, "" keeping the stored one, null removing it; the
+  older ``header`` ``{"name", "value"}`` is still taken; oauth: null (the sign-out),
+  oauth_client), ``enabled``, ``retryMs``, ``added`` (names that must not exist yet);
+  every part optional, applied by ``Settings.apply``, all or nothing: 400
   writes nothing, 409 (a saved or enabled server could not connect) restores
   extensions.json and the credentials, 200 returns the new GET body and calls
   ``on_saved`` once.
@@ -49,7 +53,6 @@ are the settings' own one-line messages (they never quote a value).
 
 from __future__ import annotations
 
-import copy
 import hmac
 import json
 import logging
@@ -62,15 +65,12 @@ from werkzeug.routing import Map, Rule
 from werkzeug.security import safe_join
 from werkzeug.wrappers import Request, Response
 
-from ..config import _NAME, parse
-from ..errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
-from ..settings import (REMOVE, SecretInput, _apply, _apply_oauth_client, _empty_credentials, _is_empty, _kind,
-                        change_credentials, signed_out, undo_save)
+from ..config import SERVER_NAME, parse
+from ..errors import AlbedoError, ConfigError, SettingsConflict, StoreError
+from ..settings import Change
 
 if TYPE_CHECKING:
-    from ..config import ServerConfig
     from ..settings import Settings
-    from ..store.records import Credentials
     from .pages import PageSessions
     from .signins import SignIns
 
@@ -79,8 +79,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["make_app", "MAX_BODY"]
 
 MAX_BODY = 1024 * 1024  # request bodies above 1 MiB: 413
-_PATCH_KEYS = frozenset({"servers", "secrets", "enabled", "retryMs"})
-_SECRET_KEYS = frozenset({"bearerToken", "header", "env", "oauth", "oauth_client"})
 _HEADERS = {
     "Cache-Control": "no-store",
     "Referrer-Policy": "no-referrer",
@@ -267,242 +265,23 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
 def patch(settings: Settings, body: Any) -> bool:
     """Apply one PATCH body, all or nothing; True when something was written.
 
-    Everything is checked, and the whole new extensions.json parsed, before anything is
-    written (ConfigError: nothing written). Then the file and the credentials are
-    written and each saved or switched-on server is connected once, as
-    :meth:`Settings.add` does; one that cannot connect restores the file and every
-    credential the PATCH changed (as :func:`albedo_actors.settings.undo_save` does:
-    newer tokens a connect rotated are kept) and raises SettingsConflict naming it.
-    One home's saves are serialised by the settings' advisory lock, across processes.
+    The body is a :class:`~albedo_actors.settings.change.Change` as JSON, applied by
+    :meth:`Settings.apply` as every other save is: ConfigError (400) writes nothing;
+    SettingsConflict (409) restores the file and every credential the PATCH changed.
 
     Raises:
         ConfigError: invalid input; nothing was written.
         SettingsConflict: a server could not connect; everything was restored.
     """
-    if not isinstance(body, dict):
-        raise ConfigError("the PATCH body must be a JSON object with servers, secrets, enabled and retryMs (each optional)")
-    unknown = set(body) - _PATCH_KEYS
-    if unknown:
-        raise ConfigError(f"unknown key(s) in the PATCH body: {', '.join(sorted(unknown))} (known: {', '.join(sorted(_PATCH_KEYS))})")
-    servers_part = _object(body.get("servers"), "servers")
-    secrets_part = _object(body.get("secrets"), "secrets")
-    if not (servers_part or secrets_part or "enabled" in body or "retryMs" in body):
+    change = Change.from_json(body)
+    if not settings.apply(change):
         return False
-    with settings._lock():
-        previous_text = settings._read_text()
-        document = settings._read_document()
-        servers = settings._servers(document)
-        before = copy.deepcopy(servers)
-        to_connect: list[str] = []
-        removed: list[str] = []
-        for name, entry in servers_part.items():
-            _check_name(name)
-            if entry is None:
-                if name not in servers:
-                    raise ConfigError(f"no server named {name!r} in {settings.path}")
-                del servers[name]
-                removed.append(name)
-                continue
-            if not isinstance(entry, dict):
-                raise ConfigError(f"server {name!r}: give its entry as in extensions.json (an object), or null to remove it")
-            servers[name] = copy.deepcopy(entry)
-            if entry.get("enabled", True) is True:
-                to_connect.append(name)
-        if "enabled" in body:
-            _set_extensions(document, body["enabled"], settings.path)
-        if "retryMs" in body:
-            if body["retryMs"] is None:
-                document["mcp"].pop("retryMs", None)
-            else:
-                document["mcp"]["retryMs"] = body["retryMs"]
-        config = parse(document, settings.home, source=settings.path)  # 400 before anything is written
-        by_name = {server.name: server for server in config.servers}
-        stored: dict[str, Credentials] = {name: settings.store.get_credentials(name)
-                                          for name in {*servers_part, *secrets_part}}
-        # Each server's credentials change as a function of its row, applied under the
-        # row's lock (a token refresh that commits meanwhile is kept); checked here on
-        # what is stored now, so an invalid secret is a 400 before anything is written.
-        changes: dict[str, Callable[[Credentials], Credentials]] = {}
-        secrets_changed: set[str] = set()
-        for name in servers_part:
-            if name in by_name and name not in before:  # a new server starts with no stored secret
-                changes[name] = _fresh
-            elif name in by_name and _kind(before[name]) != by_name[name].type:
-                raise ConfigError(f"server {name!r}: remove it and add it again to change its transport")
-        for name, given in secrets_part.items():
-            server = by_name.get(name)
-            if server is None:
-                raise ConfigError(f"no server named {name!r} in {settings.path} to keep secrets for")
-            if not isinstance(given, dict):
-                raise ConfigError(f"server {name!r}: its secrets must be an object of bearerToken, header, env, oauth, oauth_client")
-            changes[name] = _with_secrets(server, given, changes.get(name))
-            if set(given) - {"oauth"}:  # anything but a sign-out: the server is tried
-                secrets_changed.add(name)
-                if server.enabled and name not in to_connect:
-                    to_connect.append(name)
-        for name, change in list(changes.items()):
-            if change(stored[name]) == stored[name] and name in before:  # raises ConfigError: a 400
-                del changes[name]  # nothing to write
-        # A server whose entry and secrets are unchanged is not tried again.
-        to_connect = [name for name in to_connect
-                      if not (name in before and before[name] == servers[name] and name not in secrets_changed)]
-        settings._write(document)
-        previous: dict[str, Credentials] = {}
-        written: dict[str, Credentials] = {}
-        try:
-            for name, change in changes.items():
-                previous[name], written[name] = change_credentials(settings.store, name, change)
-            for name in removed:
-                settings.store.delete_credentials(name)
-            catalogues = {}
-            for name in to_connect:
-                server = by_name[name]
-                try:
-                    catalogues[name] = settings._try(server, settings.store.get_credentials(name))
-                except NeedsSignIn as exc:
-                    # The reference: saving a server that answers 401 keeps it, needing a sign-in.
-                    logger.info("server %r saved; it needs a sign-in (%s)", name, exc.why)
-                    settings._mark_needs_sign_in(server, exc.why)
-                except AlbedoError as exc:
-                    logger.info("server %r could not connect; restoring the previous settings", name)
-                    raise SettingsConflict(name, exc) from None
-        except BaseException:
-            _restore(settings, previous_text, previous, written, {name: stored[name] for name in removed})
-            raise
-        for name, catalogue in catalogues.items():
-            settings._save_catalogue(by_name[name], catalogue)
-        for name in removed:
-            try:
-                settings.store.delete_catalogue(name)
-            except StoreError as exc:  # removed all the same; only its saved catalogue stays
-                logger.warning("server %r: its saved catalogue was not deleted (%s)", name, exc)
-    logger.info("settings saved through the service: %s", ", ".join(sorted({*servers_part, *secrets_part})) or "defaults")
+    logger.info("settings saved through the service: %s", ", ".join(change.names) or "defaults")
     return True
 
 
-def _restore(settings: Settings, text: str | None, previous: dict[str, Credentials],
-             written: dict[str, Credentials], removed: dict[str, Credentials]) -> None:
-    """Undo a PATCH: the file as it was, each credential the PATCH wrote (or deleted)
-    back unless it changed since (rotated tokens stay)."""
-    settings._restore_file(text)
-
-    def undo(ours: Credentials, before: Credentials) -> Callable[[Credentials], Credentials]:
-        return lambda current: undo_save(current, ours, before)
-
-    def put_back(before: Credentials) -> Callable[[Credentials], Credentials]:
-        return lambda current: before if _is_empty(current) else current
-
-    for name, ours in written.items():
-        settings.store.update_credentials(name, undo(ours, previous[name]))
-    for name, before in removed.items():
-        if not _is_empty(before):
-            settings.store.update_credentials(name, put_back(before))
-
-
-def _fresh(current: Credentials) -> Credentials:
-    """A new server's credentials: none, whatever a row of that name held."""
-    return _empty_credentials()
-
-
-def _with_secrets(server: ServerConfig, given: Any,
-                  base: Callable[[Credentials], Credentials] | None) -> Callable[[Credentials], Credentials]:
-    """The change that applies the API's ``given`` secrets (after ``base``) to a row."""
-    def change(current: Credentials) -> Credentials:
-        return _secrets(server, base(current) if base is not None else current, given)[0]
-
-    return change
-
-
-def _secrets(server: ServerConfig, current: Credentials, given: Any) -> tuple[Credentials, bool]:
-    """``current`` with the API's secrets for ``server`` applied; and whether the server
-    must be tried (anything but a sign-out changed). An omitted secret is kept, null removes it."""
-    name = server.name
-    if not isinstance(given, dict):
-        raise ConfigError(f"server {name!r}: its secrets must be an object of bearerToken, header, env, oauth, oauth_client")
-    unknown = set(given) - _SECRET_KEYS
-    if unknown:
-        raise ConfigError(f"server {name!r}: unknown secret key(s) {', '.join(sorted(unknown))} "
-                          f"(known: {', '.join(sorted(_SECRET_KEYS))})")
-    http = server.type == "http"
-    if not http and ({"bearerToken", "header", "oauth", "oauth_client"} & set(given)):
-        raise ConfigError(f"server {name!r}: a bearer token, header or OAuth secret is for HTTP servers")
-    if http and "env" in given:
-        raise ConfigError(f"server {name!r}: env entries are for stdio servers")
-    bearer = None
-    if "bearerToken" in given:
-        bearer = REMOVE if given["bearerToken"] is None else _value(given["bearerToken"], "bearerToken", name)
-    header = None
-    if "header" in given:
-        value = given["header"]
-        if value is None:
-            header = (current.header[0], REMOVE) if current.header else None
-        elif isinstance(value, dict) and set(value) <= {"name", "value"} and isinstance(value.get("name"), str):
-            kept = value.get("value")  # left out or "": renames the stored header, keeping its value
-            header = (value["name"], "" if kept in (None, "") else _value(kept, "header value", name))
-        else:
-            raise ConfigError(f'server {name!r}: "header" must be {{"name": ..., "value": ...}} or null')
-    env: dict[str, str] = {}
-    if "env" in given:
-        value = given["env"]
-        if not isinstance(value, dict):
-            raise ConfigError(f'server {name!r}: "env" must map KEY to a value or null')
-        for key, item in value.items():
-            env[key] = REMOVE if item is None else _value(item, f"env {key}", name)
-    client: tuple[str, str | None] | None = None
-    if "oauth_client" in given:
-        value = given["oauth_client"]
-        if value is None:
-            client = (REMOVE, None)
-        elif isinstance(value, dict) and set(value) <= {"clientId", "clientSecret"} and isinstance(value.get("clientId"), str):
-            secret = value.get("clientSecret", "")
-            secret = REMOVE if secret is None else (secret if secret == "" else _value(secret, "clientSecret", name))
-            client = (value["clientId"], secret or None)
-        else:
-            raise ConfigError(f'server {name!r}: "oauth_client" must be {{"clientId": ..., "clientSecret": ...}} or null')
-    if "oauth" in given and given["oauth"] is not None:
-        raise ConfigError(f'server {name!r}: "oauth" takes only null (the sign-out); sign in with PUT /api/auth/logins/mcp:{name}')
-    secrets = SecretInput(bearer_token=bearer, header=header, env=env, oauth_client=client)
-    credentials = _apply(current, secrets, name)
-    if http:
-        credentials = _apply_oauth_client(credentials, secrets, server.url, name)
-    if "oauth" in given:
-        credentials = signed_out(server, credentials)
-    return credentials, bool(set(given) - {"oauth"})
-
-
-def _set_extensions(document: dict, value: Any, path: str) -> None:
-    if not isinstance(value, dict):
-        raise ConfigError('"enabled" must map extension names to true, false or null, e.g. {"mcp": true}')
-    enabled = document.get("enabled", {})
-    if not isinstance(enabled, dict):
-        raise ConfigError(f'{path}: "enabled" must map extension names to true or false')
-    for extension, on in value.items():
-        if on is None:
-            enabled.pop(extension, None)
-        else:
-            enabled[extension] = on
-    if enabled:
-        document["enabled"] = enabled
-    else:
-        document.pop("enabled", None)
-
-
-def _value(value: Any, what: str, name: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"server {name!r}: {what} must be a non-empty string, or null to remove it")
-    return value
-
-
-def _object(value: Any, what: str) -> dict:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f'"{what}" must be an object of server name -> value')
-    return value
-
-
 def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not SERVER_NAME.match(name):
         raise ConfigError(f"{name[:60]!r} is not a valid server name: 1-48 letters, digits, '-' or '_'")
 
 
@@ -510,7 +289,7 @@ def _check_name(name: str) -> None:
 
 
 def _state(settings: Settings) -> dict[str, Any]:
-    config = parse(settings._read_document(), settings.home, source=settings.path)
+    config = parse(settings.document.read(), settings.home, source=settings.path)
     return {"enabled": dict(config.extensions), "retryMs": config.retry_ms,
             "servers": [view.as_json() for view in settings.servers()]}
 

@@ -7,6 +7,10 @@
     client.patch({"servers": {...}, "secrets": {...}})
     client.sign_in(name[, new_client=True]); client.sign_in_status(name); client.offer(name, url); client.cancel_sign_in(name)
     client.new_link()                      # a single-use URL that opens the page
+    client.add(spec, secrets); client.edit(name, changes, secrets); client.remove(name) ...
+
+It implements :class:`albedo_actors.settings.SettingsPort` as :class:`~albedo_actors.settings.Settings`
+does, each save one PATCH of a :class:`~albedo_actors.settings.change.Change`.
 
 It talks to the service on the home's Unix socket only (:mod:`.local`), never to a TCP
 port, so a stale ``service.json`` (after an unclean stop; its pid reused by any process
@@ -41,10 +45,13 @@ import logging
 import os
 import socket
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AlbedoError, AuthError, ConfigError, SessionError, SessionTimedOut, SettingsConflict, StoreError
 from . import local
+
+if TYPE_CHECKING:
+    from ..settings import Change, Document, SecretInput, ServerChanges, ServerSpec, ServerView
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +141,89 @@ class ServiceClient:
 
     def patch(self, body: dict[str, Any], *, name: str = "", timeout: float = READ_TIMEOUT_S) -> dict[str, Any]:
         return self._json("PATCH", "/api/mcp", body, name=name, timeout=timeout)
+
+    # -- the settings port (albedo_actors.settings.SettingsPort): each save one PATCH -----------
+
+    def names(self) -> list[str]:
+        return [str(view.get("name")) for view in self.get().get("servers") or [] if isinstance(view, dict)]
+
+    def extensions(self) -> dict[str, bool]:
+        return dict(self.get().get("enabled") or {})
+
+    def add(self, spec: ServerSpec, secrets: SecretInput | None = None) -> ServerView:
+        """As :meth:`Settings.add`: its checks here, then the change (the service refuses a
+        name taken meanwhile)."""
+        from ..settings import Change, SecretInput, new_entry
+
+        secrets = secrets or SecretInput()
+        entry = new_entry(spec, secrets, self.names(), self._document().path)
+        return self._saved(Change(servers={spec.name: entry}, secrets={spec.name: secrets},
+                                  added=frozenset({spec.name})), spec.name, entry)
+
+    def edit(self, name: str, changes: ServerChanges | None = None, secrets: SecretInput | None = None) -> ServerView:
+        """As :meth:`Settings.edit`: the entry as the home's file holds it now, edited here."""
+        from ..settings import Change, SecretInput, ServerChanges, edit_entry
+
+        secrets = secrets or SecretInput()
+        document = self._document()
+        entry = document.existing(document.servers(document.read()), name)
+        edit_entry(name, entry, changes or ServerChanges(), secrets)
+        return self._saved(Change(servers={name: entry}, secrets={name: secrets}), name, entry)
+
+    def remove(self, name: str) -> None:
+        from ..settings import Change
+
+        self.patch(Change(servers={name: None}).to_json(), name=name)
+
+    def enable(self, name: str) -> ServerView:
+        from ..settings import Change
+
+        document = self._document()
+        entry = document.existing(document.servers(document.read()), name)
+        entry.pop("enabled", None)
+        return self._saved(Change(servers={name: entry}), name, entry)
+
+    def disable(self, name: str) -> ServerView:
+        from ..settings import Change
+
+        document = self._document()
+        entry = document.existing(document.servers(document.read()), name)
+        entry["enabled"] = False
+        return self._saved(Change(servers={name: entry}), name, entry)
+
+    def set_extension(self, extension: str, on: bool) -> dict[str, bool]:
+        from ..config import EXTENSION_DEFAULTS
+        from ..settings import Change
+
+        if extension not in EXTENSION_DEFAULTS:
+            raise ConfigError(f"no extension named {extension!r}; the extensions are {', '.join(sorted(EXTENSION_DEFAULTS))}")
+        return dict(self.patch(Change(enabled={extension: bool(on)}).to_json()).get("enabled") or {})
+
+    def sign_out(self, name: str) -> ServerView | None:
+        from ..settings import Change, ServerView
+
+        answer = self.patch(Change(sign_out=frozenset({name})).to_json(), name=name)
+        views = [view for view in answer.get("servers") or [] if isinstance(view, dict) and view.get("name") == name]
+        return ServerView.from_json(views[0]) if views else None
+
+    def _document(self) -> Document:
+        from ..settings import Document
+
+        return Document(self.home, None)  # read only: the service writes
+
+    def _saved(self, change: Change, name: str, entry: dict[str, Any]) -> ServerView:
+        """PATCH ``change``; ``name``'s view in the answer."""
+        from ..config import DEFAULT_STARTUP_TIMEOUT_MS
+        from ..settings import ServerView
+
+        startup = entry.get("startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS)
+        startup_s = startup / 1000 if isinstance(startup, int) and not isinstance(startup, bool) and startup > 0 else 30.0
+        # The save connects the server within its startupTimeoutMs, after any save ahead of it.
+        answer = self.patch(change.to_json(), name=name, timeout=max(READ_TIMEOUT_S, 2 * startup_s + 30.0))
+        for view in answer.get("servers") or []:
+            if isinstance(view, dict) and view.get("name") == name:
+                return ServerView.from_json(view)
+        raise ConfigError(f"server {name!r}: the settings service saved it but does not list it; see `albedo-mcp servers`")
 
     def sign_in(self, name: str, *, new_client: bool = False) -> dict[str, Any]:
         return self._json("PUT", _login(name), {"newClient": True} if new_client else {}, name=name)

@@ -10,6 +10,14 @@
     settings.disable("docs"); settings.enable("docs"); settings.remove("docs")
     settings.extensions()                     # {"mcp": False, "editor-mcp": True}
     settings.set_extension("mcp", True)       # on for every session that does not choose
+    settings.apply(Change(...))               # any change, all or nothing (settings.change)
+
+The package: :mod:`.document` (the ``extensions.json`` document: read, lock, write),
+:mod:`.secrets` (the secret rules: :class:`SecretInput`, blank keeps, ``-`` removes) and
+:mod:`.change` (a :class:`Change`, what one save changes, and its one all-or-nothing
+``apply``). Every write here, the settings service's PATCH and the command line's path
+through the service build a :class:`Change` and apply it. :class:`SettingsPort` is what
+an admin command needs; :class:`Settings` and the service's client implement it.
 
 A save writes the server's entry into ``extensions.json`` (atomically: a temporary file
 in the same directory, fsync, ``os.replace``, mode 0600) and its credentials into the
@@ -36,30 +44,31 @@ only; ``extensions.json`` only ever names environment variables.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import fcntl
-import json
 import logging
 import os
 import re
 import shlex
-import time
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Protocol
 
-import pykka
-
-from ..actors.client import ServerHandle
-from ..actors.refresher import TokenRefresher, oauth_for
-from ..config import _ENV_NAME, _HEADER_NAME, _NAME, EXTENSION_DEFAULTS, ServerConfig, parse
 from ..auth.callback import DEFAULT_LIFETIME_S, DEFAULT_PORT
-from ..auth.record import NO_AUTH_VIEW, OAuthRecord, from_credentials, usable
+from ..auth.record import NO_AUTH_VIEW, from_credentials, usable
 from ..auth.signin import SignIn, check_new_client
-from ..errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
-from ..safefiles import FileRefused, make_private_dirs, open_private, read_text, replace_private
-from ..catalogue.saved import fingerprint, save_if_changed
+from ..catalogue.saved import fingerprint
+from ..config import EXTENSION_DEFAULTS, SERVER_NAME, ServerConfig, parse
+from ..errors import ConfigError, StoreError
+from .change import Change, apply, apply_locked, kind_of
+from .document import FILE_NAME, LOCK_NAME, Document
+from .secrets import (
+    REMOVE,
+    SecretInput,
+    apply_headers,
+    change_credentials,
+    check_header_name,
+    signed_out,
+    undo_save,
+)
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -67,9 +76,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-REMOVE = "-"  # a secret given as "-" removes the stored one
-FILE_NAME = "extensions.json"
-LOCK_NAME = ".extensions.lock"
+__all__ = ["Settings", "SettingsPort", "ServerSpec", "ServerChanges", "ServerView", "SecretInput", "Change", "apply",
+           "Document", "REMOVE", "FILE_NAME", "LOCK_NAME", "new_entry", "edit_entry", "suggest_name", "signed_out",
+           "undo_save", "change_credentials", "apply_headers", "check_header_name", "auth_view", "describe_credentials"]
 
 
 @dataclass(frozen=True)
@@ -95,27 +104,6 @@ class ServerChanges:
     url: str | None = None
     command: str | None = None
     args: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class SecretInput:
-    """Secrets typed for a save. Per value: blank keeps the stored one, ``-`` removes it.
-
-    ``header`` is one custom HTTP header, (name, value); a blank value with a new name
-    renames the stored header, keeping its value. ``env`` maps KEY -> value (stdio).
-    """
-
-    bearer_token: str | None = None
-    header: tuple[str, str] | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    # (client id, client secret or None): an OAuth client registered by hand (HTTP); an id
-    # of "-" forgets it, a secret of "-" forgets the secret only, a blank one keeps it.
-    oauth_client: tuple[str, str | None] | None = None
-
-    def __repr__(self) -> str:  # never show a secret, even in a traceback
-        client = self.oauth_client[0] if self.oauth_client else None
-        return (f"SecretInput(bearer_token={'***' if self.bearer_token else None}, header={self.header[0] if self.header else None}, "
-                f"env={sorted(self.env)}, oauth_client={client})")
 
 
 @dataclass(frozen=True)
@@ -154,6 +142,16 @@ class ServerView:
             return "catalogue outdated"
         return "catalogue saved" if self.catalogue == "current" else "not discovered yet"
 
+    @classmethod
+    def from_json(cls, view: Mapping[str, Any]) -> ServerView:
+        """A view as :meth:`as_json` gave it (the settings service's answer)."""
+        return cls(name=str(view.get("name")), transport=str(view.get("transport")), enabled=bool(view.get("enabled")),
+                   target=str(view.get("target") or ""), catalogue_saved=bool(view.get("catalogueSaved")),
+                   credentials=tuple(str(item) for item in view.get("credentials") or ()),
+                   auth=dict(view.get("auth") or NO_AUTH_VIEW), problem=view.get("problem"),
+                   catalogue=str(view.get("catalogue") or ("current" if view.get("catalogueSaved") else "none")),
+                   last_seen=view["lastSeen"] if isinstance(view.get("lastSeen"), Mapping) else None)
+
     def as_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -170,13 +168,38 @@ class ServerView:
         }
 
 
+class SettingsPort(Protocol):
+    """What an admin command needs of the settings: :class:`Settings` acting on the home
+    directly, or :class:`albedo_actors.service.client.ServiceClient` through a running
+    settings service (the one writer). Each admin command is written once, against this."""
+
+    def add(self, spec: ServerSpec, secrets: SecretInput | None = None) -> ServerView: ...
+
+    def edit(self, name: str, changes: ServerChanges | None = None, secrets: SecretInput | None = None) -> ServerView: ...
+
+    def remove(self, name: str) -> None: ...
+
+    def enable(self, name: str) -> ServerView: ...
+
+    def disable(self, name: str) -> ServerView: ...
+
+    def extensions(self) -> dict[str, bool]: ...
+
+    def set_extension(self, extension: str, on: bool) -> dict[str, bool]: ...
+
+    def sign_out(self, name: str) -> ServerView | None: ...
+
+    def names(self) -> list[str]: ...
+
+
 class Settings:
     """Reads and writes one home's server settings and the store's credentials."""
 
     def __init__(self, home: str, store: Store) -> None:
         self.home = os.path.abspath(home)
         self.store = store
-        self.path = os.path.join(self.home, FILE_NAME)
+        self.document = Document(self.home, store)
+        self.path = self.document.path
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -187,7 +210,7 @@ class Settings:
         Raises:
             ConfigError: extensions.json is invalid. StoreError: the database failed.
         """
-        config = parse(self._read_document(), self.home, source=self.path)
+        config = parse(self.document.read(), self.home, source=self.path)
         stored = self._credentials_of([server.name for server in config.servers])
         seen = seen_states(self.store, config.servers, stored)
         views = []
@@ -229,12 +252,12 @@ class Settings:
         return found
 
     def names(self) -> list[str]:
-        return list(self._servers(self._read_document()))
+        return list(self.document.servers(self.document.read()))
 
     def extensions(self) -> dict[str, bool]:
         """Each extension's default for every session: the top-level ``enabled`` object
         over the built-in defaults (``mcp`` off, ``editor-mcp`` on)."""
-        return dict(parse(self._read_document(), self.home, source=self.path).extensions)
+        return dict(parse(self.document.read(), self.home, source=self.path).extensions)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -247,16 +270,14 @@ class Settings:
         """
         if extension not in EXTENSION_DEFAULTS:
             raise ConfigError(f"no extension named {extension!r}; the extensions are {', '.join(sorted(EXTENSION_DEFAULTS))}")
-        with self._lock():
-            document = self._read_document()
-            enabled = document.setdefault("enabled", {})
-            if not isinstance(enabled, dict):
-                raise ConfigError(f'{self.path}: "enabled" must map extension names to true or false, e.g. {{"mcp": true}}')
-            enabled[extension] = bool(on)
-            parse(document, self.home, source=self.path)  # raises before anything is written
-            self._write(document)
+        self.apply(Change(enabled={extension: bool(on)}))
         logger.info("extension %r switched %s for every session", extension, "on" if on else "off")
         return self.extensions()
+
+    def apply(self, change: Change) -> bool:
+        """Apply one :class:`Change`, all or nothing (:func:`albedo_actors.settings.change.apply`);
+        True when something was written."""
+        return apply(change, self.document, self.store)
 
     def add(self, spec: ServerSpec, secrets: SecretInput | None = None) -> ServerView:
         """Add a server and its credentials; connect it unless it is disabled.
@@ -266,16 +287,11 @@ class Settings:
             SettingsConflict: it could not connect; nothing was kept.
         """
         secrets = secrets or SecretInput()
-        with self._lock():
-            document = self._read_document()
-            servers = self._servers(document)
-            servers[spec.name] = new_entry(spec, secrets, servers, self.path)
-
-            def fresh(current: Credentials) -> Credentials:  # a new server starts with no stored secret
-                credentials = _apply(_empty_credentials(), secrets, spec.name)
-                return _apply_oauth_client(credentials, secrets, spec.url, spec.name)
-
-            self._save(spec.name, document, fresh, try_connect=spec.enabled)
+        with self.document.lock():
+            taken = self.document.servers(self.document.read())
+            entry = new_entry(spec, secrets, taken, self.path)
+            apply_locked(Change(servers={spec.name: entry}, secrets={spec.name: secrets}, added=frozenset({spec.name}),
+                                retry=frozenset({spec.name})), self.document, self.store)
         return self._view(spec.name)
 
     def edit(self, name: str, changes: ServerChanges | None = None, secrets: SecretInput | None = None) -> ServerView:
@@ -287,34 +303,16 @@ class Settings:
         """
         changes = changes or ServerChanges()
         secrets = secrets or SecretInput()
-        with self._lock():
-            document = self._read_document()
-            servers = self._servers(document)
-            entry = self._existing(servers, name)
-            kind = edit_entry(name, entry, changes, secrets)
-
-            def edited(current: Credentials) -> Credentials:
-                credentials = _apply(current, secrets, name)
-                if kind == "http":
-                    credentials = _apply_oauth_client(credentials, secrets, entry.get("url"), name)
-                return credentials
-
-            self._save(name, document, edited, try_connect=entry.get("enabled", True))
+        with self.document.lock():
+            entry = self.document.existing(self.document.servers(self.document.read()), name)
+            edit_entry(name, entry, changes, secrets)
+            apply_locked(Change(servers={name: entry}, secrets={name: secrets}, retry=frozenset({name})),
+                         self.document, self.store)
         return self._view(name)
 
     def remove(self, name: str) -> None:
         """Delete a server, its credentials, its saved catalogue and the state doctor saw of it."""
-        with self._lock():
-            document = self._read_document()
-            servers = self._servers(document)
-            self._existing(servers, name)
-            del servers[name]
-            self._write(document)
-            self.store.delete_credentials(name)
-            with contextlib.suppress(AttributeError):
-                self.store.delete_catalogue(name)
-            with contextlib.suppress(AttributeError):
-                self.store.delete_server_state(name)
+        self.apply(Change(servers={name: None}))
         logger.info("server %r removed", name)
 
     def enable(self, name: str) -> ServerView:
@@ -323,20 +321,18 @@ class Settings:
         Raises:
             SettingsConflict: it could not connect; it stays switched off.
         """
-        with self._lock():
-            document = self._read_document()
-            entry = self._existing(self._servers(document), name)
+        with self.document.lock():
+            entry = self.document.existing(self.document.servers(self.document.read()), name)
             entry.pop("enabled", None)
-            self._save(name, document, None, try_connect=True)
+            apply_locked(Change(servers={name: entry}, retry=frozenset({name})), self.document, self.store)
         return self._view(name)
 
     def disable(self, name: str) -> ServerView:
         """Switch a server off (``"enabled": false``); it is not tried."""
-        with self._lock():
-            document = self._read_document()
-            entry = self._existing(self._servers(document), name)
+        with self.document.lock():
+            entry = self.document.existing(self.document.servers(self.document.read()), name)
             entry["enabled"] = False
-            self._save(name, document, None, try_connect=False)
+            apply_locked(Change(servers={name: entry}), self.document, self.store)
         return self._view(name)
 
     # -- signing in ---------------------------------------------------------------------------
@@ -352,7 +348,7 @@ class Settings:
             ConfigError: no such server, it is not an HTTP server, or ``new_client``
                 for a server whose client the user configured (never replaced).
         """
-        config = parse(self._read_document(), self.home, source=self.path)
+        config = parse(self.document.read(), self.home, source=self.path)
         server = config.server(name)
         if server.type != "http":
             raise ConfigError(f"server {name!r} is a stdio server; only HTTP servers sign in with OAuth")
@@ -365,97 +361,13 @@ class Settings:
         """Forget ``name``'s tokens (its state becomes ``signed_out``) and unbind it from the
         dynamic client registrations kept so far: its next sign-in registers a new client
         (see :func:`signed_out`)."""
-        config = parse(self._read_document(), self.home, source=self.path)
-        server = config.server(name)
-
+        server = parse(self.document.read(), self.home, source=self.path).server(name)
         if server.type == "http":
-            self.store.update_credentials(name, lambda credentials: signed_out(server, credentials))
+            self.apply(Change(sign_out=frozenset({name})))
         logger.info("server %r signed out", name)
         return self._view(name)
 
     # -- internals ----------------------------------------------------------------------------
-
-    def _save(self, name: str, document: dict, change: Callable[[Credentials], Credentials] | None,
-              try_connect: bool) -> None:
-        """Validate, write the file and the credentials, try the server; undo both on failure.
-
-        ``change`` maps the server's stored credentials to the saved ones. It is checked
-        on what is stored now (a ConfigError before anything is written), then applied
-        to the row under its lock (:func:`change_credentials`), so a token refresh that
-        commits meanwhile is kept, never undone by a snapshot read before it.
-        """
-        config = parse(document, self.home, source=self.path)  # raises before anything is written
-        server = config.server(name)
-        stored = self.store.get_credentials(name)  # StoreError (an unreadable row) before anything is written
-        if change is not None:
-            change(stored)  # ConfigError before anything is written
-        previous_text = self._read_text()
-        self._write(document)
-        written = previous = None
-        try:
-            if change is not None:
-                previous, written = change_credentials(self.store, name, change)
-                stored = written
-        except BaseException:
-            self._restore_file(previous_text)
-            raise
-        if not try_connect:
-            logger.info("server %r saved (switched off, not tried)", name)
-            return
-        try:
-            catalogue = self._try(server, stored)
-        except NeedsSignIn as exc:
-            # The reference: saving a server that answers 401 keeps it, needing a sign-in.
-            logger.info("server %r saved; it needs a sign-in (%s)", name, exc.why)
-            self._mark_needs_sign_in(server, exc.why)
-            return
-        except AlbedoError as exc:
-            logger.info("server %r could not connect; restoring its previous settings", name)
-            self._restore_file(previous_text)
-            if written is not None and previous is not None:
-                ours, before = written, previous
-                self.store.update_credentials(name, lambda current: undo_save(current, ours, before))
-            raise SettingsConflict(name, exc) from None
-        self._save_catalogue(server, catalogue)
-        logger.info("server %r saved and connected", name)
-
-    def _save_catalogue(self, server: ServerConfig, catalogue: Any) -> None:
-        """Keep what connecting discovered, keyed as a session's preparer keys it (the
-        credentials as stored now, the host's environment), so no session dials again."""
-        try:
-            key = fingerprint(server, self.store.get_credentials(server.name), os.environ,
-                              getattr(self.store, "digest_key", None))
-            save_if_changed(self.store, server.name, key, catalogue)
-        except (StoreError, ValueError) as exc:
-            # The server is saved and works; only the head start is lost.
-            logger.warning("server %r: its catalogue was not saved (%s)", server.name, exc)
-
-    def _try(self, server: ServerConfig, credentials: Credentials | None) -> Any:
-        refresher = TokenRefresher.start(self.store) if server.type == "http" else None
-        try:
-            auth = oauth_for(self.store, refresher)(server) if refresher is not None else None
-            handle = ServerHandle.start(server, self.home, credentials=credentials, auth=auth)
-            try:
-                return handle.connect(timeout=server.startup_timeout + 1.0)
-            finally:
-                handle.stop()
-        finally:
-            if refresher is not None:
-                try:
-                    refresher.stop(timeout=10)
-                except (pykka.ActorDeadError, pykka.Timeout):  # pykka's errors never reach a caller
-                    logger.warning("server %r: the token refresher did not stop within 10 s", server.name)
-
-    def _mark_needs_sign_in(self, server: ServerConfig, why: str) -> None:
-        def mark(credentials: Credentials) -> Credentials:
-            record = usable(from_credentials(credentials), server.url)
-            if record is not None and record.state == "signed_in" and record.access_token:
-                record = record.replace(reason=why)  # a step-up: the tokens stay
-            else:
-                record = (record or OAuthRecord(url=server.url or "")).signed_out("needs_sign_in", why)
-            return dataclasses.replace(credentials, oauth=record.to_json())
-
-        self.store.update_credentials(server.name, mark)
 
     def _view(self, name: str) -> ServerView:
         for view in self.servers():
@@ -463,147 +375,15 @@ class Settings:
                 return view
         raise ConfigError(f"no server named {name!r} in {self.path}")
 
-    def _existing(self, servers: dict, name: str) -> dict:
-        entry = servers.get(name)
-        if not isinstance(entry, dict):
-            raise ConfigError(f"no server named {name!r} in {self.path}")
-        return entry
-
-    def _servers(self, document: dict) -> dict:
-        mcp = document.setdefault("mcp", {})
-        if not isinstance(mcp, dict):
-            raise ConfigError(f'{self.path}: "mcp" must be an object')
-        servers = mcp.setdefault("servers", {})
-        if not isinstance(servers, dict):
-            raise ConfigError(f'{self.path}: "mcp.servers" must be an object of name → server')
-        return servers
-
-    def _read_text(self) -> str | None:
+    def _has_catalogue(self, name: str) -> bool:
         try:
-            return read_text(self.path)  # never through a symbolic link
-        except FileNotFoundError:
-            return None
-        except FileRefused as exc:
-            raise ConfigError(str(exc)) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read {self.path}: {exc}") from None
-
-    def _read_document(self) -> dict:
-        text = self._read_text()
-        if text is None:
-            return {}
-        try:
-            document = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"{self.path} is not valid JSON: {exc}") from None
-        if not isinstance(document, dict):
-            raise ConfigError(f"{self.path}: the top level must be a JSON object")
-        return document
-
-    def _write(self, document: dict) -> None:
-        with self._file_errors("cannot write the settings"):
-            self._write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
-
-    def _restore_file(self, text: str | None) -> None:
-        with self._file_errors("cannot restore the previous settings"):
-            if text is None:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.path)
-                self._bump_revision()
-            else:
-                self._write_text(text)
-
-    @contextlib.contextmanager
-    def _file_errors(self, what: str, path: str | None = None) -> Iterator[None]:
-        """An OSError of the settings files is a ConfigError naming the file (one line)."""
-        try:
-            yield
-        except FileRefused as exc:  # its message names the file and says what to do
-            raise ConfigError(f"{what}: {exc}") from None
-        except OSError as exc:
-            raise ConfigError(f"{what}: {exc.filename or path or self.path}: {exc.strerror or type(exc).__name__}; "
-                              f"check that {self.home} is a directory albedo can write") from None
-
-    def _write_text(self, text: str) -> None:
-        make_private_dirs(self.home)  # only what we create is 0700; an existing home keeps its mode
-        replace_private(self.path, text)
-        self._bump_revision()
-
-    def _bump_revision(self) -> None:
-        """Tell running hosts that extensions.json changed, through the store's revision.
-
-        After the file is in place (a host that sees the new revision reads the new
-        file). A failure keeps the save: a host on this machine still sees the file
-        change (``ChangeWatch`` stats it); one that shares only the database hears of it
-        with the next change that bumps."""
-        bump = getattr(self.store, "bump_revision", None)
-        if bump is None:  # a store without a revision (a test's stand-in)
-            return
-        try:
-            bump()
-        except StoreError as exc:
-            logger.warning("the settings were saved, but running hosts that share the store may not hear of it "
-                           "until they see %s change: %s", self.path, exc)
-
-    @contextlib.contextmanager
-    def _lock(self) -> Iterator[None]:
-        lock = os.path.join(self.home, LOCK_NAME)
-        with self._file_errors("cannot lock the settings", lock):
-            make_private_dirs(self.home)
-            fd = open_private(lock)  # 0600, never through a link
-        try:
-            with self._file_errors("cannot lock the settings", lock):
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
+            return self.store.load_catalogue(name) is not None
+        except (AttributeError, TypeError):
+            return False
+        except StoreError:  # a damaged saved catalogue is not used (the next connect replaces it)
+            return False
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def change_credentials(store: Store, name: str, change: Callable[[Credentials], Credentials]) -> tuple[Credentials, Credentials]:
-    """Apply ``change`` to ``name``'s credentials row under its lock; ``(before, after)``.
-
-    A save never writes a snapshot read earlier: a token refresh (or any other writer)
-    that committed between that read and this write is the ``current`` that ``change``
-    sees, so a rotated refresh token is never lost. ``before`` is what the row held
-    just before, for :func:`undo_save`.
-
-    Raises:
-        StoreError: the database failed.
-        ConfigError: ``change`` refused what is stored now (nothing written).
-    """
-    seen: list[Credentials] = []
-
-    def apply(current: Credentials) -> Credentials:
-        seen.append(current)
-        return change(current)
-
-    after = store.update_credentials(name, apply)
-    return seen[-1], after
-
-
-def signed_out(server: ServerConfig, credentials: Credentials) -> Credentials:
-    """``credentials`` signed out of ``server``: its tokens forgotten, and the server
-    unbound from every dynamic registration kept until now.
-
-    The unbinding is a time in the record (``reuse_registrations_after``): the next
-    sign-in of this server reuses no registration kept before it, so it registers a
-    new client, whose registration then replaces the kept one for that issuer and
-    redirect URI. That is a sign-out's reset of a client the authorization server
-    forgot, even one that never produced a token. Another server that signed in with
-    the old registration is not touched: its record holds the client id and secret its
-    tokens were issued to, which its refreshes use (the kept row never is), and it
-    may go on sharing the old registration until one of them registers anew. A value
-    of the record alone, so that the settings service's sign-out (which writes the
-    record as this makes it) unbinds exactly as ``Settings.sign_out`` does.
-    """
-    record = usable(from_credentials(credentials), server.url) or OAuthRecord(url=server.url or "")
-    # Signing out also forgets which issuer a configured client belongs to, for an
-    # authorization server that has really moved (signin.check_client_issuer).
-    record = dataclasses.replace(record, bound_client_id=None, bound_issuer=None, reuse_registrations_after=time.time())
-    return dataclasses.replace(credentials, oauth=record.signed_out("signed_out", "signed out by the user").to_json())
 
 
 def new_entry(spec: ServerSpec, secrets: SecretInput, taken: Collection[str], path: str) -> dict[str, Any]:
@@ -612,14 +392,14 @@ def new_entry(spec: ServerSpec, secrets: SecretInput, taken: Collection[str], pa
     ``taken``: the names configured now; ``path``: the file they are in (for the message).
     The command line runs the same checks before it asks a running service to add it.
     """
-    if not _NAME.match(spec.name or ""):
+    if not SERVER_NAME.match(spec.name or ""):
         raise ConfigError(f"{spec.name!r} is not a valid server name: 1-48 letters, digits, '-' or '_', starting with a letter or digit")
     entry = _entry(spec)
     if spec.name in taken:
         raise ConfigError(f"a server named {spec.name!r} exists already in {path}; edit or remove it")
     if spec.transport == "http" and secrets.env:
         raise ConfigError(f"server {spec.name!r}: env entries are for stdio servers")
-    if spec.transport == "stdio" and (secrets.bearer_token or secrets.header or secrets.oauth_client):
+    if spec.transport == "stdio" and secrets.for_http:
         raise ConfigError(f"server {spec.name!r}: a bearer token, header or OAuth client is for HTTP servers")
     return entry
 
@@ -629,7 +409,7 @@ def edit_entry(name: str, entry: dict[str, Any], changes: ServerChanges, secrets
 
     The command line runs the same before it sends a running service the edited entry.
     """
-    kind = _kind(entry)
+    kind = kind_of(entry)
     if kind == "http":
         if changes.command is not None or changes.args is not None:
             raise ConfigError(f"server {name!r} is an HTTP server: change its URL, not a command")
@@ -640,17 +420,13 @@ def edit_entry(name: str, entry: dict[str, Any], changes: ServerChanges, secrets
     else:
         if changes.url is not None:
             raise ConfigError(f"server {name!r} is a stdio server: change its command, not a URL")
-        if secrets.bearer_token or secrets.header or secrets.oauth_client:
+        if secrets.for_http:
             raise ConfigError(f"server {name!r}: a bearer token, header or OAuth client is for HTTP servers")
         if changes.command is not None:
             entry["command"] = changes.command
         if changes.args is not None:
             entry["args"] = list(changes.args)
     return kind
-
-
-def _kind(entry: dict) -> str:
-    return entry.get("type") or ("stdio" if "command" in entry else "http")
 
 
 def _entry(spec: ServerSpec) -> dict[str, Any]:
@@ -670,151 +446,6 @@ def _entry(spec: ServerSpec) -> dict[str, Any]:
     if not spec.enabled:
         entry["enabled"] = False
     return entry
-
-
-def _credentials_type() -> Any:
-    from ..store import Credentials
-
-    return Credentials
-
-
-def _empty_credentials() -> Any:
-    return _credentials_type()()
-
-
-def _is_empty(credentials: Credentials) -> bool:
-    return not (credentials.bearer_token or credentials.header or credentials.env or credentials.oauth)
-
-
-def _apply(current: Any, secrets: SecretInput, name: str) -> Any:
-    """The credentials after a save: blank keeps, ``-`` removes, anything else replaces."""
-    bearer = current.bearer_token
-    if secrets.bearer_token == REMOVE:
-        bearer = None
-    elif secrets.bearer_token:
-        _check_value(secrets.bearer_token, "the bearer token", name)
-        bearer = secrets.bearer_token
-    header = current.header
-    if secrets.header is not None:
-        header_name, value = secrets.header
-        if not _HEADER_NAME.match(header_name or ""):
-            raise ConfigError(f"server {name!r}: {header_name!r} is not an HTTP header name")
-        if value == REMOVE:
-            header = None
-        elif value:
-            _check_value(value, f"the {header_name} header", name)
-            header = (header_name, value)
-        elif header is not None:
-            header = (header_name, header[1])  # renamed, value kept
-        else:
-            raise ConfigError(f"server {name!r}: the {header_name} header has no stored value to keep; give one")
-    env = dict(current.env or {})
-    for key, value in secrets.env.items():
-        if not _ENV_NAME.match(key):
-            raise ConfigError(f"server {name!r}: {key!r} is not an environment variable name")
-        if value == REMOVE:
-            env.pop(key, None)
-        elif value:
-            if "\0" in value:
-                raise ConfigError(f"server {name!r}: env {key} holds a NUL character")
-            env[key] = value
-        elif key not in env:
-            raise ConfigError(f"server {name!r}: env {key} has no stored value to keep; give one")
-    return dataclasses.replace(current, bearer_token=bearer, header=header, env=env)
-
-
-def _apply_oauth_client(current: Any, secrets: SecretInput, url: Any, name: str) -> Any:
-    """The credentials with the hand-registered OAuth client of ``secrets`` (if any).
-
-    The client follows the server, not its URL: when the URL changed, the tokens of
-    the old URL are dropped (they are never sent elsewhere) and the client is kept.
-    """
-    if not isinstance(url, str):
-        return current
-    stored = from_credentials(current)
-    record = usable(stored, url)
-    moved = None
-    if record is None and stored is not None and stored.configured_client_id is not None:
-        moved = record = OAuthRecord(url=url, state="none", configured_client_id=stored.configured_client_id,
-                                     configured_client_secret=stored.configured_client_secret,
-                                     bound_client_id=stored.bound_client_id, bound_issuer=stored.bound_issuer)
-    if secrets.oauth_client is None:
-        return dataclasses.replace(current, oauth=moved.to_json()) if moved is not None else current
-    client_id, secret = secrets.oauth_client
-    record = record or OAuthRecord(url=url, state="none")
-    if client_id == REMOVE:
-        record = dataclasses.replace(record, configured_client_id=None, configured_client_secret=None)
-    else:
-        if not client_id or len(client_id) > 4096 or any(ch in client_id for ch in "\r\n\0"):
-            raise ConfigError(f"server {name!r}: the OAuth client id must be a non-empty one-line string")
-        kept = record.configured_client_secret if record.configured_client_id == client_id else None
-        if secret == REMOVE:
-            secret = None
-        elif secret:
-            _check_value(secret, "the OAuth client secret", name)
-        else:
-            secret = kept
-        # A client given (again) is bound afresh to the issuer of its next sign-in.
-        record = dataclasses.replace(record, configured_client_id=client_id, configured_client_secret=secret,
-                                     bound_client_id=None, bound_issuer=None)
-    return dataclasses.replace(current, oauth=record.to_json())
-
-
-# The sign-in state of an OAuth record: restored or kept together, never mixed.
-_TOKEN_KEYS = frozenset({"state", "reason", "access_token", "refresh_token", "expires_at", "obtained_at", "scope",
-                         "account", "requested_scope", "updated_at"})
-
-
-def undo_save(current: Any, written: Any, previous: Any) -> Any:
-    """The credentials after undoing a save that wrote ``written`` over ``previous``.
-
-    A field goes back to ``previous`` only if it is still as the save wrote it; one
-    that changed since (connecting refreshed and rotated the tokens, another process
-    wrote) is kept. Within the OAuth record the same holds key by key, and its tokens
-    and sign-in state as one: a rotated refresh token is never replaced by the spent
-    one the save started from.
-    """
-    def field(name: str) -> Any:
-        now, ours, before = getattr(current, name), getattr(written, name), getattr(previous, name)
-        return before if now == ours else now
-
-    oauth = _undo_oauth(thaw_json(current.oauth), thaw_json(written.oauth), thaw_json(previous.oauth))
-    return dataclasses.replace(current, bearer_token=field("bearer_token"), header=field("header"),
-                               env=dict(field("env") or {}), oauth=oauth)
-
-
-def thaw_json(value: Any) -> Any:
-    from ..store.records import thaw
-
-    return None if value is None else thaw(value)
-
-
-def _undo_oauth(now: Any, ours: Any, before: Any) -> Any:
-    if now == ours:
-        return before
-    if ours == before or now is None or ours is None or before is None or now.get("url") != ours.get("url"):
-        return now  # the save did not change it, or it was replaced since: what is stored now stays
-    keys = set(now) | set(ours) | set(before)
-    tokens_changed = any(now.get(k) != ours.get(k) for k in _TOKEN_KEYS)
-    merged = {}
-    for key in keys:
-        if key in _TOKEN_KEYS and tokens_changed:
-            value = now.get(key)
-        else:
-            value = before.get(key) if now.get(key) == ours.get(key) else now.get(key)
-        if value is not None:
-            merged[key] = value
-    return merged
-
-
-def _check_value(value: str, what: str, name: str) -> None:
-    if any(ch in value for ch in "\r\n\0"):
-        raise ConfigError(f"server {name!r}: {what} holds a line break or NUL, which cannot go into an HTTP header")
-    from ..store.sealing import PREFIX  # the store's own rule (sealing.refuse_prefix), said before anything is written
-
-    if value.startswith(PREFIX):
-        raise ConfigError(f"server {name!r}: {what} starts with {PREFIX!r}, which marks a value encrypted at rest, "
-                          "so it cannot be stored; give the secret itself, not a value copied from the database")
 
 
 def auth_view(server: ServerConfig, credentials: Credentials | None) -> dict[str, Any]:
@@ -869,8 +500,7 @@ def describe_credentials(credentials: Credentials) -> tuple[str, ...]:
     out = []
     if credentials.bearer_token:
         out.append("bearer token")
-    if credentials.header:
-        out.append(f"header {credentials.header[0]}")
+    out.extend(f"header {header}" for header, _ in credentials.headers)
     out.extend(f"env {key}" for key in sorted(credentials.env or {}))
     if credentials.oauth:
         out.append("oauth")

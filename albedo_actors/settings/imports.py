@@ -39,7 +39,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..config import _ENV_NAME, _HEADER_NAME, _NAME, MAX_TIMEOUT_MS, foreign_format
+from ..config import ENV_NAME, HEADER_NAME, MAX_TIMEOUT_MS, SERVER_NAME, foreign_format
 from ..errors import ConfigError
 from . import SecretInput, ServerSpec, fit_name
 
@@ -231,17 +231,12 @@ def to_settings(server: Imported, resolve: Callable[[Value], str]) -> tuple[Serv
     (literal text, variables, inputs) into the string to store.
 
     Raises:
-        ConfigError: the server cannot be saved as it is (its ``problem``; more than
-            one literal header, since a server stores one header today).
+        ConfigError: the server cannot be saved as it is (its ``problem``).
     """
     if server.problem is not None:
         raise ConfigError(f"server {server.name!r}: {server.problem}")
-    if len(server.headers) > 1:
-        raise ConfigError(f"server {server.name!r} has {len(server.headers)} headers with literal values "
-                          f"({', '.join(server.headers)}), and albedo stores one per server today; give the others as "
-                          "${env:VAR} in the file, or add it with `albedo-mcp add` and one --header")
-    header = next(((name, resolve(value)) for name, value in server.headers.items()), None)
-    secrets = SecretInput(bearer_token=resolve(server.bearer) if server.bearer is not None else None, header=header,
+    secrets = SecretInput(bearer_token=resolve(server.bearer) if server.bearer is not None else None,
+                          headers={name: resolve(value) for name, value in server.headers.items()},
                           env={key: resolve(value) for key, value in server.env.items()})
     spec = ServerSpec(name=server.name, transport=server.transport, url=server.url, command=server.command,
                       args=server.args, enabled=server.enabled, extra=dict(server.extra))
@@ -277,12 +272,12 @@ class _Names:
         self.given: set[str] = set()
 
     def give(self, source: str) -> tuple[str, tuple[str, ...]]:
-        if _NAME.match(source) and source not in self.given:
+        if SERVER_NAME.match(source) and source not in self.given:
             self.given.add(source)
             return source, ()
         name = fit_name(source, self.given)
         self.given.add(name)
-        why = "not a valid albedo name" if not _NAME.match(source) else "a name given already in this file"
+        why = "not a valid albedo name" if not SERVER_NAME.match(source) else "a name given already in this file"
         return name, (f"named {name} ({source!r} is {why})",)
 
 
@@ -425,7 +420,7 @@ def _bearer(headers: dict[str, str], kind: str, extra: dict[str, Any]) -> Value 
 
 def _split(values: dict[str, str], kind: str, what: str, notes: list[str]) -> tuple[dict[str, Value], dict[str, str]]:
     """(secrets to store, references KEY -> VAR) of an ``env`` or ``headers`` object."""
-    pattern = _ENV_NAME if what == "env" else _HEADER_NAME
+    pattern = ENV_NAME if what == "env" else HEADER_NAME
     secrets: dict[str, Value] = {}
     refs: dict[str, str] = {}
     for key, text in values.items():
@@ -533,7 +528,7 @@ def _codex_fields(entry: dict) -> dict[str, Any]:
         env, _ = _split(_strings(entry.get("env"), "env"), "codex", "env", notes)
         fields["env"] = env
         refs = {variable: {"env": variable} for variable in _list(entry.get("env_vars"), "env_vars")}
-        bad = next((variable for variable in refs if not _ENV_NAME.match(variable)), None)
+        bad = next((variable for variable in refs if not ENV_NAME.match(variable)), None)
         if bad is not None:
             raise _Refused(f"{bad[:80]!r} in env_vars is not an environment variable name")
         if refs:

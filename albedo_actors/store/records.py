@@ -33,27 +33,52 @@ def thaw(value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True, repr=False)
+_UNSET: Any = object()  # ``header`` not given
+
+
+@dataclass(frozen=True, repr=False, init=False)
 class Credentials:
     """One server's secrets. Every field is optional; ``Credentials()`` means none stored.
 
-    ``header`` is one custom HTTP header as ``(name, value)``; ``env`` holds the
+    ``headers`` are the custom HTTP headers, ``(name, value)`` pairs in the order they
+    are sent, no name twice (names compare without case); ``env`` holds the
     ``KEY=value`` entries for a stdio server; ``oauth`` is the OAuth record (a mapping).
+
+    ``header=(name, value)`` (or None) is the older one-header form: given, it replaces
+    ``headers`` with that one header; :attr:`header` reads the first one.
     """
 
-    bearer_token: str | None = None
-    header: tuple[str, str] | None = None
-    env: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
-    oauth: Mapping[str, Any] | None = None
+    bearer_token: str | None
+    headers: tuple[tuple[str, str], ...]
+    env: Mapping[str, str]
+    oauth: Mapping[str, Any] | None
+
+    def __init__(self, bearer_token: str | None = None, header: tuple[str, str] | None = _UNSET,
+                 env: Mapping[str, str] | None = None, oauth: Mapping[str, Any] | None = None,
+                 headers: Any = ()) -> None:
+        if header is not _UNSET:
+            if header is not None and not (isinstance(header, (tuple, list)) and len(header) == 2):
+                raise TypeError("Credentials.header must be a (name, value) pair of str or None")
+            headers = () if header is None else (tuple(header),)
+        object.__setattr__(self, "bearer_token", bearer_token)
+        object.__setattr__(self, "headers", headers)
+        object.__setattr__(self, "env", env)
+        object.__setattr__(self, "oauth", oauth)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         if self.bearer_token is not None and not isinstance(self.bearer_token, str):
             raise TypeError("Credentials.bearer_token must be a str or None")
-        if self.header is not None:
-            if not (isinstance(self.header, (tuple, list)) and len(self.header) == 2
-                    and all(isinstance(p, str) for p in self.header)):
-                raise TypeError("Credentials.header must be a (name, value) pair of str or None")
-            object.__setattr__(self, "header", (self.header[0], self.header[1]))
+        pairs = self.headers if self.headers is not None else ()
+        if isinstance(pairs, Mapping):
+            pairs = tuple(pairs.items())
+        if not isinstance(pairs, (tuple, list)) or not all(
+                isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs):
+            raise TypeError("Credentials.headers must be (name, value) pairs of str")
+        names = [name.lower() for name, _ in pairs]
+        if len(set(names)) != len(names):
+            raise ValueError("Credentials.headers names one header twice")
+        object.__setattr__(self, "headers", tuple((name, value) for name, value in pairs))
         env = self.env if self.env is not None else {}
         if not isinstance(env, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
@@ -64,10 +89,15 @@ class Credentials:
                 raise TypeError("Credentials.oauth must be a mapping or None")
             object.__setattr__(self, "oauth", freeze(self.oauth))
 
+    @property
+    def header(self) -> tuple[str, str] | None:
+        """The first custom header, or None (the older one-header form)."""
+        return self.headers[0] if self.headers else None
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Credentials):
             return NotImplemented
-        return (self.bearer_token == other.bearer_token and self.header == other.header
+        return (self.bearer_token == other.bearer_token and self.headers == other.headers
                 and dict(self.env) == dict(other.env)
                 and thaw(self.oauth) == thaw(other.oauth))
 
@@ -77,8 +107,8 @@ class Credentials:
         parts = []
         if self.bearer_token is not None:
             parts.append("bearer_token=<secret>")
-        if self.header is not None:
-            parts.append(f"header=({self.header[0]!r}, <secret>)")
+        if self.headers:
+            parts.append("headers={" + ", ".join(f"{name!r}: <secret>" for name, _ in self.headers) + "}")
         if self.env:
             parts.append("env={" + ", ".join(f"{k!r}: <secret>" for k in sorted(self.env)) + "}")
         if self.oauth is not None:
@@ -88,7 +118,7 @@ class Credentials:
     @property
     def empty(self) -> bool:
         """True when nothing is stored."""
-        return self.bearer_token is None and self.header is None and not self.env and self.oauth is None
+        return self.bearer_token is None and not self.headers and not self.env and self.oauth is None
 
 
 @dataclass(frozen=True)

@@ -756,15 +756,15 @@ class Store:
         bump the revision when a session would see the difference (:func:`visible`)."""
         values: dict[str, Any] = {
             "bearer_token": creds.bearer_token,
-            "header_name": creds.header[0] if creds.header else None,
-            "header_value": creds.header[1] if creds.header else None,
+            **header_columns(creds.headers),
             "env": json.dumps(dict(creds.env), sort_keys=True),
             "oauth": None if creds.oauth is None else json.dumps(thaw(creds.oauth), sort_keys=True),
         }
         # Every write, key or no key: a plaintext value that starts with the prefix would
         # read back as a sealed one (the JSON columns start with "{" and never do).
         sealing.refuse_prefix(creds.bearer_token, f"the bearer token of {server!r}")
-        sealing.refuse_prefix(creds.header[1] if creds.header else None, f"the {values['header_name']} header of {server!r}")
+        for name, value in creds.headers:
+            sealing.refuse_prefix(value, f"the {name} header of {server!r}")
         if self._keys is not None:
             for column in _SEALED_CREDENTIALS:
                 if values[column] is not None:
@@ -834,7 +834,7 @@ def visible(credentials: Credentials) -> str:
     oauth = None
     if credentials.oauth is not None:
         oauth = {key: value for key, value in thaw(credentials.oauth).items() if key not in ROTATING_OAUTH_KEYS}
-    return json.dumps([credentials.bearer_token, list(credentials.header) if credentials.header else None,
+    return json.dumps([credentials.bearer_token, [list(pair) for pair in credentials.headers] or None,
                        dict(credentials.env), oauth], sort_keys=True, default=str)
 
 
@@ -1054,12 +1054,43 @@ def _credentials(row: CredentialRow | None, keys: StoreKeys | None) -> Credentia
     what = f"credentials of {row.server!r}"
     opened = {column: sealing.open_value(keys, ("credentials", row.server, column), getattr(row, column), what)
               for column in _SEALED_CREDENTIALS}
-    header = None
-    if row.header_name is not None and opened["header_value"] is not None:
-        header = (row.header_name, opened["header_value"])
+    headers = headers_of(row.header_name, opened["header_value"], row.server)
     env = _json_object(opened["env"] or "{}", "credentials", row.server)
     oauth = None if opened["oauth"] is None else _json_object(opened["oauth"], "credentials", row.server)
-    return Credentials(bearer_token=opened["bearer_token"], header=header, env=env, oauth=oauth)
+    return Credentials(bearer_token=opened["bearer_token"], headers=headers, env=env, oauth=oauth)
+
+
+# Several custom headers share the row's two header columns, without a new column: one
+# header is stored as it always was (its name, its value); two or more as a JSON array
+# of the names in ``header_name`` (a header name never starts with "[") and a JSON
+# array of the values, in the same order, in ``header_value`` (sealed like one value).
+
+
+def header_columns(headers: tuple[tuple[str, str], ...]) -> dict[str, str | None]:
+    """The ``header_name`` and ``header_value`` columns of ``headers`` (before sealing)."""
+    if not headers:
+        return {"header_name": None, "header_value": None}
+    if len(headers) == 1:
+        return {"header_name": headers[0][0], "header_value": headers[0][1]}
+    return {"header_name": json.dumps([name for name, _ in headers]),
+            "header_value": json.dumps([value for _, value in headers])}
+
+
+def headers_of(name: str | None, value: str | None, server: str) -> tuple[tuple[str, str], ...]:
+    """The headers of a row's two header columns (``value`` opened): the one-header form or the arrays."""
+    if name is None or value is None:
+        return ()
+    if not name.startswith("["):
+        return ((name, value),)
+    try:
+        names, values = json.loads(name), json.loads(value)
+    except ValueError:
+        names = values = None
+    if not (isinstance(names, list) and isinstance(values, list) and len(names) == len(values)
+            and all(isinstance(x, str) for x in names + values)
+            and len({n.lower() for n in names}) == len(names)):
+        raise StoreError(f"the stored headers of {server!r} cannot be read; {sealing.REMOVE_AND_ADD}")
+    return tuple(zip(names, values))
 
 
 _REMEDY = {"credentials": f"; {sealing.REMOVE_AND_ADD}"}
