@@ -104,8 +104,9 @@ def test_arguments_that_do_not_fit_are_refused_before_anything_is_sent(tmp_path,
     assert any(m.get("method") in ("initialize", "server/discover") for m in read_record(record))
     assert calls(record) == []
     # Without the check (--no-check), the same arguments are sent: the protection is the check.
+    # (The server answers, or refuses them itself: exit 0 or 1, never 2.)
     unchecked = albedo(tmp_path, "call", "faulty/typed", *argv, "--no-check")
-    assert unchecked.returncode == 0, unchecked.stderr
+    assert unchecked.returncode in (0, 1), unchecked.stderr
     assert len(calls(record)) == 1
 
 
@@ -271,7 +272,8 @@ def test_tools_refresh_dials_again_and_lists_a_changed_tool_list(tmp_path):
                             "'albedo-mcp tools --refresh' dials it\n")
     refreshed = albedo(tmp_path, "tools", "--refresh")
     assert refreshed.returncode == 0 and refreshed.stderr == "", refreshed.stderr
-    assert [line.split("\t")[0] for line in refreshed.stdout.splitlines()] == ["w/page_1()", "w/page_2()"]
+    listed = [line.split("\t")[0] for line in refreshed.stdout.splitlines()]
+    assert listed[:2] == ["w/page_1()", "w/page_2()"] and "w/echo(text)" not in listed
     # What --refresh found was saved: the next run lists it without a dial.
     again = albedo(tmp_path, "tools")
     assert again.stdout == refreshed.stdout and "listed from its catalogue saved" in again.stderr

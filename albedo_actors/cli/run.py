@@ -343,9 +343,20 @@ def resolve(session: Composition, args: argparse.Namespace) -> tuple[Advertised,
         server = name.partition("/")[0] if "/" in name else None
         if (server is not None and server not in session.catalogues) or offered(session, name):
             raise  # a server left out, a tool disabled or hidden: its own line says why
-        pool = ([f"{item.server}/{item.operation}" for item in session.operations if item.server == server]
-                if server is not None else [item.name for item in session.operations])
-        near = closest(name, pool)
+        # Compared without the part every candidate shares (the server), which would make
+        # any two names look alike.
+        if server is not None:
+            near = closest(name.partition("/")[2], [item.operation for item in session.operations if item.server == server])
+            near = f"{server}/{near}" if near is not None else None
+        else:
+            fitting = sorted({server_prefix(item.server) for item in session.operations
+                              if name.startswith(server_prefix(item.server))}, key=len, reverse=True)
+            near = None
+            if fitting:
+                prefix = fitting[0]
+                rests = {item.name[len(prefix):]: item.name for item in session.operations if item.name.startswith(prefix)}
+                found = closest(name[len(prefix):], rests)
+                near = rests.get(found) if found is not None else None
         if near is None:
             raise
         listing = f"'{PROG} tools {server}'" if server is not None else f"'{PROG} tools --json'"

@@ -255,7 +255,7 @@ class FaultServer(DemoServer):
                       properties={"text": {"type": "string"}, "count": {"type": "integer"}, "ratio": {"type": "number"},
                                   "on": {"type": "boolean"}, "opts": {"type": "object"},
                                   "tags": {"type": "array", "items": {"type": "string"}},
-                                  "maybe": {"type": ["integer", "null"]}, "mode": {"enum": ["fast", "slow"]},
+                                  "maybe": {"anyOf": [{"type": "integer"}, {"type": "null"}]}, "mode": {"enum": ["fast", "slow"]},
                                   "level": {"type": "integer", "minimum": 1, "maximum": 5}},
                       required=("text",))
         self.add_tool("strict", lambda request, args: text_result(json.dumps(args, sort_keys=True)),
