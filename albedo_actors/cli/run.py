@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, cast
 
 from ..catalogue.composition import Composition, perform
-from ..catalogue.naming import Advertised, server_prefix
+from ..catalogue.naming import Advertised, advertised_name, server_prefix
 from ..catalogue.schemas import check_arguments
 from ..catalogue.search import SEARCH_SCHEMA, SEARCH_TOOL, search_arguments
 from ..config import McpConfig, ServerConfig, load, resolve_home
@@ -365,8 +365,6 @@ def resolve(session: Composition, args: argparse.Namespace) -> tuple[Advertised,
 
 def offered(session: Composition, name: str) -> bool:
     """Whether any server of ``session`` has an operation ``name`` names (listed or not)."""
-    from ..catalogue.naming import advertised_name
-
     server, _, operation = name.partition("/")
     for listed, catalogue in session.catalogues.items():
         for tool in catalogue.tools:
