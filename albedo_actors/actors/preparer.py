@@ -192,7 +192,8 @@ class RuntimePreparer(pykka.ThreadingActor):
                                                                 if (why := sign_in_needed(s, credentials[s.name]))}
         undialled.update(unreadable)
         undialled.update(misconfigured)
-        saved = self._saved_all({s.name: keys[s.name] for s in servers if s.name not in undialled})
+        saved_at: dict[str, float] = {}  # when each catalogue found here was saved
+        saved = self._saved_all({s.name: keys[s.name] for s in servers if s.name not in undialled}, saved_at)
         unsaved = [name for name, catalogue in saved.items() if catalogue is None]
         for name, catalogue in saved.items():
             if catalogue is not None:  # its dials open in the saved era: no probe (issue 11)
@@ -202,11 +203,11 @@ class RuntimePreparer(pykka.ThreadingActor):
         ready = {n: c for n, c in saved.items() if c is not None}
         off = frozenset(s.name for s in config.servers if not s.enabled)
         if unsaved:
-            self._start(self._foreground, applied, unsaved, keys, ready, result, undialled, off)
+            self._start(self._foreground, applied, unsaved, keys, ready, result, undialled, off, saved_at)
         else:
             # Nothing to dial: the composition is built here (no I/O, one bounded moment),
             # without a helper thread and the hand-offs it would cost.
-            self._foreground(applied, unsaved, keys, ready, result, undialled, off)
+            self._foreground(applied, unsaved, keys, ready, result, undialled, off, saved_at)
         background = [(name, applied.handles[name], keys[name]) for name, catalogue in saved.items() if catalogue is not None]
         if background and self._background_dials:
             self._background_pending += len(background)
@@ -286,7 +287,8 @@ class RuntimePreparer(pykka.ThreadingActor):
         thread.start()
 
     def _foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue], result: Any,
-                    undialled: dict[str, str | StoreError | ConfigError] | None = None, off: frozenset[str] = frozenset()) -> None:
+                    undialled: dict[str, str | StoreError | ConfigError] | None = None, off: frozenset[str] = frozenset(),
+                    saved_at: dict[str, float] | None = None) -> None:
         """Dial the servers without a usable saved catalogue, all at once; then resolve.
 
         ``result`` always resolves: whatever goes wrong here fails this preparation at
@@ -294,7 +296,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         """
         outcome: concurrent.futures.Future = concurrent.futures.Future()
         try:
-            self._prepare_foreground(applied, unsaved, keys, ready, outcome, undialled, off)
+            self._prepare_foreground(applied, unsaved, keys, ready, outcome, undialled, off, saved_at)
         except Exception as exc:  # noqa: BLE001 - a bug must fail one preparation, not hang its session
             logger.error("preparing servers %s failed: %s: %s", ", ".join(sorted(unsaved)) or "(none)", type(exc).__name__, exc)
             if not outcome.done():
@@ -315,7 +317,7 @@ class RuntimePreparer(pykka.ThreadingActor):
 
     def _prepare_foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue],
                             result: Any, undialled: dict[str, str | StoreError | ConfigError] | None,
-                            off: frozenset[str] = frozenset()) -> None:
+                            off: frozenset[str] = frozenset(), saved_at: dict[str, float] | None = None) -> None:
         # ``undialled``: the servers left out without a dial, with why: a sign-in needed,
         # their stored credentials unreadable (the StoreError, whose line says what to do),
         # or their configuration unusable here (the ConfigError: a variable it names is not set).
@@ -365,7 +367,8 @@ class RuntimePreparer(pykka.ThreadingActor):
         handles = {name: handle for name, handle in applied.handles.items() if name in catalogues}
         composition = Composition(handles, catalogues, left_out, tuple(warnings), applied.retired,
                                   held=tuple(applied.handles.values()), switched_off=off,
-                                  misconfigured=frozenset(misconfigured))
+                                  misconfigured=frozenset(misconfigured),
+                                  saved_at={name: when for name, when in (saved_at or {}).items() if name in ready})
         if not result.cancelled():
             result.set_result(composition)
 
@@ -408,12 +411,13 @@ class RuntimePreparer(pykka.ThreadingActor):
                 found[name] = exc
         return found
 
-    def _saved_all(self, keys: dict[str, str]) -> dict[str, Catalogue | None]:
-        """Each server's catalogue saved under its current key, or None; read at once."""
+    def _saved_all(self, keys: dict[str, str], saved_at: dict[str, float] | None = None) -> dict[str, Catalogue | None]:
+        """Each server's catalogue saved under its current key, or None; read at once
+        (and into ``saved_at``, when each one was saved)."""
         if self._store is None:
             return dict.fromkeys(keys)
         try:
-            found = load_current_all(self._store, keys)
+            found = load_current_all(self._store, keys, saved_at)
         except StoreError as exc:
             logger.warning("the saved catalogues cannot be used (%s); dialling every server", exc)
             return dict.fromkeys(keys)

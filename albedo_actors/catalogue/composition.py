@@ -94,6 +94,9 @@ class Composition:
     # Left-out servers whose configuration cannot be used here (a variable they name is not
     # set): their reason is a ConfigError's line, and so is a call's refusal.
     misconfigured: frozenset[str] = frozenset()
+    # When the catalogue of each server listed from a saved one was saved (a Unix time);
+    # a server dialled for this composition is absent.
+    saved_at: Mapping[str, float] = field(default_factory=dict)
     # The session's budget and most recently used operations (tool search; the composer's).
     usage: Usage | None = field(default=None, repr=False, compare=False)
     # A composition with the same handles and catalogues whose configured operations are

@@ -33,7 +33,6 @@ def tools_command(args: argparse.Namespace) -> int:
     config = load(resolve_home(args.home))
     chosen = named_servers(config, args.servers)
     model = args.model or args.budget is not None
-    started = time.time()
     # With a store, a server with a saved catalogue is listed from it without being
     # started (its first call dials it); the others are dialled, all at once. --refresh
     # dials every one, and saves what it finds.
@@ -46,7 +45,7 @@ def tools_command(args: argparse.Namespace) -> int:
             for warning in (*composition.warnings, *composition.operation_warnings):
                 warn(warning)
             tools = composition.model_operations_shared() if model else composition.operations
-        saved = saved_times(store, composition, started) if store is not None and not args.refresh else {}
+    saved = composition.saved_at
     if model:
         list_model(composition, tools, args.json)
         return EXIT_OK
@@ -158,20 +157,6 @@ class Redialling:
 
     def load_catalogues(self, servers: Any) -> dict[str, Any]:
         return {}
-
-
-def saved_times(store: Any, composition: Composition, started: float) -> dict[str, float]:
-    """When each listed server's catalogue was saved, for those listed from a catalogue
-    saved before this run started (a server dialled now saved its catalogue since)."""
-    names = list(composition.catalogues)
-    if not names:
-        return {}
-    try:
-        rows = store.load_catalogues(names)
-    except StoreError:
-        return {}
-    return {name: row.saved_at for name, row in rows.items()
-            if not isinstance(row, StoreError) and row.saved_at < started}
 
 
 def age(seconds: float) -> str:
