@@ -257,8 +257,10 @@ def test_tools_refresh_dials_again_and_lists_a_changed_tool_list(tmp_path):
     # One configuration (so one fingerprint) whose tool list changes once a marker exists.
     marker = tmp_path / "changed"
     wrapper = tmp_path / "server.py"
+    down = tmp_path / "down"
     wrapper.write_text(
         "import os, runpy, sys\n"
+        f"if os.path.exists({str(down)!r}): sys.exit('down for maintenance')\n"
         f"sys.path.insert(0, {os.path.join(HERE, 'servers')!r})\n"
         f"sys.argv = [{FAULT_SERVER!r}] + (['--pages', '2'] if os.path.exists({str(marker)!r}) else [])\n"
         f"runpy.run_path({FAULT_SERVER!r}, run_name='__main__')\n", encoding="utf-8")
@@ -278,6 +280,14 @@ def test_tools_refresh_dials_again_and_lists_a_changed_tool_list(tmp_path):
     again = albedo(tmp_path, "tools")
     assert again.stdout == refreshed.stdout and "listed from its catalogue saved" in again.stderr
     assert json.loads(albedo(tmp_path, "tools", "--json").stdout)[0]["savedAt"] is not None
+    # A server down at a refresh is left out of that listing with its warning; what was
+    # saved stays for the next run.
+    down.write_text("")
+    failed = albedo(tmp_path, "tools", "--refresh")
+    assert (failed.returncode, failed.stdout) == (0, "")
+    assert failed.stderr.startswith("albedo-mcp: warning: server 'w': cannot start") and len(failed.stderr.splitlines()) == 1
+    kept = albedo(tmp_path, "tools")
+    assert kept.stdout == refreshed.stdout and "listed from its catalogue saved" in kept.stderr
 
 
 # -- one misconfigured server never hides the others ------------------------------------------------
