@@ -11,8 +11,9 @@
                    "callTimeoutMs": 30000}}}}
 
 Secrets are named, never inlined: every ``env`` value (and HTTP header) names one
-environment variable of the host process, and a missing variable is an error of the
-whole configuration instead of a server started without it. albedo's own variables
+environment variable of the host process, and a missing variable is an error of that
+server (left out of a session with one warning naming it and the variable, its calls
+refused with that line) instead of a server started without it. albedo's own variables
 (every name starting with ``ALBEDO_``, in any case: the store key, the database URL, the
 service's) are never named: as an env, header, bearer or OAuth variable each is refused
 in one line naming the server and the key (:func:`own_variable`), at parse time and again

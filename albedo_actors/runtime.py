@@ -179,7 +179,8 @@ class Daemon:
 
         Raises:
             SessionClosed: the daemon is not running.
-            ConfigError: the configuration is unusable (e.g. a named variable is unset).
+            ConfigError: the configuration is unusable (e.g. a catalogue is over the size limit; a
+                server naming an unset variable is only left out, with a warning).
             SessionTimedOut: the servers did not open within ``timeout``.
             SessionError: preparing the servers failed.
         """
@@ -511,7 +512,8 @@ class Runtime(Daemon):
         """Start the daemon and open its session; the session's first composition.
 
         Raises:
-            ConfigError: the configuration is unusable (e.g. a named variable is unset).
+            ConfigError: the configuration is unusable (e.g. a catalogue is over the size limit; a
+                server naming an unset variable is only left out, with a warning).
             SessionTimedOut: the servers did not open within ``OPEN_TIMEOUT``.
             SessionError: preparing the servers failed (``SessionClosed``: it closed meanwhile).
         """

@@ -50,18 +50,20 @@ def assert_one_line_error(run: subprocess.CompletedProcess, code: int, *names: s
 # -- tools ------------------------------------------------------------------------------
 
 
-def test_tools_prints_the_advertised_names_one_per_line(tmp_path):
+def test_tools_prints_server_slash_tool_with_its_parameters_one_per_line(tmp_path):
     write_config(tmp_path, {"faulty": fault_entry(), "other": fault_entry("--era", "legacy", "--probe", "error")})
     run = albedo(tmp_path, "tools")
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""
     names = [line.split("\t")[0] for line in run.stdout.splitlines()]
-    assert names[:3] == [advertised_name("faulty", tool) for tool in ("echo", "add", "time")]
-    assert {advertised_name(s, t) for s, t in [("faulty", "die"), ("faulty", "hang"), ("other", "echo"), ("other", "add")]} <= set(names)
-    assert all(name.startswith(("mcp_faulty_", "mcp_other_")) for name in names)
+    # Required parameters plain, optional ones in brackets; the advertised names are in --json.
+    assert names[:3] == ["faulty/echo(text)", "faulty/add(a, b)", "faulty/time()"]
+    assert {"faulty/die()", "faulty/hang()", "faulty/state_only([rounds])", "other/echo(text)", "other/add(a, b)"} <= set(names)
+    assert all(name.startswith(("faulty/", "other/")) for name in names)
     assert len(names) == len(set(names))
+    assert not any(name.startswith("mcp_") for name in names)
     # The description follows a tab; echo's is the fault server's own.
-    assert f"{advertised_name('faulty', 'echo')}\tReturn the given text unchanged." in run.stdout.splitlines()
+    assert "faulty/echo(text)\tReturn the given text unchanged." in run.stdout.splitlines()
 
 
 def test_tools_json_prints_an_array_of_tool_objects_with_exactly_the_documented_keys(tmp_path):
@@ -71,7 +73,8 @@ def test_tools_json_prints_an_array_of_tool_objects_with_exactly_the_documented_
     tools = json.loads(run.stdout)
     assert isinstance(tools, list) and tools
     for tool in tools:
-        assert set(tool) == {"name", "server", "kind", "operation", "description", "inputSchema"}
+        assert set(tool) == {"name", "server", "kind", "operation", "description", "inputSchema", "savedAt"}
+        assert tool["savedAt"] is None  # dialled by this run, not listed from a saved catalogue
         assert tool["server"] == "faulty"
         assert tool["kind"] in ("tool", "read_resource", "get_prompt")
         assert tool["kind"] == "tool" or tool["operation"] == tool["kind"]
@@ -92,8 +95,8 @@ def test_tools_leaves_out_a_server_that_cannot_start_with_one_warning_line(tmp_p
     run = albedo(tmp_path, "tools")
     assert run.returncode == 0, run.stderr
     names = [line.split("\t")[0] for line in run.stdout.splitlines()]
-    assert advertised_name("faulty", "echo") in names
-    assert not any(name.startswith("mcp_broken_") for name in names)
+    assert "faulty/echo(text)" in names
+    assert not any(name.startswith("broken/") for name in names)
     assert "Traceback" not in run.stderr
     lines = run.stderr.splitlines()
     assert len(lines) == 1, run.stderr
@@ -107,7 +110,7 @@ def test_a_second_tools_run_with_a_store_starts_from_the_saved_catalogue(tmp_pat
     database = ["--database", f"sqlite:///{tmp_path / 'albedo.db'}"]
     first = albedo(tmp_path, *database, "tools")
     assert first.returncode == 0, first.stderr
-    assert advertised_name("f", "echo") in first.stdout
+    assert "f/echo(text)\t" in first.stdout
     dials = [m for m in read_record(record) if m.get("method") == "server/discover"]
     assert len(dials) == 1
     second = albedo(tmp_path, *database, "tools")
@@ -115,9 +118,12 @@ def test_a_second_tools_run_with_a_store_starts_from_the_saved_catalogue(tmp_pat
     # Listed from the saved catalogue: the server was not started again.
     assert [m for m in read_record(record) if m.get("method") == "server/discover"] == dials
     # The server that cannot start has no saved catalogue: still one warning line naming it.
-    for run in (first, second):
+    # The second run says which server it listed from a saved catalogue, and how old it is.
+    for run, noted in ((first, []), (second, ["albedo-mcp: server 'f': listed from its catalogue saved less than a minute "
+                                              "ago; 'albedo-mcp tools --refresh' dials it"])):
         lines = run.stderr.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("albedo-mcp: warning: server 'broken': cannot start"), run.stderr
+        assert len(lines) == 1 + len(noted) and lines[0].startswith("albedo-mcp: warning: server 'broken': cannot start"), run.stderr
+        assert lines[1:] == noted
     # A call dials the server then.
     called = albedo(tmp_path, *database, "call", "f/echo", "--args", '{"text": "dialled"}')
     assert (called.returncode, called.stdout) == (0, "dialled\n"), called.stderr
@@ -153,7 +159,8 @@ def test_call_server_slash_tool_json_prints_a_valid_call_tool_result(tmp_path):
 
 def test_call_exits_1_when_the_tool_reports_an_error(tmp_path):
     write_config(tmp_path, {"faulty": fault_entry()})
-    run = albedo(tmp_path, "call", "faulty/add", "--args", '{"a": "two", "b": 1}')
+    # --no-check sends arguments that do not fit the schema, so that the server refuses them.
+    run = albedo(tmp_path, "call", "faulty/add", "--args", '{"a": "two", "b": 1}', "--no-check")
     line = assert_one_line_error(run, 1, "'faulty'", "'add'")
     assert "reported an error" in line
     assert "integer" in run.stdout  # the tool's own error text is printed
@@ -275,8 +282,11 @@ def test_the_console_script_and_python_m_print_the_same_tools(tmp_path):
     by_script = albedo(tmp_path, "tools", program=[CONSOLE_SCRIPT])
     assert by_module.returncode == by_script.returncode == 0
     assert by_module.stdout == by_script.stdout
-    assert advertised_name("faulty", "echo") in by_script.stdout and advertised_name("other", "echo") in by_script.stdout
-    assert by_module.stderr == by_script.stderr == ""
+    assert "faulty/echo(text)\t" in by_script.stdout and "other/echo(text)\t" in by_script.stdout
+    assert by_module.stderr == ""
+    # The second run lists from the catalogues the first saved, and says so.
+    assert [line.split(":")[1] for line in by_script.stderr.splitlines()] == [" server 'faulty'", " server 'other'"]
+    assert all("listed from its catalogue saved" in line for line in by_script.stderr.splitlines())
 
 
 def test_demo_finds_both_eras(tmp_path):

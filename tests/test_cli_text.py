@@ -70,11 +70,11 @@ def test_tools_prints_descriptions_and_warnings_with_visible_escapes_and_no_cont
     run = albedo(home, "tools")
     assert run.returncode == 0
     out, err = assert_clean(run)
-    lines = dict(line.split("\t", 1) for line in out.splitlines())
+    # SERVER/TOOL(params), a tab, the description: each name as it is shown, escaped.
+    lines = {call.partition("(")[0]: text for call, text in (line.split("\t", 1) for line in out.splitlines())}
     for tool in (text_server.HOSTILE_TOOL, "shout", "fail", "tool_error", "echo"):
-        assert lines[advertised_name("t", tool)] == f"Description {FOLDED} end."
-    assert advertised_name("t", text_server.HOSTILE_TOOL) in lines  # a hostile tool name is advertised sanitised
-    read_resource = lines[advertised_name("t", "read_resource", "read_resource")]
+        assert lines["t/" + (tool if tool != text_server.HOSTILE_TOOL else "t" + SHOWN)] == f"Description {FOLDED} end."
+    read_resource = lines["t/read_resource"]
     assert read_resource.startswith("Read one resource of MCP server 't' by URI. It offers: - text://r/" + FOLDED)
     assert len(read_resource) <= 160
     warnings = err.splitlines()

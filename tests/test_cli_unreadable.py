@@ -113,7 +113,7 @@ def test_an_unreadable_row_leaves_every_other_server_working(backend, case):
 
     tools = albedo(backend, "tools", env=env)
     assert tools.returncode == 0, tools.stderr
-    assert "mcp_good_echo_" in tools.stdout
+    assert "good/echo(" in tools.stdout
     [warning] = tools.stderr.splitlines()
     assert "server 'broken'" in warning and says in warning and warning.endswith("; left out")
 

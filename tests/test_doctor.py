@@ -258,8 +258,9 @@ def test_doctor_saves_the_catalogue_it_discovers_so_tools_does_not_dial(tmp_path
     dialled = discovers(record)
     assert dialled >= 1
     tools = albedo(home, "tools")
-    assert tools.returncode == 0 and "mcp_f_echo_" in tools.stdout, tools.stderr
-    assert discovers(record) == dialled  # listed from what doctor saved
+    assert tools.returncode == 0 and "f/echo(text)\t" in tools.stdout, tools.stderr
+    assert discovers(record) == dialled  # listed from what doctor saved, and it says so
+    assert "server 'f': listed from its catalogue saved less than a minute ago" in tools.stderr
     again = doctor_json(home, code=0)["f"]
     assert again["catalogue"]["state"] == "current" and again["catalogue"]["updated"] is False
     assert discovers(record) > dialled  # doctor dials every time

@@ -23,7 +23,6 @@ from albedo_actors.actors.client import ServerHandle
 from albedo_actors.config import ServerConfig
 from albedo_actors.connection import DISCOVERY_BUDGET
 from albedo_actors.errors import ProtocolViolation, ServerError, UnknownOutcome
-from albedo_actors.catalogue.naming import advertised_name
 from albedo_actors.wire import jsonrpc
 from helpers import FAULT_SERVER, sent, text_of
 
@@ -144,8 +143,8 @@ def test_tools_lists_the_good_servers_on_time_when_others_send_lone_surrogates(t
     assert run.returncode == 0, run.stderr
     assert took < 30  # before: about ten minutes, and nothing listed
     names = [line.split("\t")[0] for line in run.stdout.splitlines()]
-    assert advertised_name("good", "echo") in names
-    assert not any(name.startswith(("mcp_badstdio_", "mcp_badkey_", "mcp_badhttp_")) for name in names)
+    assert "good/echo(text)" in names
+    assert not any(name.startswith(("badstdio/", "badkey/", "badhttp/")) for name in names)
     assert "Traceback" not in run.stderr
     lines = sorted(run.stderr.splitlines())
     assert len(lines) == 3, run.stderr
@@ -211,7 +210,7 @@ def test_pages_of_empty_objects_stop_at_the_discovery_budget_with_bounded_memory
                             "flood": hostile_entry("empty-pages", "--pages", "40", "--page-bytes", str(1 << 20))})
     run, took, rss = albedo(tmp_path, "tools")
     assert run.returncode == 0, run.stderr
-    assert advertised_name("good", "echo") in run.stdout
+    assert "good/echo(text)\t" in run.stdout
     lines = run.stderr.splitlines()
     assert len(lines) == 1, run.stderr
     assert lines[0].startswith("albedo-mcp: warning: server 'flood': ")
@@ -244,7 +243,7 @@ def test_a_million_empty_objects_from_a_server_leave_it_out_at_once(tmp_path):
                             "flood": hostile_entry("million-objects")})
     run, took, rss = albedo(tmp_path, "tools")
     assert run.returncode == 0, run.stderr
-    assert advertised_name("good", "echo") in run.stdout
+    assert "good/echo(text)\t" in run.stdout
     lines = run.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("albedo-mcp: warning: server 'flood': "), run.stderr
     assert "more than 500000 JSON objects and arrays" in lines[0]

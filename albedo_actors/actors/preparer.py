@@ -22,7 +22,9 @@ fingerprint is advertised at once and dialled in the background; one without is
 connected during preparation; one that cannot start, initialize or be discovered is
 left out with a warning naming it, and so, undialled, is one whose stored credentials
 cannot be read (damaged, or sealed under a key not given: the store's line says what to
-do). Bad configuration (a missing credential variable) fails the whole preparation.
+do) and one that names a variable the host's environment does not set (the line names
+the server and the variable; its calls fail with that :class:`ConfigError`). A catalogue
+over the size limit fails the whole preparation.
 """
 
 from __future__ import annotations
@@ -169,12 +171,13 @@ class RuntimePreparer(pykka.ThreadingActor):
             if unreadable:
                 servers = tuple(s for s in servers if s.name not in unreadable)
                 credentials = {name: c for name, c in credentials.items() if name not in unreadable}
-            for server in servers:  # bad configuration fails the whole preparation
-                if server.type == "http":
-                    http_headers(server, self._environ, credentials=credentials[server.name])
-                else:
-                    _check_named_env(server, self._environ)
-        except (ConfigError, StoreError) as exc:
+            # A server naming a variable that is not set (or one that cannot be sent) is
+            # left out with that one line, undialled; every other server goes on.
+            misconfigured = {s.name: problem for s in servers if (problem := _named_problem(s, self._environ, credentials[s.name]))}
+            if misconfigured:
+                servers = tuple(s for s in servers if s.name not in misconfigured)
+                credentials = {name: c for name, c in credentials.items() if name not in misconfigured}
+        except StoreError as exc:
             fail(result, exc)
             return
         # Every configured name stays in the registry's map: another session may have
@@ -185,10 +188,12 @@ class RuntimePreparer(pykka.ThreadingActor):
         self._keys.update(keys)
         # A server waiting for the user to sign in is left out without a dial (its
         # probes dial it: it joins once signed in, like a server that comes back).
-        undialled: dict[str, str | StoreError] = {s.name: why for s in servers
-                                                  if (why := sign_in_needed(s, credentials[s.name]))}
+        undialled: dict[str, str | StoreError | ConfigError] = {s.name: why for s in servers
+                                                                if (why := sign_in_needed(s, credentials[s.name]))}
         undialled.update(unreadable)
-        saved = self._saved_all({s.name: keys[s.name] for s in servers if s.name not in undialled})
+        undialled.update(misconfigured)
+        saved_at: dict[str, float] = {}  # when each catalogue found here was saved
+        saved = self._saved_all({s.name: keys[s.name] for s in servers if s.name not in undialled}, saved_at)
         unsaved = [name for name, catalogue in saved.items() if catalogue is None]
         for name, catalogue in saved.items():
             if catalogue is not None:  # its dials open in the saved era: no probe (issue 11)
@@ -198,11 +203,11 @@ class RuntimePreparer(pykka.ThreadingActor):
         ready = {n: c for n, c in saved.items() if c is not None}
         off = frozenset(s.name for s in config.servers if not s.enabled)
         if unsaved:
-            self._start(self._foreground, applied, unsaved, keys, ready, result, undialled, off)
+            self._start(self._foreground, applied, unsaved, keys, ready, result, undialled, off, saved_at)
         else:
             # Nothing to dial: the composition is built here (no I/O, one bounded moment),
             # without a helper thread and the hand-offs it would cost.
-            self._foreground(applied, unsaved, keys, ready, result, undialled, off)
+            self._foreground(applied, unsaved, keys, ready, result, undialled, off, saved_at)
         background = [(name, applied.handles[name], keys[name]) for name, catalogue in saved.items() if catalogue is not None]
         if background and self._background_dials:
             self._background_pending += len(background)
@@ -282,7 +287,8 @@ class RuntimePreparer(pykka.ThreadingActor):
         thread.start()
 
     def _foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue], result: Any,
-                    undialled: dict[str, str | StoreError] | None = None, off: frozenset[str] = frozenset()) -> None:
+                    undialled: dict[str, str | StoreError | ConfigError] | None = None, off: frozenset[str] = frozenset(),
+                    saved_at: dict[str, float] | None = None) -> None:
         """Dial the servers without a usable saved catalogue, all at once; then resolve.
 
         ``result`` always resolves: whatever goes wrong here fails this preparation at
@@ -290,7 +296,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         """
         outcome: concurrent.futures.Future = concurrent.futures.Future()
         try:
-            self._prepare_foreground(applied, unsaved, keys, ready, outcome, undialled, off)
+            self._prepare_foreground(applied, unsaved, keys, ready, outcome, undialled, off, saved_at)
         except Exception as exc:  # noqa: BLE001 - a bug must fail one preparation, not hang its session
             logger.error("preparing servers %s failed: %s: %s", ", ".join(sorted(unsaved)) or "(none)", type(exc).__name__, exc)
             if not outcome.done():
@@ -310,11 +316,21 @@ class RuntimePreparer(pykka.ThreadingActor):
             _tell(self._registry.actor_ref, Release(tuple(applied.handles.values())))
 
     def _prepare_foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue],
-                            result: Any, undialled: dict[str, str | StoreError] | None, off: frozenset[str] = frozenset()) -> None:
+                            result: Any, undialled: dict[str, str | StoreError | ConfigError] | None,
+                            off: frozenset[str] = frozenset(), saved_at: dict[str, float] | None = None) -> None:
         # ``undialled``: the servers left out without a dial, with why: a sign-in needed,
-        # or their stored credentials unreadable (the StoreError, whose line says what to do).
+        # their stored credentials unreadable (the StoreError, whose line says what to do),
+        # or their configuration unusable here (the ConfigError: a variable it names is not set).
         catalogues, left_out, warnings, too_large = dict(ready), {}, [], []
+        misconfigured = set()
         for name, why in (undialled or {}).items():
+            if isinstance(why, ConfigError):
+                prefix = f"server {name!r}: "
+                text = str(why)
+                left_out[name] = text[len(prefix):] if text.startswith(prefix) else text
+                misconfigured.add(name)
+                warnings.append(f"{prefix}{left_out[name]}; left out")
+                continue
             if isinstance(why, StoreError):
                 left_out[name] = str(why)
                 warnings.append(f"server {name!r}: {why}; left out")
@@ -350,7 +366,9 @@ class RuntimePreparer(pykka.ThreadingActor):
             return
         handles = {name: handle for name, handle in applied.handles.items() if name in catalogues}
         composition = Composition(handles, catalogues, left_out, tuple(warnings), applied.retired,
-                                  held=tuple(applied.handles.values()), switched_off=off)
+                                  held=tuple(applied.handles.values()), switched_off=off,
+                                  misconfigured=frozenset(misconfigured),
+                                  saved_at={name: when for name, when in (saved_at or {}).items() if name in ready})
         if not result.cancelled():
             result.set_result(composition)
 
@@ -393,12 +411,13 @@ class RuntimePreparer(pykka.ThreadingActor):
                 found[name] = exc
         return found
 
-    def _saved_all(self, keys: dict[str, str]) -> dict[str, Catalogue | None]:
-        """Each server's catalogue saved under its current key, or None; read at once."""
+    def _saved_all(self, keys: dict[str, str], saved_at: dict[str, float] | None = None) -> dict[str, Catalogue | None]:
+        """Each server's catalogue saved under its current key, or None; read at once
+        (and into ``saved_at``, when each one was saved)."""
         if self._store is None:
             return dict.fromkeys(keys)
         try:
-            found = load_current_all(self._store, keys)
+            found = load_current_all(self._store, keys, saved_at)
         except StoreError as exc:
             logger.warning("the saved catalogues cannot be used (%s); dialling every server", exc)
             return dict.fromkeys(keys)
@@ -432,10 +451,19 @@ def sign_in_needed(server: ServerConfig, credentials: Credentials | None) -> str
     return needed(server, credentials)
 
 
-def _check_named_env(server: Any, environ: Mapping[str, str]) -> None:
-    for key, variable in server.env.items():
-        if variable not in environ:
-            raise ConfigError(f"server {server.name!r}: env {key} names ${variable}, which is not set in the host's environment")
+def _named_problem(server: ServerConfig, environ: Mapping[str, str], credentials: Credentials | None) -> ConfigError | None:
+    """Why ``server`` cannot be started with this environment (a variable it names is not
+    set, or holds what cannot be sent), or None."""
+    try:
+        if server.type == "http":
+            http_headers(server, environ, credentials=credentials)
+        else:
+            for key, variable in server.env.items():
+                if variable not in environ:
+                    raise ConfigError(f"server {server.name!r}: env {key} names ${variable}, which is not set in the host's environment")
+    except ConfigError as exc:
+        return exc
+    return None
 
 
 def _tell(ref: pykka.ActorRef, message: Any) -> None:

@@ -91,6 +91,12 @@ class Composition:
     # Configured servers switched off for this session (in extensions.json, or by the
     # session's own choice): never dialled for it; their calls say so.
     switched_off: frozenset[str] = frozenset()
+    # Left-out servers whose configuration cannot be used here (a variable they name is not
+    # set): their reason is a ConfigError's line, and so is a call's refusal.
+    misconfigured: frozenset[str] = frozenset()
+    # When the catalogue of each server listed from a saved one was saved (a Unix time);
+    # a server dialled for this composition is absent.
+    saved_at: Mapping[str, float] = field(default_factory=dict)
     # The session's budget and most recently used operations (tool search; the composer's).
     usage: Usage | None = field(default=None, repr=False, compare=False)
     # A composition with the same handles and catalogues whose configured operations are
@@ -166,7 +172,8 @@ class Composition:
 
         Raises:
             ConfigError: not a name; MCP is off for this session; the tool is disabled in
-                extensions.json or not advertised (and why); no such operation.
+                extensions.json or not advertised (and why); no such operation; the server
+                is left out because a variable it names is not set (that line).
             NeedsSignIn: the server is left out until the user signs in.
             Unavailable: the server is left out of this session (the reason), or gone.
         """
@@ -232,6 +239,8 @@ class Composition:
         method = {READ_RESOURCE: "resources/read", GET_PROMPT: "prompts/get", None: f"{name!r}"}.get(operation, "tools/call")
         if reason.startswith("needs the user to sign in"):
             return NeedsSignIn(server, method=method)
+        if server in self.misconfigured:
+            return ConfigError(f"server {server!r}: {reason}; {method} did not run")
         return Unavailable(server, f"is left out of this session ({reason}); {method} did not run")
 
     def context_lines(self) -> tuple[str, ...]:

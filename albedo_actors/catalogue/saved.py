@@ -161,13 +161,15 @@ def load_current(store: CatalogueStore, server: str, key: str) -> Catalogue | No
     return _from_saved(server, saved) if saved is not None and saved.fingerprint == key else None
 
 
-def load_current_all(store: CatalogueStore, keys: Mapping[str, str]) -> dict[str, Catalogue | StoreError | ValueError]:
+def load_current_all(store: CatalogueStore, keys: Mapping[str, str],
+                     saved_at: dict[str, float] | None = None) -> dict[str, Catalogue | StoreError | ValueError]:
     """For each server of ``keys`` (name -> fingerprint) with a catalogue saved under
     its key: that catalogue, or the error that makes its saved one unusable (a damaged
     row: StoreError; JSON that is not a catalogue: ValueError). A server with nothing
     saved, or saved under another key, is absent. A store that reads many servers at
     once (``load_catalogues``, as :class:`albedo_actors.store.Store` does) is asked
-    once, not once per server.
+    once, not once per server. ``saved_at`` (when given) gets the time each catalogue
+    returned was saved (a Unix time).
 
     Raises:
         StoreError: the store failed.
@@ -193,6 +195,9 @@ def load_current_all(store: CatalogueStore, keys: Mapping[str, str]) -> dict[str
                 out[server] = _from_saved(server, saved)
             except ValueError as exc:
                 out[server] = exc
+            else:
+                if saved_at is not None:
+                    saved_at[server] = saved.saved_at
     return out
 
 

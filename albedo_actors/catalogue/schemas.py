@@ -59,6 +59,9 @@ When the work is done:
 
 Either way the tool stays callable and its results are not checked, and a warning is
 given once.
+
+A call's arguments are checked the same way against the tool's ``inputSchema``
+(:func:`check_arguments`, the command line's ``call``), before anything is sent.
 """
 
 from __future__ import annotations
@@ -139,19 +142,26 @@ def load_problem(schema: Any) -> str | None:
     return _problem(schema)[0]
 
 
-def _problem(schema: Any) -> tuple[str | None, bool]:
+# How the lines name a schema and what follows when it is not used: an outputSchema's
+# (results) by default, an inputSchema's (a call's arguments) for check_arguments.
+_OUTPUT = ("outputSchema", "its results")
+_INPUT = ("inputSchema", "the arguments")
+
+
+def _problem(schema: Any, words: tuple[str, str] = _OUTPUT) -> tuple[str | None, bool]:
     """:func:`load_problem`'s text, and whether the schema is used at all."""
+    what, checked = words
     if not isinstance(schema, dict):
-        return f"its outputSchema is {_kind(schema)}, not a JSON object; its results are not checked", False
+        return f"its {what} is {_kind(schema)}, not a JSON object; {checked} are not checked", False
     bound = _bound(schema, MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES, MAX_SCHEMA_CHARS)
     if bound is not None:
-        return f"its outputSchema {bound}; its results are not checked", False
+        return f"its {what} {bound}; {checked} are not checked", False
     if dialect(schema) is None:
         uri = schema.get("$schema")
         if not isinstance(uri, str):
-            return "its outputSchema's $schema is not a string; its results are not checked", False
-        return (f"its outputSchema names $schema {uri[:80]!r}, which is not a JSON "
-                "Schema dialect this client knows; its results are checked as JSON Schema 2020-12"), True
+            return f"its {what}'s $schema is not a string; {checked} are not checked", False
+        return (f"its {what} names $schema {uri[:80]!r}, which is not a JSON "
+                f"Schema dialect this client knows; {checked} are checked as JSON Schema 2020-12"), True
     return None, True
 
 
@@ -220,6 +230,92 @@ def remember(catalogue: Catalogue, compiled: Mapping[str, Any]) -> None:
     the same server."""
     with _CACHE_LOCK:
         _keep(catalogue, dict(compiled))
+
+
+@dataclass(frozen=True)
+class ArgumentProblem:
+    """One way a call's arguments do not fit the tool's ``inputSchema``.
+
+    ``path``: where, from the top-level parameter down (empty: the arguments object
+    itself, e.g. a required parameter missing); ``keyword``: the JSON Schema keyword
+    that failed (``type``, ``required``, ``enum``, ``additionalProperties`` ...);
+    ``expected``: that keyword's value in the schema (the server's data: bound it before
+    printing); ``message``: jsonschema's line, escaped and cut to MAX_ERROR_CHARS.
+    """
+
+    path: tuple[str | int, ...]
+    keyword: str
+    expected: Any
+    message: str
+
+
+@dataclass(frozen=True)
+class ArgumentsChecked:
+    """What :func:`check_arguments` found: the problems (the most relevant first, at most
+    MAX_ERRORS) and, when the arguments were not checked or not to the end, why (one
+    line; the arguments are then sent as they are)."""
+
+    problems: tuple[ArgumentProblem, ...] = ()
+    unchecked: str | None = None
+
+
+def check_arguments(schema: Any, arguments: Mapping[str, Any], deadline: float | None = None) -> ArgumentsChecked:
+    """Check a call's ``arguments`` against the tool's ``inputSchema`` before anything is sent.
+
+    The same bounded check as a result's (the dialect its ``$schema`` names, RE2
+    patterns, no reference fetched, MAX_STEPS and the clock), ending by ``deadline``
+    (``time.monotonic()``) or MAX_CHECK_SECONDS from now. A schema that cannot be used
+    (not an object within the bounds, failing its metaschema) checks nothing, and says
+    why in ``unchecked``; so does a check stopped before any problem was found.
+    Never raises.
+    """
+    cap = time.monotonic() + MAX_CHECK_SECONDS
+    until = cap if deadline is None or deadline >= cap else deadline
+    why, used = _problem(schema, _INPUT)
+    if not used:
+        return ArgumentsChecked(unchecked=why)
+    try:
+        validator, why = _compile_schema(schema, until, _INPUT)
+    except _OutOfTime:
+        return ArgumentsChecked(unchecked="its inputSchema did not compile in time; the arguments are not checked")
+    if validator is None:
+        return ArgumentsChecked(unchecked=why)
+    import jsonschema.exceptions
+    import referencing.exceptions
+
+    bound = _bound(arguments, MAX_CONTENT_DEPTH, MAX_CONTENT_VALUES)
+    if bound is not None:
+        return ArgumentsChecked(unchecked=f"the arguments {bound}; they are not checked")
+    found: list[Any] = []
+    stopped = None
+    _STATE.budget = _Budget(MAX_STEPS, until, server=True)
+    try:
+        for error in validator.iter_errors(arguments):
+            found.append(error)
+            if len(found) >= 4 * MAX_ERRORS:
+                break
+    except _OverBudget:
+        stopped = f"checking stopped after {MAX_STEPS} steps (the inputSchema is too costly to check)"
+    except _OutOfTime:
+        stopped = f"checking stopped after {MAX_CHECK_SECONDS:g} s (the inputSchema is too costly to check)"
+    except _TooCostly as exc:
+        stopped = f"checking stopped: a string of {exc.chars} characters is too long to match against the pattern {exc.pattern[:40]!r}"
+    except referencing.exceptions.Unresolvable as exc:
+        ref = getattr(exc, "ref", None)
+        stopped = f"$ref {ref if isinstance(ref, str) else '?'!r} is not resolved (references outside the schema are never fetched)"
+    except RecursionError:
+        stopped = "checking stopped: the inputSchema refers to itself without end"
+    except Exception as exc:  # noqa: BLE001 - a check never breaks a call
+        stopped = f"checking failed ({type(exc).__name__})"
+    finally:
+        _STATE.budget = None
+    if not found:
+        return ArgumentsChecked(unchecked=None if stopped is None else _one_line(f"{stopped}; the arguments are sent unchecked"))
+    best = jsonschema.exceptions.best_match(found)
+    ordered = [best, *(error for error in found if error is not best)] if best is not None else found
+    return ArgumentsChecked(tuple(
+        ArgumentProblem(tuple(error.absolute_path), str(error.validator), error.validator_value, _one_line(error.message))
+        for error in ordered[:MAX_ERRORS]))
 
 
 # -- internals ---------------------------------------------------------------------------------
@@ -322,12 +418,13 @@ _BY_TEXT: dict[str, tuple[Any, str | None]] = {}
 _BY_TEXT_LIMIT = 4096
 
 
-def _compile_schema(schema: dict[str, Any], until: float) -> tuple[Any, str | None]:
+def _compile_schema(schema: dict[str, Any], until: float, words: tuple[str, str] = _OUTPUT) -> tuple[Any, str | None]:
     """The validator for ``schema`` (None: not used) and the warning it comes with.
 
     Raises:
         _OutOfTime: ``until`` came first (nothing is kept: a later call compiles again).
     """
+    what, checked = words
     name = dialect(schema) or DEFAULT_DIALECT
     budget = _Budget(None, until, server=False)
     _STATE.budget = budget
@@ -340,13 +437,13 @@ def _compile_schema(schema: dict[str, Any], until: float) -> tuple[Any, str | No
             # optional format library the host has installed over server text.
             error = next(_metaschema(name).iter_errors(schema), None)
         except (RecursionError, ValueError, TypeError) as exc:
-            return None, f"its outputSchema does not compile ({type(exc).__name__}); its results are not checked"
+            return None, f"its {what} does not compile ({type(exc).__name__}); {checked} are not checked"
         if error is not None:
             where = error.json_path if error.json_path != "$" else "its root"
-            return None, f"its outputSchema does not compile ({where}: {error.message}); its results are not checked"
+            return None, f"its {what} does not compile ({where}: {error.message}); {checked} are not checked"
         found = _patterns(schema)
         if len(found) > MAX_SCHEMA_PATTERNS:
-            return None, f"its outputSchema has more than {MAX_SCHEMA_PATTERNS} distinct patterns; its results are not checked"
+            return None, f"its {what} has more than {MAX_SCHEMA_PATTERNS} distinct patterns; {checked} are not checked"
         refused = []
         for pattern in found:
             budget.tick()
@@ -360,7 +457,7 @@ def _compile_schema(schema: dict[str, Any], until: float) -> tuple[Any, str | No
         pattern, why = refused[0]
         those = (f", nor can {len(refused) - 1} more of its patterns; those are not checked, the rest of the schema is"
                  if len(refused) > 1 else ", so it is not checked; the rest of the schema is")
-        warning = f"its outputSchema's pattern {pattern[:60]!r} cannot be matched in linear time ({why}){those}"
+        warning = f"its {what}'s pattern {pattern[:60]!r} cannot be matched in linear time ({why}){those}"
     return _checking_class(name)(schema, registry=_registry()), warning
 
 

@@ -2,8 +2,10 @@
 
 ::
 
-    albedo-mcp [--home DIR] [--database URL | --no-store] tools [--json]
-    albedo-mcp [--home DIR] [--database URL | --no-store] call NAME [--args JSON] [--json] [--hidden]
+    albedo-mcp [--home DIR] [--database URL | --no-store] tools [SERVER ...] [--json] [--refresh] [--model [--budget N]]
+    albedo-mcp [--home DIR] [--database URL | --no-store] call NAME [KEY=VALUE | KEY:=JSON ...] [--args JSON]
+               [--json] [--hidden] [--no-check] [--timeout S]
+    albedo-mcp [--home DIR] [--database URL | --no-store] search WORD ... [--limit N] [--json]
     albedo-mcp demo
     albedo-mcp [--home DIR] [--database URL] doctor [NAME ...] [--json]
     albedo-mcp completion bash|zsh|fish
@@ -47,12 +49,23 @@ pasted callback URL to it, and polls its state until it ends or ``--timeout`` pa
 it cancels it, as Ctrl-C does). A ``service.json`` whose pid is gone is ignored; a service
 that refuses the connection (it is stopping) means acting directly, as today; one that
 names any address but ``127.0.0.1`` is refused (exit 2) and its token is never sent.
-``servers``, ``tools`` and ``call`` only read, and run as always.
+``servers``, ``tools``, ``call`` and ``search`` only read (``tools`` and ``call`` save the
+catalogues they discover), and run as always.
 
-``NAME`` is an advertised name as ``tools`` prints it (``mcp_<server>_<operation>_<hash>``,
-see :mod:`albedo_actors.catalogue.naming`) or ``SERVER/TOOL``; a ``read_resource`` or ``get_prompt``
-name reads a resource (``--args '{"uri": ...}'``) or gets a prompt
-(``--args '{"name": ..., "arguments": {...}}'``). ``call`` resolves ``NAME`` as the binding
+``tools`` prints one line per operation, ``SERVER/TOOL(required, [optional])``, a tab
+and its description; ``--json`` gives the advertised names (``mcp_<server>_<operation>_<hash>``,
+see :mod:`albedo_actors.catalogue.naming`) and when each listed catalogue was saved
+(``savedAt``); a server listed from a saved catalogue gets one stderr line saying how
+old it is, and ``--refresh`` dials every server and saves what it lists. ``--model``
+lists what the model is offered under the budget (``mcp.advertise``, or ``--budget N``).
+``search`` runs the model's tool search (:mod:`albedo_actors.catalogue.search`).
+
+``NAME`` is ``SERVER/TOOL`` or an advertised name; a ``read_resource`` or ``get_prompt``
+name reads a resource (``uri=...``) or gets a prompt (``name=... arguments='{...}'``);
+``mcp_search_tools`` is the search tool, answered here. Each ``KEY=VALUE`` is coerced by
+the tool's ``inputSchema`` and the arguments are checked against it before anything is
+sent (:mod:`albedo_actors.cli.arguments`; ``--no-check`` skips the check); an unknown
+name is refused with the nearest one suggested. ``call`` resolves ``NAME`` as the binding
 does (:meth:`albedo_actors.catalogue.composition.Composition.resolve`): a tool kept from the
 model because its ``inputSchema`` was left out is called only with ``--hidden``
 (without it, one line says why it is not advertised and to add ``--hidden``).
@@ -100,7 +113,7 @@ overrides and lone surrogates as ``repr()`` does (``\\x1b``, ``\\x9b``, ``\\u202
 ``--json`` output is exact JSON of what the server sent, with those code points as
 JSON escapes (:func:`albedo_actors.wire.text.json_text`).
 
-``tools`` and ``call`` run on :class:`albedo_actors.runtime.Runtime` over the store a
+``tools``, ``call`` and ``search`` run on :class:`albedo_actors.runtime.Runtime` over the store a
 host uses (``--database``, else ``$ALBEDO_DATABASE_URL``, else HOME/albedo.db, created
 0600 in a 0700 home when missing; ``--no-store`` opens none): a server whose saved
 catalogue matches its configuration is listed from it without being started, so a
@@ -119,6 +132,9 @@ cannot read is left as it is with one warning line, the others are done, and the
 A server whose stored credentials cannot be read is its own error: ``servers`` lists it
 (state ``credentials unreadable``, the store's line in place of its credentials) beside
 the others and exits 0, ``tools`` leaves it out with a warning, ``call`` of it exits 7.
+So is a server naming an environment variable that is not set: ``tools`` leaves it out
+with one warning naming the server and the variable, and ``call`` of it exits 2 with
+that line.
 
 ``doctor`` dials every enabled server (or each ``NAME``) now, all at once, each within its
 ``startupTimeoutMs``, and reports its state (``ok``, ``down``, ``needs_sign_in``,

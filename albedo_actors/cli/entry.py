@@ -11,6 +11,7 @@ import pykka
 
 from .. import __version__
 from ..actors.reply import CLOSED
+from ..catalogue.search import DEFAULT_LIMIT, MAX_LIMIT
 from ..errors import (
     EXIT_TOOL_ERROR,
     EXIT_USAGE,
@@ -26,7 +27,7 @@ from .exporting import export_command, export_parsers
 from .importing import import_command, import_parsers
 from .options import PROG, Parser, Usage, no_store_option, place_options
 from .output import PrintableFormatter, closed_pipe, failure
-from .run import call_command, seconds, tools_command
+from .run import call_command, search_command, seconds, tools_command
 from .serve import open_command, serve_command, serve_parsers
 from .store_keys import store_command, store_parsers
 
@@ -44,13 +45,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", "-v", action="store_true", help="log what happens to stderr")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    tools = commands.add_parser("tools", help="list the operations every enabled server advertises")
-    tools.add_argument("--json", action="store_true", help="print a JSON array")
+    tools = commands.add_parser("tools", help="list the operations every enabled server offers, as SERVER/TOOL(params)")
+    tools.add_argument("servers", nargs="*", metavar="SERVER", help="list only these servers")
+    tools.add_argument("--json", action="store_true", help="print a JSON array (the advertised names, schemas, savedAt)")
+    tools.add_argument("--refresh", action="store_true",
+                       help="dial every server now instead of listing from saved catalogues, and save what they list")
+    tools.add_argument("--model", action="store_true",
+                       help="show what the model is offered: the advertised names, under the budget (mcp.advertise)")
+    tools.add_argument("--budget", type=budget, default=None, metavar="N",
+                       help="with --model: offer at most N operations, the search tool among them (implies --model)")
     place_options(tools)
     no_store_option(tools)
-    call = commands.add_parser("call", help="call one tool (or read_resource / get_prompt) by advertised name or SERVER/TOOL")
-    call.add_argument("name", metavar="NAME", help="an advertised name (mcp_SERVER_TOOL_HASH, as 'tools' prints it) or SERVER/TOOL")
-    call.add_argument("--args", default=None, metavar="JSON", help="the arguments, a JSON object")
+    call = commands.add_parser("call", help="call one tool (or read_resource / get_prompt) by SERVER/TOOL or advertised name")
+    call.add_argument("name", metavar="NAME", help="SERVER/TOOL, an advertised name (mcp_SERVER_TOOL_HASH, as "
+                      "'tools --json' gives it), or mcp_search_tools")
+    call.add_argument("arguments", nargs="*", metavar="KEY=VALUE",
+                      help="an argument, its value coerced by the tool's inputSchema (n=5 is a number where the "
+                           "schema says number, text=5 a string where it says string); KEY:=JSON gives a JSON value as it is")
+    call.add_argument("--args", default=None, metavar="JSON",
+                      help="the arguments, a JSON object (KEY=VALUE arguments add keys to it or replace them)")
     call.add_argument("--json", action="store_true", help="print the CallToolResult as JSON")
     call.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                       help="the call's one deadline, counted from now: a dial on the call's path, signing in and the call "
@@ -58,8 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("--hidden", action="store_true",
                       help="call a tool even though it is kept from the model (its inputSchema was left out as "
                            "invalid or too large); a tool disabled in extensions.json is never called")
+    call.add_argument("--no-check", action="store_true",
+                      help="send the arguments without checking them against the tool's inputSchema first")
     place_options(call)
     no_store_option(call)
+    search = commands.add_parser("search", help="search the operations of every enabled server, as the model's "
+                                 "mcp_search_tools does")
+    search.add_argument("query", nargs="+", metavar="WORD", help="what the tool should do, in a few words")
+    search.add_argument("--limit", type=int, default=DEFAULT_LIMIT, metavar="N",
+                        help=f"list at most N (1 to {MAX_LIMIT}; default {DEFAULT_LIMIT})")
+    search.add_argument("--json", action="store_true", help="print a JSON array, as tools --json")
+    place_options(search)
+    no_store_option(search)
     commands.add_parser("demo", help="show what albedo_actors does, on the bundled demo server")
     doctor_parser(commands, place_options)
     completion_parser(commands)
@@ -69,6 +92,36 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parsers(commands)
     store_parsers(commands)
     return parser
+
+
+# The commands whose last positional takes many words, and its name: argparse stops
+# filling it at the first option, so the words after one are added here.
+TRAILING = {"call": "arguments", "tools": "servers", "search": "query"}
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The parsed command line (``call a/echo text=hi --json n=5`` keeps both arguments).
+
+    Raises:
+        Usage: argparse's refusal, or words it does not know.
+    """
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        field = TRAILING.get(getattr(args, "command", None) or "")
+        if field is None or any(word.startswith("-") for word in extra):
+            raise Usage(f"unrecognized arguments: {' '.join(extra)}")
+        setattr(args, field, [*getattr(args, field), *extra])
+    return args
+
+
+def budget(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 2 (one place is the search tool)")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,7 +147,7 @@ def run_command_line(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     complete_if_asked(parser)  # only when a shell's completion script runs us
     try:
-        args = parser.parse_args(argv)
+        args = parse(parser, argv)
     except Usage as exc:
         # --json among the words asks for the JSON error too, though the parse failed.
         words = list(sys.argv[1:] if argv is None else argv)
@@ -115,6 +168,8 @@ def run_command_line(argv: Sequence[str] | None) -> int:
             return tools_command(args)
         if args.command == "call":
             return call_command(args)
+        if args.command == "search":
+            return search_command(args)
         if args.command == "demo":
             from ..demo.run import run_demo
 
@@ -135,7 +190,7 @@ def run_command_line(argv: Sequence[str] | None) -> int:
             return export_command(args)
         if args.command in ADMIN:
             return admin_command(args)
-        return failure(Usage(f"a command is required: tools, call, demo, doctor, servers, add, edit, remove, enable, disable, "
+        return failure(Usage(f"a command is required: tools, call, search, demo, doctor, servers, add, edit, remove, enable, disable, "
                              f"sign-in, sign-out, extension, import, export, serve, open, store or completion (see {PROG} --help)"),
                        EXIT_USAGE)
     except BrokenPipeError:

@@ -62,16 +62,30 @@ def test_the_extension_is_off_unless_the_session_or_the_configuration_turns_it_o
         store.close()
 
 
-def test_a_failed_reload_keeps_the_previous_composition(tmp_path, session):
+def test_a_failed_reload_keeps_the_previous_composition(tmp_path, session, monkeypatch):
+    import albedo_actors.actors.preparer as preparer_module
+
     configs = [McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f"),))]
     composer = session(lambda: configs[-1])
-    first = request(composer, Open())
-    broken = ServerConfig(name="b", type="stdio", command=sys.executable, env={"T": "NOT_SET_ANYWHERE"})
-    configs.append(McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f"), broken)))
-    with pytest.raises(ConfigError):
-        request(composer, Reload())
+    first = request(composer, Open())  # f's catalogue is saved now: not size-checked again
+    monkeypatch.setattr(preparer_module, "MAX_CATALOGUE_BYTES", 1000)
+    configs.append(McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f"), fault_config("g"))))
+    with pytest.raises(ConfigError, match="over the 1000-byte limit"):
+        request(composer, Reload())  # g's catalogue is over the limit: the whole preparation fails
     assert composer.composition().get(timeout=10) is first
     assert text_of(first.handles["f"].call_tool("echo", {"text": "still"})) == "still"
+
+
+def test_a_reload_leaves_out_a_server_naming_an_unset_variable_and_keeps_the_others(tmp_path, session):
+    configs = [McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f"),))]
+    composer = session(lambda: configs[-1])
+    request(composer, Open())
+    broken = ServerConfig(name="b", type="stdio", command=sys.executable, env={"T": "NOT_SET_ANYWHERE"})
+    configs.append(McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f"), broken)))
+    reloaded = request(composer, Reload())
+    assert set(reloaded.catalogues) == {"f"} and reloaded.misconfigured == frozenset({"b"})
+    assert reloaded.left_out["b"] == "env T names $NOT_SET_ANYWHERE, which is not set in the host's environment"
+    assert text_of(reloaded.handles["f"].call_tool("echo", {"text": "still"})) == "still"
 
 
 def test_a_changed_catalogue_refreshes_after_the_turn_not_during_it(tmp_path, session):

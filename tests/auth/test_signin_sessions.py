@@ -343,7 +343,7 @@ def test_cli_add_sign_in_tools_call_sign_out(home, cli, oauth_server):
 
     tools = cli.run("tools")
     assert tools.returncode == 0, tools.stderr
-    assert any(line.startswith("mcp_g_echo_") for line in tools.stdout.splitlines()), tools.stdout
+    assert any(line.startswith("g/echo(text)\t") for line in tools.stdout.splitlines()), tools.stdout
     call = cli.run("call", "g/echo", "--args", '{"text":"hi"}')
     assert call.returncode == 0, call.stderr
     assert call.stdout.strip() == "hi"

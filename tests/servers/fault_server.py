@@ -53,6 +53,11 @@ needs_input           modern: ``input_required`` asking for an ``elicitation/cre
                       under the key ``confirm``; completes with the response as JSON
                       text; -32021 if the request lacks the elicitation capability
 notify_flood {count}  send that many ``notifications/message`` and then answer
+typed {text, ...}     answer the arguments it was sent, as JSON text; one parameter of
+                      each JSON type (count integer, ratio number, on boolean, opts
+                      object, tags array of strings, maybe integer or null, mode an
+                      enum, level an integer from 1 to 5)
+strict {text}         the same, with ``additionalProperties: false``
 p_tick, p_flood, p_hostile  progress notifications (tests/servers/progress_tools.py)
 """
 
@@ -245,6 +250,18 @@ class FaultServer(DemoServer):
             self.add_tool(f"p_{name}", self._progress_tool(tool), description=description, properties=properties)
         self.add_tool("notify_flood", self.tool_notify_flood, description="Send count log notifications, then answer.",
                       properties={"count": {"type": "integer"}}, required=("count",))
+        self.add_tool("typed", lambda request, args: text_result(json.dumps(args, sort_keys=True)),
+                      description="Answer the arguments it was sent, as JSON.",
+                      properties={"text": {"type": "string"}, "count": {"type": "integer"}, "ratio": {"type": "number"},
+                                  "on": {"type": "boolean"}, "opts": {"type": "object"},
+                                  "tags": {"type": "array", "items": {"type": "string"}},
+                                  "maybe": {"anyOf": [{"type": "integer"}, {"type": "null"}]}, "mode": {"enum": ["fast", "slow"]},
+                                  "level": {"type": "integer", "minimum": 1, "maximum": 5}},
+                      required=("text",))
+        self.add_tool("strict", lambda request, args: text_result(json.dumps(args, sort_keys=True)),
+                      description="Answer the arguments it was sent; it takes text and nothing else.",
+                      properties={"text": {"type": "string"}}, required=("text",))
+        self.tools["strict"].definition["inputSchema"]["additionalProperties"] = False
 
     def _progress_tool(self, tool: Any) -> Any:
         """A progress_tools tool, run on a thread of its own (the reader goes on reading)."""
