@@ -206,6 +206,7 @@ def test_a_server_that_cannot_connect_is_refused_and_the_others_are_saved(tmp_pa
     assert set(lines) == {"broken", "headers", "old"}
     assert "could not connect" in lines["broken"]
     assert "could not connect" in lines["headers"]  # several literal headers are taken (issue 25 item 7); it is down
+    assert lines["broken"].endswith("start it and import again, or import it with --disabled")  # what to do
     assert "HTTP+SSE" in lines["old"]
     assert "imported good (stdio, catalogue saved)" in run.stdout
     assert set(saved(home)) == {"good"}

@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 from ..config import OWN_VARIABLE, load, own_variable, resolve_home
-from ..errors import EXIT_OK, EXIT_USAGE, AlbedoError, ConfigError, exit_code
+from ..errors import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, AlbedoError, ConfigError, exit_code
 from .options import place_options
 from .output import error_line, out
 
@@ -208,7 +208,11 @@ class Adder:
             if state is None:
                 state = self._directly(spec, secrets)
         except AlbedoError as exc:
-            return refused(server.name, str(exc), exit_code(exc))
+            code = exit_code(exc)
+            # A server that could not connect can still come in switched off, to be
+            # started (and enabled) once it runs: say so on its line.
+            hint = "; start it and import again, or import it with --disabled" if code == EXIT_UNAVAILABLE else ""
+            return refused(server.name, str(exc) + hint, code)
         details = describe(server, spec.enabled)
         out(f"imported {server.name} ({spec.transport}, {state})" + (f": {details}" if details else ""))
         return EXIT_OK

@@ -170,15 +170,22 @@ def test_a_pasted_callback_url_completes_the_sign_in(make, store, oauth_server):
 def test_a_refusal_of_the_authorization_server_fails_in_one_line(make, store, oauth_server):
     server = oauth_server()
     follow = follow_redirect_agent()
+    # The "browser" acts once start() has answered: a fast one could otherwise end the
+    # sign-in (failed) before start() looks, and start() then rightly says so.
+    answered = threading.Event()
 
     def refusing_agent(url, listener):
+        assert answered.wait(30)
         # The user asks for a scope the client was not registered for: the AS redirects an error.
         parts = urllib.parse.urlsplit(url)
         query = dict(urllib.parse.parse_qsl(parts.query))
         follow(parts._replace(query=urllib.parse.urlencode({**query, "scope": "admin-everything"})).geturl(), listener)
 
     signins, changes = make({NAME: http_entry(server)}, agent=refusing_agent)
-    assert signins.start(NAME)["state"] == "pending"
+    try:
+        assert signins.start(NAME)["state"] == "pending"
+    finally:
+        answered.set()
     changes.wait(NAME)
     status = signins.status(NAME)
     assert status["state"] == "failed", status
