@@ -230,6 +230,13 @@ def test_json_failures_of_usage_and_configuration(tmp_path, argv, code, kind):
     assert error["type"] == kind and error["server"] is None
 
 
+def test_json_failure_names_the_server_its_line_names(tmp_path):
+    write_config(tmp_path, {"demo": demo_entry()})
+    error = json_failure(albedo(tmp_path, "call", "demo/echo", "text:=5", "--json"), 2)
+    assert (error["type"], error["server"]) == ("Usage", "demo")
+    assert error["message"].startswith("server 'demo': tool 'echo': parameter 'text' must be")
+
+
 def test_json_failure_of_an_unreadable_configuration_in_tools(tmp_path):
     (tmp_path / "extensions.json").write_text("{not json", encoding="utf-8")
     error = json_failure(albedo(tmp_path, "tools", "--json"), 2)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from typing import Any
 
@@ -88,16 +89,23 @@ def failure(exc: BaseException, code: int, *, message: str | None = None, as_jso
 
     ``type`` is the error's class name (``Unavailable``, ``ConfigError``, ``Usage``...),
     ``message`` the stderr line without the program's name (``str(exc)`` unless
-    ``message`` is given), ``server`` the server the error names, else null.
+    ``message`` is given), ``server`` the server the error names (its ``server``
+    attribute, else the name a line starting ``server 'NAME'`` gives), else null.
     """
     text = printable(str(exc) if message is None else message, one_line=True)
     error_line(text)
     if as_json:
         server = getattr(exc, "server", None)
+        if not isinstance(server, str):
+            # Every line about one server starts "server 'NAME'" (names never hold a quote).
+            named = _NAMED.match(text)
+            server = named.group(1) if named else None
         print_json({"error": {"type": type(exc).__name__, "message": text,
                               "server": server if isinstance(server, str) else None, "exit": code}})
     return code
 
+
+_NAMED = re.compile(r"server '([^'\\]+)'")
 
 # The exit status of a run whose reader went away, as of a program killed by SIGPIPE
 # (128 + 13): what `cat` or `git log` give under `set -o pipefail`.
