@@ -339,3 +339,17 @@ def test_the_host_api_leaves_the_misconfigured_server_out_with_its_warning(tmp_p
         assert mcp.call("good/echo", text="hi").isError is False
         with pytest.raises(ConfigError, match=rf"server 'bad': env TOKEN names \${UNSET}, which is not set"):
             mcp.call("bad/echo", text="hi")
+
+
+def test_the_catalogue_ages_are_one_line_however_many_servers():
+    from albedo_actors.cli.run import catalogue_ages
+
+    now = 1_000_000.0
+    assert catalogue_ages({"a": now - 30}, now) == (
+        "server 'a': listed from its catalogue saved less than a minute ago; 'albedo-mcp tools --refresh' dials it")
+    assert catalogue_ages({"b": now - 7200, "a": now - 3 * 86_400}, now) == (
+        "listed from saved catalogues: 'a' saved 3 days ago, 'b' saved 2 hours ago; 'albedo-mcp tools --refresh' dials them")
+    many = {f"s{i:02}": now - 60 * (i + 5) for i in range(30)}
+    line = catalogue_ages(many, now)
+    assert "\n" not in line and line.startswith("30 servers listed from saved catalogues, saved from 5 minutes ago "
+                                                "to 34 minutes ago (the oldest: 's29')")

@@ -57,11 +57,25 @@ def tools_command(args: argparse.Namespace) -> int:
         summary = " ".join(tool.description.split())
         shown = signature(tool.server, tool.operation, schemas.of(tool))
         out(f"{shown}\t{printable(summary, limit=160)}" if summary else shown)
-    now = time.time()
-    for name in sorted(saved):
-        note(f"server {name!r}: listed from its catalogue saved {age(now - saved[name])}; "
-             f"'{PROG} tools --refresh' dials it")
+    if saved:
+        note(catalogue_ages(saved, time.time()))
     return EXIT_OK
+
+
+def catalogue_ages(saved: Mapping[str, float], now: float) -> str:
+    """One stderr line, however many servers: which were listed from saved catalogues,
+    and how old those are (a few by name; many as a range, the oldest named)."""
+    if len(saved) == 1:
+        [(name, when)] = saved.items()
+        return f"server {name!r}: listed from its catalogue saved {age(now - when)}; '{PROG} tools --refresh' dials it"
+    if len(saved) <= 5:
+        each = ", ".join(f"{name!r} saved {age(now - saved[name])}" for name in sorted(saved))
+        return f"listed from saved catalogues: {each}; '{PROG} tools --refresh' dials them"
+    oldest = min(saved, key=lambda name: (saved[name], name))
+    newest = max(saved.values())
+    return (f"{len(saved)} servers listed from saved catalogues, saved from {age(now - newest)} to "
+            f"{age(now - saved[oldest])} (the oldest: {oldest!r}); '{PROG} tools --refresh' dials them, "
+            f"'{PROG} tools --json' gives each one's savedAt")
 
 
 def named_servers(config: McpConfig, names: list[str] | None) -> tuple[ServerConfig, ...]:
