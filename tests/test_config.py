@@ -195,3 +195,37 @@ def test_a_stdio_server_cannot_have_oauth(tmp_path):
     doc = {"mcp": {"servers": {"local": {"type": "stdio", "command": "true", "oauth": {}}}}}
     with pytest.raises(ConfigError, match="unknown key"):
         parse(doc, str(tmp_path))
+
+
+# -- tool integrity (issue 26): "mcp": {"trust": {"newTools": ...}} and a server's "trust" --
+
+
+def test_trust_settings_are_read_and_checked_strictly(tmp_path):
+    import pytest as _pytest
+
+    from albedo_actors.config import parse as _parse
+    from albedo_actors.errors import ConfigError as _ConfigError
+
+    home = str(tmp_path)
+    entry = {"command": "x"}
+    assert _parse({"mcp": {"servers": {"a": entry}}}, home).new_tools == "hold"
+    config = _parse({"mcp": {"trust": {"newTools": "allow"}, "servers": {"a": {**entry, "trust": "pinned"}}}}, home)
+    assert config.new_tools == "allow" and config.servers[0].trust == "pinned"
+    assert _parse({"mcp": {"servers": {"a": entry}}}, home).servers[0].trust == "default"
+    for bad, words in (({"trust": {"newTools": "maybe"}}, '"newTools" must be "hold" or "allow"'),
+                       ({"trust": {"new": "hold"}}, "unknown key(s): new"),
+                       ({"trust": "hold"}, "mcp.trust must be an object"),
+                       ({"servers": {"a": {**entry, "trust": "always"}}}, '"trust" must be "pinned"')):
+        with _pytest.raises(_ConfigError) as caught:
+            _parse({"mcp": bad}, home)
+        assert words in str(caught.value)
+
+
+def test_a_servers_trust_does_not_change_its_fingerprint(tmp_path):
+    import dataclasses as _dataclasses
+
+    from albedo_actors.catalogue.saved import fingerprint
+    from albedo_actors.config import parse as _parse
+
+    server = _parse({"mcp": {"servers": {"a": {"command": "x"}}}}, str(tmp_path)).servers[0]
+    assert fingerprint(server) == fingerprint(_dataclasses.replace(server, trust="pinned"))
