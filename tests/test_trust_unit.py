@@ -88,3 +88,13 @@ def test_a_tool_trusted_under_a_damaged_row_is_not_offered_unchecked():
     damaged = Trusted({"lookup": TrustedEntry("not-a-digest", "x", {})})
     [hold] = review(damaged, catalogue(LOOKUP)).holds
     assert hold.tool == "lookup" and hold.kind == "changed"
+
+
+def test_the_same_catalogue_reviewed_plain_then_pinned_compares_whole_digests():
+    # A saved catalogue is one object however often it is loaded: its digests are kept
+    # per policy, so a pinned review never reuses a plain one's (whole digests absent).
+    c = catalogue(LOOKUP, NOTES)
+    trusted = trusted_of(c)
+    assert not review(trusted, c).holds
+    assert not review(trusted, c, Policy(pinned=True)).holds
+    assert not review(trusted, c).holds

@@ -172,13 +172,15 @@ def changed_keys(old: Mapping[str, Any] | None, new: Mapping[str, Any], *, whole
 
 
 # Each catalogue's digests, computed once per catalogue object (a saved catalogue is the
-# same object at every preparation, catalogue/saved.py): server -> (catalogue, digests).
-_DIGESTS: dict[str, tuple[Catalogue, dict[str, tuple[str, str]]]] = {}
+# same object at every preparation, catalogue/saved.py): (server, pinned) -> (catalogue,
+# digests). The whole digests (the second of each pair) are made for a pinned server only.
+_DIGESTS: dict[tuple[str, bool], tuple[Catalogue, dict[str, tuple[str, str]]]] = {}
 _DIGESTS_LIMIT = 4096
 
 
 def _digests(catalogue: Catalogue, pinned: bool) -> dict[str, tuple[str, str]]:
-    known = _DIGESTS.get(catalogue.server)
+    key = (catalogue.server, pinned)
+    known = _DIGESTS.get(key)
     if known is not None and known[0] is catalogue:
         return known[1]
     digests = {}
@@ -186,10 +188,9 @@ def _digests(catalogue: Catalogue, pinned: bool) -> dict[str, tuple[str, str]]:
         name = tool.get("name")
         if isinstance(name, str):
             digests[name] = (definition_digest(tool), whole_digest(tool) if pinned else "")
-    if not pinned:  # the whole digests are made when a pinned server asks for them
-        if len(_DIGESTS) >= _DIGESTS_LIMIT and catalogue.server not in _DIGESTS:
-            _DIGESTS.clear()
-        _DIGESTS[catalogue.server] = (catalogue, digests)
+    if len(_DIGESTS) >= _DIGESTS_LIMIT and key not in _DIGESTS:
+        _DIGESTS.clear()  # a bound only: a host configures far fewer servers
+    _DIGESTS[key] = (catalogue, digests)
     return digests
 
 
