@@ -8,6 +8,7 @@
     client.sign_in(name[, new_client=True]); client.sign_in_status(name); client.offer(name, url); client.cancel_sign_in(name)
     client.new_link()                      # a single-use URL that opens the page
     client.add(spec, secrets); client.edit(name, changes, secrets); client.remove(name) ...
+    client.approve(server[, tools])        # POST /api/mcp/approve (tool integrity)
 
 It implements :class:`albedo_actors.settings.SettingsPort` as :class:`~albedo_actors.settings.Settings`
 does, each save one PATCH of a :class:`~albedo_actors.settings.change.Change`.

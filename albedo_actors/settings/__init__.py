@@ -11,11 +11,13 @@
     settings.extensions()                     # {"mcp": False, "editor-mcp": True}
     settings.set_extension("mcp", True)       # on for every session that does not choose
     settings.apply(Change(...))               # any change, all or nothing (settings.change)
+    settings.approve("docs", ["search"])      # tool integrity: trust held tools (settings.trust)
 
 The package: :mod:`.document` (the ``extensions.json`` document: read, lock, write),
 :mod:`.secrets` (the secret rules: :class:`SecretInput`, blank keeps, ``-`` removes) and
 :mod:`.change` (a :class:`Change`, what one save changes, and its one all-or-nothing
-``apply``). Every write here, the settings service's PATCH and the command line's path
+``apply``) and :mod:`.trust` (approving what tool integrity holds: the store alone,
+never ``extensions.json``). Every write here, the settings service's PATCH and the command line's path
 through the service build a :class:`Change` and apply it. :class:`SettingsPort` is what
 an admin command needs; :class:`Settings` and the service's client implement it.
 

@@ -1,4 +1,4 @@
-"""The store of credentials, saved catalogues and OAuth client registrations (peewee lives here only).
+"""The store of credentials, saved catalogues, OAuth client registrations and tool trust (peewee lives here only).
 
 ::
 

@@ -1,5 +1,6 @@
-"""The store: credentials, saved catalogues, OAuth client registrations, the revision and
-the last state ``albedo-mcp doctor`` saw of each server.
+"""The store: credentials, saved catalogues, OAuth client registrations, the revision,
+the last state ``albedo-mcp doctor`` saw of each server, and tool integrity's trusted
+definitions, holds and history (catalogue/trust.py; migration 0005).
 
 Owns one peewee database (SQLite at ``$ALBEDO_HOME/albedo.db`` by default, or PostgreSQL
 by URL) and every connection to it: one connection per thread that uses the store,
@@ -22,8 +23,9 @@ that sees the new revision sees the write too. A credentials write bumps it when
 server's secrets or sign-in changed (:func:`visible`); a token refresh that only rotates
 the tokens does not (every running session would reload for nothing). The settings bump
 it after each write of ``extensions.json`` (:meth:`Store.bump_revision`). Saved
-catalogues, the states doctor saw, OAuth client registrations, refresh leases and
-re-sealing never bump it.
+catalogues, the states doctor saw, OAuth client registrations, refresh leases,
+re-sealing, trusting a first catalogue and recording a hold never bump it; approving a
+held tool does (:meth:`Store.approve_held`).
 
 Every failure of the database or its driver becomes :class:`StoreError` with a
 one-line message that names the operation and never a secret value.
