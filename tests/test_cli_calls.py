@@ -264,7 +264,9 @@ def test_tools_refresh_dials_again_and_lists_a_changed_tool_list(tmp_path):
         f"sys.path.insert(0, {os.path.join(HERE, 'servers')!r})\n"
         f"sys.argv = [{FAULT_SERVER!r}] + (['--pages', '2'] if os.path.exists({str(marker)!r}) else [])\n"
         f"runpy.run_path({FAULT_SERVER!r}, run_name='__main__')\n", encoding="utf-8")
-    write_config(tmp_path, {"w": {"command": sys.executable, "args": [str(wrapper)]}})
+    # New tools are trusted as they come here (tool integrity would hold them: tests/test_trust_cli.py).
+    (tmp_path / "extensions.json").write_text(json.dumps({"mcp": {"trust": {"newTools": "allow"}, "servers": {
+        "w": {"command": sys.executable, "args": [str(wrapper)]}}}}), encoding="utf-8")
     first = albedo(tmp_path, "tools")
     assert first.returncode == 0 and "w/echo(text)\t" in first.stdout and first.stderr == "", first.stderr
     marker.write_text("")

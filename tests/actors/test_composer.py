@@ -91,7 +91,9 @@ def test_a_reload_leaves_out_a_server_naming_an_unset_variable_and_keeps_the_oth
 def test_a_changed_catalogue_refreshes_after_the_turn_not_during_it(tmp_path, session):
     from albedo_actors.actors.preparer import CatalogueSaved
 
-    composer = session(lambda: McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f", "--era", "legacy", "--probe", "error"),)))
+    # New tools are trusted as they come (tool integrity would hold "fresh": tests/test_trust.py).
+    composer = session(lambda: McpConfig(home=str(tmp_path / "home"), servers=(fault_config("f", "--era", "legacy", "--probe", "error"),),
+                                         new_tools="allow"))
     first = request(composer, Open())
     watcher = Owner.start()
     try:

@@ -161,7 +161,8 @@ def test_one_session_switching_off_while_another_opens(tmp_path, daemon):
 def test_a_refresh_found_while_idle_is_applied_after_the_next_turn(tmp_path, daemon):
     from albedo_actors.actors.preparer import CatalogueSaved
 
-    config = McpConfig(home=daemon.home, servers=(fault_config("f", "--era", "legacy", "--probe", "error"),))
+    # New tools are trusted as they come (tool integrity would hold "fresh": tests/test_trust.py).
+    config = McpConfig(home=daemon.home, servers=(fault_config("f", "--era", "legacy", "--probe", "error"),), new_tools="allow")
     composer = daemon.session(lambda: config)
     first = request(composer, Open())
     watcher = Owner.start()
