@@ -499,7 +499,8 @@ class Store:
 
     def record_trust(self, server: str, trust: Iterable[TrustedDefinition], holds: Iterable[HeldDefinition],
                      keep: Iterable[tuple[str, str]] | None = None) -> list[HeldDefinition]:
-        """In one transaction: trust ``trust`` (first use, or new tools allowed), hold
+        """In one transaction: trust ``trust`` (first use, or new tools allowed; a definition
+        trusted already is kept as it is), hold
         ``holds`` (a hold already kept with the same digest is left as it is), and, when
         ``keep`` is given, forget every hold of ``server`` whose (kind, name) is not in it
         (the tool is gone, or back as it was trusted). Returns the holds that are new
@@ -512,11 +513,16 @@ class Store:
         now = time.time()
         fresh: list[HeldDefinition] = []
         with self._op(f"recording the trusted tools of {server!r}"), self._write():
+            known = set(TrustedRow.select(TrustedRow.kind, TrustedRow.name).where(
+                TrustedRow.server == server).tuples().execute(self._db)) if trust else set()
             for entry in trust:
+                # Never over what another process trusted meanwhile (two hosts' first use at
+                # once): the first one kept wins, and the other's next discovery is held.
+                if (entry.kind, entry.name) in known:
+                    continue
                 TrustedRow.insert(server=server, kind=entry.kind, name=entry.name, digest=entry.digest, whole=entry.whole,
-                                  definition=_json_text(entry.definition, server), trusted_at=now).on_conflict(
-                    conflict_target=[TrustedRow.server, TrustedRow.kind, TrustedRow.name],
-                    preserve=[TrustedRow.digest, TrustedRow.whole, TrustedRow.definition, TrustedRow.trusted_at]).execute(self._db)
+                                  definition=_json_text(entry.definition, server),
+                                  trusted_at=now).on_conflict_ignore().execute(self._db)
                 self._event(server, entry.kind, entry.name, "trusted", (), None, now)
             existing = {(kind, name): (digest, whole) for kind, name, digest, whole in HoldRow.select(
                 HoldRow.kind, HoldRow.name, HoldRow.digest, HoldRow.whole).where(HoldRow.server == server).tuples().execute(self._db)}

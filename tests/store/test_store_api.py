@@ -262,3 +262,30 @@ def test_delete_forgets_the_registration_the_server_signed_in_with_unless_anothe
     store.delete_credentials("g")
     assert store.get_oauth_client(issuer, redirect) is None
     assert store.get_credentials("h").oauth["client_id"] == "shared"  # h's own record is untouched
+
+
+def test_trust_rows_first_use_keeps_the_first_a_hold_is_one_row_and_approval_bumps(stores):
+    from albedo_actors.store.records import HeldDefinition, TrustedDefinition
+
+    store = stores()
+    one = TrustedDefinition("dict", "tool", "lookup", "d1", "w1", {"name": "lookup", "description": "one"})
+    store.record_trust("dict", [one], [])
+    # A second first use (another host at once) never replaces what was trusted.
+    store.record_trust("dict", [TrustedDefinition("dict", "tool", "lookup", "d2", "w2", {"name": "lookup"})], [])
+    [trusted], [] = store.load_trust(["dict"])["dict"]
+    assert (trusted.digest, trusted.definition) == ("d1", {"name": "lookup", "description": "one"})
+    assert store.load_trust(["dict"], definitions=False)["dict"][0][0].definition == {}
+    hold = HeldDefinition("dict", "tool", "lookup", "changed", ("description",), "d3", "w3", {"name": "lookup", "description": "3"})
+    assert [h.name for h in store.record_trust("dict", [], [hold], keep=[("tool", "lookup")])] == ["lookup"]
+    assert store.record_trust("dict", [], [hold], keep=[("tool", "lookup")]) == []  # known already: not told again
+    before = store.revision()
+    assert store.approve_held("dict", [("tool", "other")], "cli") == []
+    assert store.revision() == before  # nothing approved, nothing moved
+    [approved] = store.approve_held("dict", None, "cli")
+    assert approved.name == "lookup" and store.revision() > before
+    [trusted], held = store.load_trust(["dict"])["dict"]
+    assert trusted.digest == "d3" and held == []
+    assert [(e.event, e.who) for e in store.trust_history("dict")] == [("approved", "cli"), ("held", None), ("trusted", None)]
+    store.record_trust("dict", [], [hold], keep=[("tool", "lookup")])
+    store.record_trust("dict", [], [], keep=[])  # gone, or back as trusted: the hold row goes
+    assert store.load_trust(["dict"])["dict"][1] == []
