@@ -351,6 +351,7 @@ class _Rug:
         self.directory = str(directory)
         self.spec_path = os.path.join(self.directory, "rug-spec.json")
         self.calls_path = os.path.join(self.directory, "rug-calls.jsonl")
+        os.makedirs(self.directory, exist_ok=True)
         self.spec = rug_spec()
         self.write()
 
