@@ -371,6 +371,10 @@ class _Rug:
     def pid(self) -> int:
         raise NotImplementedError
 
+    def publish(self) -> None:
+        """What the server's next discovery gets is the spec as it is now."""
+        raise NotImplementedError
+
     def pull(self) -> None:
         """Write the spec and tell the running server to read it again and announce it."""
         import signal
@@ -422,6 +426,10 @@ class RugStdio(_Rug):
     def config(self, name: str, **overrides) -> ServerConfig:
         return ServerConfig(name=name, type="stdio", command=sys.executable, args=tuple(self.args()), **overrides)
 
+    def publish(self) -> None:
+        """The next process the client starts serves the spec as it is now."""
+        self.write()
+
     def pid(self) -> int:
         """The process the client runs now (it writes its id before it reads a request)."""
         with open(self.pid_path, encoding="utf-8") as f:
@@ -452,3 +460,22 @@ class RugHttpServer(_Rug, _ServerProcess):
     def pid(self) -> int:
         assert self.proc is not None, "the rug server is not running"
         return self.proc.pid
+
+    def pull(self) -> None:
+        """:meth:`_Rug.pull`, and wait (bounded) until the server says it serves the change."""
+        super().pull()
+        assert self.proc is not None and self.proc.stdout is not None
+        line = b""
+        deadline = time.monotonic() + self.START_TIMEOUT
+        while not line.endswith(b"\n"):
+            if not select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise RuntimeError(f"{self.WHAT} did not read its spec again within {self.START_TIMEOUT:g} s")
+            chunk = os.read(self.proc.stdout.fileno(), 1)
+            if not chunk:
+                raise RuntimeError(f"{self.WHAT} exited (status {self.proc.wait()}) instead of reading its spec")
+            line += chunk
+        assert line == b"reloaded\n", line
+
+    def publish(self) -> None:
+        """The running server serves the spec as it is now (and announces it)."""
+        self.pull()

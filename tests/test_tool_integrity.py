@@ -129,6 +129,12 @@ class Host:
             watcher.stop()
         self.turn()
 
+    def settled(self):
+        """A host that starts from saved catalogues dials in the background: once that
+        dial is done, the next turn lands what it found."""
+        assert self.daemon.wait_background(WAIT), "the background dials did not settle"
+        return self.turn()
+
     def turn(self):
         self.session.turn_started()
         self.session.turn_ended(WAIT)
@@ -215,9 +221,9 @@ def test_changed_instructions_are_held_and_the_context_says_so(tmp_path, rug):
     with Host(tmp_path / "home") as host:
         assert "Rug server: lookup finds a word" in host.context()
     rug.change_instructions(EVIL)
-    rug.write()  # instructions come with the handshake: the next process, or the next dial, sees them
+    rug.publish()  # instructions come with the handshake: the next dial sees them
     with Host(tmp_path / "home") as host:
-        context = host.composition.context_lines()
+        context = host.settled().context_lines()
         assert EVIL not in "\n".join(context) and "Rug server: lookup" not in "\n".join(context)
         about = [line for line in context if repr(NAME) in line and "instructions" in line]
         assert len(about) == 1, context
@@ -234,10 +240,10 @@ def test_a_change_of_the_configuration_does_not_reset_trust(tmp_path, stdio_rug)
     with Host(tmp_path / "home"):
         pass
     rug.add_tool("backdoor", EVIL)
-    rug.write()
+    rug.publish()
     configure(tmp_path / "home", rug, rug.entry(env={"EDITED": "1"}))  # another fingerprint
     with Host(tmp_path / "home") as host:
-        assert "backdoor" in held_tools(host.composition)
+        assert "backdoor" in held_tools(host.settled())
         assert f"{NAME}/backdoor" not in host.offered()
 
 
@@ -249,10 +255,10 @@ def test_new_tools_allowed_by_the_settings_are_offered_and_a_pinned_server_holds
         host.pulled(rug)
         assert f"{NAME}/backdoor" in host.offered()
     rug.add_tool("second", "Another new tool.")
-    rug.write()
+    rug.publish()
     configure(tmp_path / "home", rug, rug.entry(trust="pinned"), trust={"newTools": "allow"})
     with Host(tmp_path / "home") as host:
-        assert "second" in held_tools(host.composition)
+        assert "second" in held_tools(host.settled())
 
 
 # -- approve: one tool, then --all; from the host and from the command line -------------------------
@@ -364,12 +370,13 @@ def test_a_hold_survives_a_restart_and_a_second_process_sees_it(backend, tmp_pat
 
     # A restart of the host (a new Daemon, a new server process): still held.
     with Host(home, url) as host:
-        assert set(held_tools(host.composition)) == {"lookup", "backdoor"}
+        assert set(held_tools(host.composition)) == {"lookup", "backdoor"}  # from the saved catalogue
+        assert set(held_tools(host.settled())) == {"lookup", "backdoor"}  # and after dialling again
         assert_held(host, rug, "backdoor")
         assert_offered(host, rug, "fetch")
 
     approved = store_cli(backend, "approve", NAME, "--all", env=env)
     assert approved.returncode == 0, approved.stderr
     with Host(home, url) as host:
-        assert not host.composition.on_hold
+        assert not host.settled().on_hold
         assert_offered(host, rug, "backdoor")

@@ -30,7 +30,8 @@ stdio speaks both eras like the bundled demo server (albedo_actors/demo/server.p
 ``--pid-file`` gets the process id once the signal handler is set, so a test can
 signal the server its client started. http serves streamable HTTP of both eras on
 127.0.0.1 with tests/servers/fault_http_server.py's plumbing (no fault switched on)
-and prints the endpoint URL as its first line of stdout; it stops on SIGTERM.
+and prints the endpoint URL as its first line of stdout, then ``reloaded`` once each
+change is read and announced; it stops on SIGTERM.
 The helpers are tests/helpers.py's ``RugStdio`` and ``RugHttpServer``.
 """
 
@@ -176,6 +177,7 @@ def serve_http(options: argparse.Namespace) -> None:
     def apply() -> None:
         rug.load()
         server.announce_tools_changed()
+        print("reloaded", flush=True)  # the helper waits for this line: the change is served from now on
 
     _reloader(threading.Event(), apply)
     done = threading.Event()
