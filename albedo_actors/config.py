@@ -54,7 +54,7 @@ OWN_VARIABLE = ("one of albedo's own variables (ALBEDO_*: the store key, the dat
 SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_COMMON_KEYS = {"type", "enabled", "enabledTools", "disabledTools", "startupTimeoutMs", "callTimeoutMs", "maxCallTimeoutMs"}
+_COMMON_KEYS = {"type", "enabled", "enabledTools", "disabledTools", "startupTimeoutMs", "callTimeoutMs", "maxCallTimeoutMs", "trust"}
 _STDIO_KEYS = _COMMON_KEYS | {"command", "args", "cwd", "env"}
 _HTTP_KEYS = _COMMON_KEYS | {"url", "bearerTokenEnvVar", "headers", "caFile", "oauth"}
 _OAUTH_KEYS = {"grant", "clientId", "clientSecretEnvVar", "privateKeyEnvVar", "signingAlgorithm", "tokenEndpointAuthMethod", "clientMetadataUrl", "scope", "dpop"}
@@ -127,6 +127,8 @@ class ServerConfig:
     call_timeout_ms: int = DEFAULT_CALL_TIMEOUT_MS
     # The hard cap of a tool call that progress keeps alive (None: ten times callTimeoutMs).
     max_call_timeout_ms: int | None = None
+    # "trust": "pinned" holds every change of its tools (catalogue/trust.py); "default" the usual rules.
+    trust: str = "default"
 
     @property
     def startup_timeout(self) -> float:
@@ -175,6 +177,8 @@ class McpConfig:
     extensions: Mapping[str, bool] = field(default_factory=lambda: dict(EXTENSION_DEFAULTS))
     # "mcp": {"advertise": {"maxTools": N, "pinned": [...]}}: None advertises every operation.
     advertising: Advertise | None = None
+    # "mcp": {"trust": {"newTools": "hold" | "allow"}}: whether a tool that was not there before is held.
+    new_tools: str = "hold"
 
     def extension_enabled(self, extension: str) -> bool:
         return bool(self.extensions.get(extension, False))
@@ -238,7 +242,7 @@ def parse(data: Any, home: str, source: str = "extensions.json") -> McpConfig:
     mcp = data.get("mcp", {})
     if not isinstance(mcp, dict):
         raise ConfigError(f'{source}: "mcp" must be an object')
-    unknown = set(mcp) - {"servers", "retryMs", "advertise"}
+    unknown = set(mcp) - {"servers", "retryMs", "advertise", "trust"}
     if unknown:
         raise ConfigError(f'{source}: unknown key(s) in "mcp": {", ".join(sorted(unknown))}')
     servers = mcp.get("servers", {})
@@ -247,7 +251,23 @@ def parse(data: Any, home: str, source: str = "extensions.json") -> McpConfig:
     retry_ms = _timeout(mcp, "retryMs", DEFAULT_RETRY_MS, f"{source}: mcp")
     parsed = tuple(_server(name, entry, home, source) for name, entry in servers.items())
     return McpConfig(home=home, servers=parsed, retry_ms=retry_ms, extensions=_extensions(data.get("enabled"), source),
-                     advertising=_advertise(mcp.get("advertise"), source))
+                     advertising=_advertise(mcp.get("advertise"), source), new_tools=_trust(mcp.get("trust"), source))
+
+
+def _trust(value: Any, source: str) -> str:
+    """``mcp.trust``: ``{"newTools": "hold" | "allow"}`` (default hold); the newTools value."""
+    if value is None:
+        return "hold"
+    where = f"{source}: mcp.trust"
+    if not isinstance(value, dict):
+        raise ConfigError(f'{where} must be an object, e.g. {{"newTools": "hold"}}')
+    unknown = set(value) - {"newTools"}
+    if unknown:
+        raise ConfigError(f'{where}: unknown key(s): {", ".join(sorted(map(str, unknown)))} (known: newTools)')
+    new_tools = value.get("newTools", "hold")
+    if new_tools not in ("hold", "allow"):
+        raise ConfigError(f'{where}: "newTools" must be "hold" or "allow"')
+    return str(new_tools)
 
 
 def foreign_format(data: dict) -> str | None:
@@ -330,6 +350,10 @@ def _server(name: str, entry: Any, home: str, source: str) -> ServerConfig:
         "startup_timeout_ms": _timeout(entry, "startupTimeoutMs", DEFAULT_STARTUP_TIMEOUT_MS, where),
         "call_timeout_ms": _timeout(entry, "callTimeoutMs", DEFAULT_CALL_TIMEOUT_MS, where),
     }
+    if "trust" in entry:
+        if entry["trust"] not in ("pinned", "default"):
+            raise ConfigError(f'{where}: "trust" must be "pinned" (hold every change of its tools) or "default"')
+        common["trust"] = entry["trust"]
     if "maxCallTimeoutMs" in entry:
         cap = _timeout(entry, "maxCallTimeoutMs", 0, where)
         if cap < common["call_timeout_ms"]:

@@ -41,7 +41,7 @@ import logging
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import pykka
 
@@ -60,6 +60,7 @@ from .actors.registry import CloseAll, ServerRegistry
 from .actors.reply import CLOSED, Request, ask, request
 from .binding import AsyncMcp, Mcp
 from .catalogue.composition import Composition
+from .catalogue.trust import HeldTool
 from .config import McpConfig, ServerConfig, load
 from .errors import ConfigError, SessionClosed
 
@@ -89,6 +90,10 @@ class Daemon:
     ``id_token(server) -> str``, for servers with the enterprise grant (auth/grants.py);
     ``machine_grants=False`` makes jwt-bearer and enterprise servers wait for a sign-in
     like any other. ``watch=False``: sessions do not look for changes to the settings.
+    ``on_held(server, holds)``: told each new hold of tool integrity (a tuple of
+    catalogue/trust.py's ``HeldTool``: a tool that changed since it was trusted, a new
+    one, or changed instructions), on the daemon's event thread, so a host can show its
+    own approval prompt and answer with :meth:`Session.approve`.
     """
 
     def __init__(
@@ -102,8 +107,10 @@ class Daemon:
         id_token: IdTokenProvider | None = None,
         machine_grants: bool = True,
         watch: bool = True,
+        on_held: Callable[[str, tuple[HeldTool, ...]], None] | None = None,
     ) -> None:
         self.home = home
+        self._on_held = on_held
         self._store = store
         if config is None:
             self._source: Callable[[], McpConfig] = lambda: load(home)
@@ -157,7 +164,14 @@ class Daemon:
             auth = (server_auth_factory(self._store, self._refresher, self._id_token) if self._machine_grants
                     else oauth_for(self._store, self._refresher))
         self._registry = ServerRegistry.start(self.home, auth=auth)
-        self._preparer = RuntimePreparer.start(self._registry, self._store, background=self._background)
+        held = None
+        if self._on_held is not None:
+            on_held, events = self._on_held, self._events
+
+            def held(server: str, holds: tuple[HeldTool, ...]) -> None:  # on a preparer thread: hand it on
+                events.put(lambda pair: on_held(*pair), (server, holds))
+
+        self._preparer = RuntimePreparer.start(self._registry, self._store, background=self._background, on_held=held)
         if self._watch_on:
             from .settings_watch import ChangeWatch
 
@@ -371,6 +385,30 @@ class Session:
         "capabilities changed" user turn)."""
         return ask(self._proxy.take_changes)
 
+    # -- tool integrity ---------------------------------------------------------------------------
+
+    def approve(self, server: str, tools: Iterable[str] | None = None, timeout: float = OPEN_TIMEOUT) -> list[str]:
+        """Approve what is held of ``server`` (catalogue/trust.py): ``tools`` by name (the
+        instructions as ``"(instructions)"``), None for all of them. The approval is kept
+        in the store (the history says "host") and bumps its revision, so every session
+        (this one, others, other processes on the same store) offers it from its next
+        turn; this session is prepared again now. The names approved.
+
+        Raises:
+            ConfigError: there is no store, or a tool named is not held.
+            StoreError: the store failed.
+            SessionClosed: the session has closed.
+        """
+        from .settings.trust import approve_held
+
+        store = self._daemon._store
+        if store is None:
+            raise ConfigError(f"server {server!r}: nothing is held without a store, so there is nothing to approve")
+        approved = approve_held(store, server, tools, who="host")
+        if approved:
+            self.reload(timeout)
+        return approved
+
     # -- choices ----------------------------------------------------------------------------------
 
     def set_server_enabled(self, name: str, on: bool | None) -> None:
@@ -492,9 +530,10 @@ class Runtime(Daemon):
         watch: bool = True,
         on_changed: Callable[[Session], None] | None = None,
         warn: Callable[[str], None] | None = None,
+        on_held: Callable[[str, tuple[HeldTool, ...]], None] | None = None,
     ) -> None:
         super().__init__(home, store, config=config, background=background, clock=clock, id_token=id_token,
-                         machine_grants=machine_grants, watch=watch)
+                         machine_grants=machine_grants, watch=watch, on_held=on_held)
         self._choice = (enabled, overlays_enabled)
         self._on_changed = on_changed
         self._warn = warn
@@ -568,6 +607,9 @@ class Runtime(Daemon):
 
     def set_server_enabled(self, name: str, on: bool | None) -> None:
         self.session.set_server_enabled(name, on)
+
+    def approve(self, server: str, tools: Iterable[str] | None = None, timeout: float = OPEN_TIMEOUT) -> list[str]:
+        return self.session.approve(server, tools, timeout)
 
     def request(self, message: Request, timeout: float = OPEN_TIMEOUT) -> Any:
         return self.session.request(message, timeout)

@@ -654,7 +654,8 @@ def _same(a: Composition, b: Composition) -> bool:
     def same(x: Mapping[str, Any], y: Mapping[str, Any]) -> bool:
         return set(x) == set(y) and all(x[name].same_listing(y[name]) for name in x)
 
-    return same(a.catalogues, b.catalogues) and same(a.overlays, b.overlays) and a.overlays_shown == b.overlays_shown
+    return (same(a.catalogues, b.catalogues) and same(a.overlays, b.overlays) and a.overlays_shown == b.overlays_shown
+            and {n: [h.tool for h in held] for n, held in a.on_hold.items()} == {n: [h.tool for h in held] for n, held in b.on_hold.items()})
 
 
 def _finish(composer: pykka.ActorRef, registry: pykka.ActorRef, generation: int, pending: concurrent.futures.Future[Composition], overlays: dict,

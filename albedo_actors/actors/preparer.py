@@ -25,6 +25,15 @@ cannot be read (damaged, or sealed under a key not given: the store's line says 
 do) and one that names a variable the host's environment does not set (the line names
 the server and the variable; its calls fail with that :class:`ConfigError`). A catalogue
 over the size limit fails the whole preparation.
+
+Tool integrity (catalogue/trust.py): every catalogue that becomes a composition is
+reviewed against what the store trusts of its server: held tools and held instructions
+are taken out of the catalogue the session is offered and listed in the composition's
+``on_hold``; a first use is trusted, and new holds are recorded (one row each) and told
+to the host's ``on_held(server, holds)``. A background discovery or a list_changed is
+reviewed when its catalogue is saved, so a hold is recorded (and told) at once, and the
+sessions prepared again after their turn pick it up. A server whose trusted tools
+cannot be read is left out (nothing unchecked is offered).
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ import concurrent.futures
 import logging
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import pykka
 
@@ -42,6 +51,7 @@ from ..config import McpConfig, http_headers
 from ..catalogue.composition import OFF, Composition, Usage
 from ..errors import AlbedoError, ConfigError, NeedsSignIn, ServerError, SessionClosed, SessionError, StoreError
 from ..catalogue.saved import MAX_CATALOGUE_BYTES, fingerprint, load_current_all, save_if_changed, size_of
+from ..catalogue import trust as trusting
 from .client import CatalogueChanged, ServerHandle, ServerLost, connect_all
 from .registry import Release, SetOwner
 from .reply import ASK_TIMEOUT, Message, Reply, Request, fail, fail_queued, resolve, set_field
@@ -132,11 +142,16 @@ class RuntimePreparer(pykka.ThreadingActor):
         environ: Mapping[str, str] | None = None,
         *,
         background: bool = True,
+        on_held: Callable[[str, tuple[trusting.HeldTool, ...]], None] | None = None,
     ) -> None:
         # ``background=False``: a server advertised from its saved catalogue is not dialled
         # in the background; its first use dials it (the command line, which lists and
         # exits, does not start a server it has heard from before).
+        # ``on_held(server, holds)``: told each new hold (a tool or the instructions held
+        # now), on a thread of the preparer's; it must only hand the news on.
         super().__init__()
+        self._on_held = on_held
+        self._policies: dict[str, trusting.Policy] = {}
         self._background_dials = background
         self._registry = registry.proxy()
         self._store = store
@@ -186,6 +201,8 @@ class RuntimePreparer(pykka.ThreadingActor):
         digest_key = getattr(self._store, "digest_key", None)
         keys = {s.name: fingerprint(s, credentials[s.name], self._environ, digest_key) for s in servers}
         self._keys.update(keys)
+        policies = {s.name: trusting.Policy("allow" if config.new_tools == "allow" else "hold", s.trust == "pinned") for s in servers}
+        self._policies.update(policies)
         # A server waiting for the user to sign in is left out without a dial (its
         # probes dial it: it joins once signed in, like a server that comes back).
         undialled: dict[str, str | StoreError | ConfigError] = {s.name: why for s in servers
@@ -203,11 +220,12 @@ class RuntimePreparer(pykka.ThreadingActor):
         ready = {n: c for n, c in saved.items() if c is not None}
         off = frozenset(s.name for s in config.servers if not s.enabled)
         if unsaved:
-            self._start(self._foreground, applied, unsaved, keys, ready, result, undialled, off, saved_at)
+            self._start(self._foreground, applied, unsaved, keys, ready, result, undialled, off, saved_at, policies)
         else:
-            # Nothing to dial: the composition is built here (no I/O, one bounded moment),
-            # without a helper thread and the hand-offs it would cost.
-            self._foreground(applied, unsaved, keys, ready, result, undialled, off, saved_at)
+            # Nothing to dial: the composition is built here (one bounded moment: the
+            # trust review reads the store once), without a helper thread and the
+            # hand-offs it would cost.
+            self._foreground(applied, unsaved, keys, ready, result, undialled, off, saved_at, policies)
         background = [(name, applied.handles[name], keys[name]) for name, catalogue in saved.items() if catalogue is not None]
         if background and self._background_dials:
             self._background_pending += len(background)
@@ -234,6 +252,7 @@ class RuntimePreparer(pykka.ThreadingActor):
             # A live client re-discovered after a list_changed: save it and tell.
             key = self._keys.get(message.server)
             if key is not None and self._save(message.server, key, message.catalogue):
+                self._review_saved(message.server, message.catalogue)
                 for subscriber in list(self._subscribers):
                     _tell(subscriber, CatalogueSaved(message.server, message.catalogue))
             return None
@@ -249,6 +268,7 @@ class RuntimePreparer(pykka.ThreadingActor):
             self._threads = [t for t in self._threads if t.is_alive()]
             if message.catalogue is not None:
                 if self._save(message.server, message.key, message.catalogue):
+                    self._review_saved(message.server, message.catalogue)
                     for subscriber in list(self._subscribers):
                         _tell(subscriber, CatalogueSaved(message.server, message.catalogue))
             else:
@@ -288,7 +308,7 @@ class RuntimePreparer(pykka.ThreadingActor):
 
     def _foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue], result: Any,
                     undialled: dict[str, str | StoreError | ConfigError] | None = None, off: frozenset[str] = frozenset(),
-                    saved_at: dict[str, float] | None = None) -> None:
+                    saved_at: dict[str, float] | None = None, policies: Mapping[str, trusting.Policy] | None = None) -> None:
         """Dial the servers without a usable saved catalogue, all at once; then resolve.
 
         ``result`` always resolves: whatever goes wrong here fails this preparation at
@@ -296,7 +316,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         """
         outcome: concurrent.futures.Future = concurrent.futures.Future()
         try:
-            self._prepare_foreground(applied, unsaved, keys, ready, outcome, undialled, off, saved_at)
+            self._prepare_foreground(applied, unsaved, keys, ready, outcome, undialled, off, saved_at, policies)
         except Exception as exc:  # noqa: BLE001 - a bug must fail one preparation, not hang its session
             logger.error("preparing servers %s failed: %s: %s", ", ".join(sorted(unsaved)) or "(none)", type(exc).__name__, exc)
             if not outcome.done():
@@ -317,7 +337,8 @@ class RuntimePreparer(pykka.ThreadingActor):
 
     def _prepare_foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue],
                             result: Any, undialled: dict[str, str | StoreError | ConfigError] | None,
-                            off: frozenset[str] = frozenset(), saved_at: dict[str, float] | None = None) -> None:
+                            off: frozenset[str] = frozenset(), saved_at: dict[str, float] | None = None,
+                            policies: Mapping[str, trusting.Policy] | None = None) -> None:
         # ``undialled``: the servers left out without a dial, with why: a sign-in needed,
         # their stored credentials unreadable (the StoreError, whose line says what to do),
         # or their configuration unusable here (the ConfigError: a variable it names is not set).
@@ -364,9 +385,10 @@ class RuntimePreparer(pykka.ThreadingActor):
             if not result.cancelled():
                 result.set_exception(ConfigError(too_large[0]))
             return
+        catalogues, on_hold = self._review(catalogues, policies or {}, left_out, warnings)
         handles = {name: handle for name, handle in applied.handles.items() if name in catalogues}
         composition = Composition(handles, catalogues, left_out, tuple(warnings), applied.retired,
-                                  held=tuple(applied.handles.values()), switched_off=off,
+                                  held=tuple(applied.handles.values()), switched_off=off, on_hold=on_hold,
                                   misconfigured=frozenset(misconfigured),
                                   saved_at={name: when for name, when in (saved_at or {}).items() if name in ready})
         if not result.cancelled():
@@ -429,6 +451,84 @@ class RuntimePreparer(pykka.ThreadingActor):
                 catalogue = None
             saved[name] = catalogue
         return saved
+
+    def _review(self, catalogues: dict[str, Catalogue], policies: Mapping[str, trusting.Policy],
+                left_out: dict[str, str] | None = None, warnings: list[str] | None = None,
+                ) -> tuple[dict[str, Catalogue], dict[str, tuple[trusting.HeldTool, ...]]]:
+        """Each catalogue as offered (held tools and instructions taken out) and what is
+        held, by server (catalogue/trust.py); first uses are trusted and new holds
+        recorded (and told to ``on_held``). Without a store, nothing is reviewed. A
+        server whose trust cannot be read or written is left out (into ``left_out``)."""
+        if self._store is None or not catalogues:
+            return catalogues, {}
+        offered: dict[str, Catalogue] = {}
+        on_hold: dict[str, tuple[trusting.HeldTool, ...]] = {}
+        try:
+            stored = self._store.load_trust(list(catalogues), definitions=False)
+        except StoreError as exc:
+            stored = {name: exc for name in catalogues}  # type: ignore[misc]
+        for name, catalogue in catalogues.items():
+            try:
+                found = stored.get(name, ([], []))
+                if isinstance(found, StoreError):
+                    raise found
+                outcome = self._review_one(name, catalogue, policies.get(name, trusting.Policy()), found)
+            except StoreError as exc:
+                reason = f"its trusted tools cannot be checked ({exc})"
+                if left_out is not None:
+                    left_out[name] = reason
+                if warnings is not None:
+                    warnings.append(f"server {name!r}: {reason}; left out")
+                logger.warning("server %r: %s; left out", name, reason)
+                continue
+            offered[name] = outcome.catalogue
+            if outcome.holds:
+                on_hold[name] = outcome.holds
+        return offered, on_hold
+
+    def _review_one(self, name: str, catalogue: Catalogue, policy: trusting.Policy, found: Any) -> trusting.Review:
+        """Review one catalogue against its stored trust (``found``: the trusted rows, then
+        the holds) and record what changed. Raises StoreError."""
+        assert self._store is not None
+        trusted = trusting.trusted_from(found[0])
+        outcome = trusting.review(trusted, catalogue, policy)
+        if any(hold.kind == "changed" for hold in outcome.holds):
+            # The diff needs the trusted definitions: read them (this server's alone).
+            found = self._store.load_trust([name]).get(name, ([], []))
+            trusted = trusting.trusted_from(found[0])
+            outcome = trusting.review(trusted, catalogue, policy)
+        stored = {(row.kind, row.name): (row.digest, row.whole) for row in found[1]}
+        holds = {trusting.key_of(hold): hold for hold in outcome.holds}
+        digests = {key: trusting.store_digests(hold) for key, hold in holds.items()}
+        if outcome.trust or outcome.trust_instructions is not None or digests != stored:
+            from ..store.records import HeldDefinition, TrustedDefinition
+
+            trust = [TrustedDefinition(name, "tool", tool, entry.digest, entry.whole, dict(entry.definition))
+                     for tool, entry in outcome.trust.items()]
+            if outcome.trust_instructions is not None:
+                entry = outcome.trust_instructions
+                trust.append(TrustedDefinition(name, "instructions", "", entry.digest, entry.whole, dict(entry.definition)))
+            rows = [HeldDefinition(name, key[0], key[1], hold.kind, hold.changes, digests[key][0], digests[key][1], dict(hold.new))
+                    for key, hold in holds.items()]
+            fresh = self._store.record_trust(name, trust, rows, keep=list(holds))
+            if fresh and self._on_held is not None:
+                keys = {(row.kind, row.name) for row in fresh}
+                try:
+                    self._on_held(name, tuple(hold for key, hold in holds.items() if key in keys))
+                except Exception:  # noqa: BLE001 - the host's prompt must not break a preparation
+                    logger.exception("server %r: the host's on_held failed", name)
+        return outcome
+
+    def _review_saved(self, name: str, catalogue: Catalogue) -> None:
+        """A catalogue saved after a background discovery or a list_changed: record what it
+        holds now (the sessions see it once they are prepared again)."""
+        policy = self._policies.get(name)
+        if policy is None or self._store is None:
+            return
+        try:
+            self._review({name: catalogue}, {name: policy})
+        except Exception:  # noqa: BLE001 - the next preparation reviews it again
+            logger.exception("server %r: its new catalogue could not be reviewed", name)
 
     def _save(self, name: str, key: str, catalogue: Catalogue) -> bool:
         """Save ``catalogue`` unless the same listing is saved under ``key``; True if saved."""

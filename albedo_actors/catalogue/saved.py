@@ -99,9 +99,9 @@ def fingerprint(server: ServerConfig, credentials: Credentials | None = None, en
     digest = _digest if key is None else _keyed(key)
     # The fields by name, as dataclasses.asdict gives them but without its deep copy
     # (the canonical JSON below is the same: a host with hundreds of servers computes
-    # one per server at every preparation). Switching a server off and on, or its call
-    # timeout, does not change it.
-    config = {name: getattr(server, name) for name in _FIELDS if name not in ("enabled", "call_timeout_ms")}
+    # one per server at every preparation). Switching a server off and on, its call
+    # timeout, or its trust (catalogue/trust.py) does not change it.
+    config = {name: getattr(server, name) for name in _FIELDS if name not in ("enabled", "call_timeout_ms", "trust")}
     if config.get("oauth") is not None:
         config["oauth"] = dataclasses.asdict(config["oauth"])
     named = {}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from peewee import BigIntegerField, CompositeKey, Database, DoubleField, IntegerField, Model, PostgresqlDatabase, TextField
+from peewee import AutoField, BigIntegerField, CompositeKey, Database, DoubleField, IntegerField, Model, PostgresqlDatabase, TextField
 
 __all__ = ["MIGRATIONS", "migrate", "applied_versions"]
 
@@ -134,7 +134,66 @@ def m0004_server_states(db: Database) -> None:
     db.create_tables([ServerStates], safe=False)
 
 
-MIGRATIONS: list[Callable[[Database], None]] = [m0001_initial, m0002_refresh_lease, m0003_revision, m0004_server_states]
+def m0005_trust(db: Database) -> None:
+    """Tool integrity (catalogue/trust.py): the trusted definition of each tool and the
+    instructions of each server (``trusted_tools``), what is held until approved
+    (``held_tools``, one row per held tool or instructions) and a short history
+    (``trust_history``: trusted, held, approved, and by whom).
+
+    An approval bumps the revision (a session is offered the tool from then on); a new
+    hold does not (the session that found it holds it already).
+    """
+
+    class Base(Model):
+        class Meta:
+            database = db
+
+    class Trusted(Base):
+        server = TextField()
+        kind = TextField()
+        name = TextField()
+        digest = TextField()
+        whole = TextField()
+        definition = TextField()
+        trusted_at = DoubleField()
+
+        class Meta:
+            table_name = "trusted_tools"
+            primary_key = CompositeKey("server", "kind", "name")
+
+    class Held(Base):
+        server = TextField()
+        kind = TextField()
+        name = TextField()
+        change = TextField()
+        changes = TextField()
+        digest = TextField()
+        whole = TextField()
+        definition = TextField()
+        held_at = DoubleField()
+
+        class Meta:
+            table_name = "held_tools"
+            primary_key = CompositeKey("server", "kind", "name")
+
+    class History(Base):
+        id = AutoField()
+        server = TextField()
+        kind = TextField()
+        name = TextField()
+        event = TextField()
+        changes = TextField()
+        who = TextField(null=True)
+        at = DoubleField()
+
+        class Meta:
+            table_name = "trust_history"
+
+    db.create_tables([Trusted, Held, History], safe=False)
+
+
+MIGRATIONS: list[Callable[[Database], None]] = [m0001_initial, m0002_refresh_lease, m0003_revision, m0004_server_states,
+                                                m0005_trust]
 
 
 def migrate(db: Database) -> list[int]:

@@ -10,9 +10,10 @@ classes globally.
 
 from __future__ import annotations
 
-from peewee import BigIntegerField, CompositeKey, DoubleField, IntegerField, Model, TextField
+from peewee import AutoField, BigIntegerField, CompositeKey, DoubleField, IntegerField, Model, TextField
 
-__all__ = ["BaseModel", "CredentialRow", "CatalogueRow", "OAuthClientRow", "RevisionRow", "ServerStateRow", "ALL"]
+__all__ = ["BaseModel", "CredentialRow", "CatalogueRow", "OAuthClientRow", "RevisionRow", "ServerStateRow", "TrustedRow",
+           "HoldRow", "TrustEventRow", "ALL"]
 
 
 class BaseModel(Model):
@@ -89,4 +90,54 @@ class ServerStateRow(BaseModel):
         table_name = "server_states"
 
 
-ALL = (CredentialRow, CatalogueRow, OAuthClientRow, RevisionRow, ServerStateRow)
+class TrustedRow(BaseModel):
+    """A trusted tool definition or instructions of a server (migration 0005)."""
+
+    server = TextField()
+    kind = TextField()  # "tool" or "instructions"
+    name = TextField()  # the tool's name ("" for instructions)
+    digest = TextField()  # catalogue/trust.py's definition_digest (instructions_digest)
+    whole = TextField()  # whole_digest (a pinned server's)
+    definition = TextField()  # JSON object: the trusted definition
+    trusted_at = DoubleField()
+
+    class Meta:
+        table_name = "trusted_tools"
+        primary_key = CompositeKey("server", "kind", "name")
+
+
+class HoldRow(BaseModel):
+    """A tool (or the instructions) held from the model until approved (migration 0005)."""
+
+    server = TextField()
+    kind = TextField()
+    name = TextField()
+    change = TextField()  # "changed" or "new"
+    changes = TextField()  # JSON array of the keys that differ
+    digest = TextField()
+    whole = TextField()
+    definition = TextField()  # JSON object: what the server gives now
+    held_at = DoubleField()
+
+    class Meta:
+        table_name = "held_tools"
+        primary_key = CompositeKey("server", "kind", "name")
+
+
+class TrustEventRow(BaseModel):
+    """The short history of trust (migration 0005): trusted, held, approved."""
+
+    id = AutoField()
+    server = TextField()
+    kind = TextField()
+    name = TextField()
+    event = TextField()  # "trusted" (first use, or a new tool allowed), "held" or "approved"
+    changes = TextField()  # JSON array
+    who = TextField(null=True)  # an approval's: "cli", "service" or "host"
+    at = DoubleField()
+
+    class Meta:
+        table_name = "trust_history"
+
+
+ALL = (CredentialRow, CatalogueRow, OAuthClientRow, RevisionRow, ServerStateRow, TrustedRow, HoldRow, TrustEventRow)

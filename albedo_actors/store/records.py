@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-__all__ = ["Credentials", "SavedCatalogue", "ServerState", "freeze", "thaw"]
+__all__ = ["Credentials", "HeldDefinition", "SavedCatalogue", "ServerState", "TrustEvent", "TrustedDefinition", "freeze", "thaw"]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -155,3 +155,47 @@ class ServerState:
     fingerprint: str
     report: dict[str, Any]
     seen_at: float
+
+
+@dataclass(frozen=True)
+class TrustedDefinition:
+    """A trusted tool definition (``kind`` "tool") or a server's instructions (``kind``
+    "instructions", ``name`` ""), with its digests (catalogue/trust.py) and when."""
+
+    server: str
+    kind: str
+    name: str
+    digest: str
+    whole: str
+    definition: dict[str, Any]
+    trusted_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class HeldDefinition:
+    """A tool (or the instructions) held until approved: ``change`` "changed" or "new",
+    ``changes`` the keys that differ, ``definition`` what the server gives now."""
+
+    server: str
+    kind: str
+    name: str
+    change: str
+    changes: tuple[str, ...]
+    digest: str
+    whole: str
+    definition: dict[str, Any]
+    held_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrustEvent:
+    """One line of the trust history: ``event`` "trusted", "held" or "approved" (``who``:
+    "cli", "service" or "host")."""
+
+    server: str
+    kind: str
+    name: str
+    event: str
+    changes: tuple[str, ...]
+    who: str | None
+    at: float

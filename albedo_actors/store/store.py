@@ -49,8 +49,8 @@ from ..errors import StoreError
 from ..wire.jsonrpc import MAX_DEPTH, Json  # the wire's nesting bound (store may import wire: it is pure)
 from ..safefiles import FileRefused, check_not_link, make_private_dirs, open_private
 from . import migrations, sealing
-from .models import CatalogueRow, CredentialRow, OAuthClientRow, RevisionRow, ServerStateRow
-from .records import Credentials, SavedCatalogue, ServerState, thaw
+from .models import CatalogueRow, CredentialRow, HoldRow, OAuthClientRow, RevisionRow, ServerStateRow, TrustedRow, TrustEventRow
+from .records import Credentials, HeldDefinition, SavedCatalogue, ServerState, TrustEvent, TrustedDefinition, thaw
 from .sealing import StoreKeys
 
 __all__ = ["open_store", "Store", "CredentialsWriter", "Lease", "MAX_CATALOGUE_BYTES", "DB_FILENAME", "BUSY_TIMEOUT_S",
@@ -67,6 +67,8 @@ BUSY_TIMEOUT_S = 30.0
 PG_CONNECT_TIMEOUT_S = 10
 # The many-server reads name up to this many servers in their query; more, and they read every row.
 FEW = 16
+# The trust history keeps about this many lines (the newest).
+TRUST_HISTORY = 1000
 PG_STATEMENT_TIMEOUT_S = 60
 # What a user can do about a database that failed (a StoreError says it on its one line).
 RETRY = "check that the database is there, writable and not held by another program, then retry"
@@ -455,6 +457,146 @@ class Store:
         """
         with self._op(f"deleting the state of {server!r}"), self._write():
             ServerStateRow.delete().where(ServerStateRow.server == server).execute(self._db)
+
+    # --- tool integrity (catalogue/trust.py) -------------------------------------
+
+    def load_trust(self, servers: Iterable[str], definitions: bool = True
+                   ) -> dict[str, tuple[list[TrustedDefinition], list[HeldDefinition]]]:
+        """What is trusted and what is held of each of ``servers`` that has anything,
+        in two queries. A row whose JSON is unreadable is left out (a damaged trusted
+        row makes its tool new again: held, never offered unchecked). Without
+        ``definitions`` the trusted rows come with their digests alone (``definition``
+        empty): what a discovery compares, without decoding every definition.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        names = list(dict.fromkeys(servers))
+        wanted = set(names)
+        found: dict[str, tuple[list[TrustedDefinition], list[HeldDefinition]]] = {}
+        with self._op(f"loading the trusted tools of {len(names)} servers"):
+            text_column = TrustedRow.definition if definitions else peewee.Value("{}")
+            select = TrustedRow.select(TrustedRow.server, TrustedRow.kind, TrustedRow.name, TrustedRow.digest,
+                                       TrustedRow.whole, text_column, TrustedRow.trusted_at).tuples()
+            for query in _selecting(select, TrustedRow.server, names):
+                for server, kind, name, digest, whole, text, at in query.execute(self._db):
+                    if server in wanted:
+                        definition = _json_or_none(text) if definitions else {}
+                        if definition is not None:
+                            found.setdefault(server, ([], []))[0].append(
+                                TrustedDefinition(server, kind, name, digest, whole, definition, at))
+            held = HoldRow.select(HoldRow.server, HoldRow.kind, HoldRow.name, HoldRow.change, HoldRow.changes,
+                                  HoldRow.digest, HoldRow.whole, HoldRow.definition, HoldRow.held_at).tuples()
+            for query in _selecting(held, HoldRow.server, names):
+                for server, kind, name, change, changes, digest, whole, text, at in query.execute(self._db):
+                    definition = _json_or_none(text)
+                    if server in wanted and definition is not None:
+                        found.setdefault(server, ([], []))[1].append(
+                            HeldDefinition(server, kind, name, change, tuple(_json_list(changes)), digest, whole, definition, at))
+        return found
+
+    def record_trust(self, server: str, trust: Iterable[TrustedDefinition], holds: Iterable[HeldDefinition],
+                     keep: Iterable[tuple[str, str]] | None = None) -> list[HeldDefinition]:
+        """In one transaction: trust ``trust`` (first use, or new tools allowed), hold
+        ``holds`` (a hold already kept with the same digest is left as it is), and, when
+        ``keep`` is given, forget every hold of ``server`` whose (kind, name) is not in it
+        (the tool is gone, or back as it was trusted). Returns the holds that are new
+        (held now, or held again with another definition). Never bumps the revision.
+
+        Raises:
+            StoreError: a definition is not JSON, or the database failed.
+        """
+        trust, holds = list(trust), list(holds)
+        now = time.time()
+        fresh: list[HeldDefinition] = []
+        with self._op(f"recording the trusted tools of {server!r}"), self._write():
+            for entry in trust:
+                TrustedRow.insert(server=server, kind=entry.kind, name=entry.name, digest=entry.digest, whole=entry.whole,
+                                  definition=_json_text(entry.definition, server), trusted_at=now).on_conflict(
+                    conflict_target=[TrustedRow.server, TrustedRow.kind, TrustedRow.name],
+                    preserve=[TrustedRow.digest, TrustedRow.whole, TrustedRow.definition, TrustedRow.trusted_at]).execute(self._db)
+                self._event(server, entry.kind, entry.name, "trusted", (), None, now)
+            existing = {(kind, name): (digest, whole) for kind, name, digest, whole in HoldRow.select(
+                HoldRow.kind, HoldRow.name, HoldRow.digest, HoldRow.whole).where(HoldRow.server == server).tuples().execute(self._db)}
+            for hold in holds:
+                if existing.get((hold.kind, hold.name)) == (hold.digest, hold.whole):
+                    continue
+                HoldRow.insert(server=server, kind=hold.kind, name=hold.name, change=hold.change,
+                               changes=json.dumps(list(hold.changes)), digest=hold.digest, whole=hold.whole,
+                               definition=_json_text(hold.definition, server), held_at=now).on_conflict(
+                    conflict_target=[HoldRow.server, HoldRow.kind, HoldRow.name],
+                    preserve=[HoldRow.change, HoldRow.changes, HoldRow.digest, HoldRow.whole, HoldRow.definition,
+                              HoldRow.held_at]).execute(self._db)
+                self._event(server, hold.kind, hold.name, "held", hold.changes, None, now)
+                fresh.append(dataclasses.replace(hold, held_at=now))
+            if keep is not None:
+                kept = set(keep)
+                for kind, name in existing:
+                    if (kind, name) not in kept:
+                        HoldRow.delete().where((HoldRow.server == server) & (HoldRow.kind == kind)
+                                               & (HoldRow.name == name)).execute(self._db)
+        return fresh
+
+    def approve_held(self, server: str, names: Iterable[tuple[str, str]] | None, who: str) -> list[HeldDefinition]:
+        """Trust what is held of ``server`` (``names``: those alone, as (kind, name)
+        pairs; None: all of them),
+        forget those holds, write the history (by ``who``) and bump the revision, in one
+        transaction. Returns what was approved (a name not held is not in it).
+
+        Raises:
+            StoreError: the database failed.
+        """
+        wanted = None if names is None else set(names)
+        now = time.time()
+        approved: list[HeldDefinition] = []
+        with self._op(f"approving the held tools of {server!r}"), self._write():
+            rows = HoldRow.select(HoldRow.kind, HoldRow.name, HoldRow.change, HoldRow.changes, HoldRow.digest, HoldRow.whole,
+                                  HoldRow.definition).where(HoldRow.server == server).tuples().execute(self._db)
+            for kind, name, change, changes, digest, whole, text in rows:
+                if wanted is not None and (kind, name) not in wanted:
+                    continue
+                TrustedRow.insert(server=server, kind=kind, name=name, digest=digest, whole=whole, definition=text,
+                                  trusted_at=now).on_conflict(
+                    conflict_target=[TrustedRow.server, TrustedRow.kind, TrustedRow.name],
+                    preserve=[TrustedRow.digest, TrustedRow.whole, TrustedRow.definition, TrustedRow.trusted_at]).execute(self._db)
+                HoldRow.delete().where((HoldRow.server == server) & (HoldRow.kind == kind) & (HoldRow.name == name)).execute(self._db)
+                found = tuple(_json_list(changes))
+                self._event(server, kind, name, "approved", found, who, now)
+                approved.append(HeldDefinition(server, kind, name, change, found, digest, whole, _json_or_none(text) or {}, now))
+            if approved:
+                self._bump()
+        return approved
+
+    def trust_history(self, server: str | None = None, limit: int = 50) -> list[TrustEvent]:
+        """The latest events of the trust history (of ``server``, or of every server), newest first.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op("reading the trust history"):
+            query = TrustEventRow.select().order_by(TrustEventRow.id.desc()).limit(limit)
+            if server is not None:
+                query = query.where(TrustEventRow.server == server)
+            return [TrustEvent(row.server, row.kind, row.name, row.event, tuple(_json_list(row.changes)), row.who, row.at)
+                    for row in query.execute(self._db)]
+
+    def forget_trust(self, server: str) -> None:
+        """Forget what is trusted and held of ``server`` (its next catalogue is a first use again).
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op(f"forgetting the trusted tools of {server!r}"), self._write():
+            TrustedRow.delete().where(TrustedRow.server == server).execute(self._db)
+            HoldRow.delete().where(HoldRow.server == server).execute(self._db)
+
+    def _event(self, server: str, kind: str, name: str, event: str, changes: tuple[str, ...], who: str | None,
+               at: float) -> None:
+        """One line of history; the oldest beyond TRUST_HISTORY lines are dropped (a short history)."""
+        row = TrustEventRow.insert(server=server, kind=kind, name=name, event=event, changes=json.dumps(list(changes)),
+                                   who=who, at=at).execute(self._db)
+        if isinstance(row, int) and row % 64 == 0:  # now and then, not at every line
+            TrustEventRow.delete().where(TrustEventRow.id <= row - TRUST_HISTORY).execute(self._db)
 
     # --- OAuth client registrations -------------------------------------------
 
@@ -1113,6 +1255,29 @@ def _json_object(text: str, what: str, name: str) -> dict[str, Any]:
         raise StoreError(f"store: the saved {what} of {name!r} is damaged (not a JSON object nested at most "
                          f"{MAX_DEPTH} deep) and cannot be used{_REMEDY.get(what, '')}")
     return value
+
+
+def _json_or_none(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _json_list(text: str) -> list[str]:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return []
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def _json_text(value: Any, server: str) -> str:
+    try:
+        return json.dumps(thaw(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise StoreError(f"store: a tool definition of server {server!r} is not JSON: {_line(exc)}") from None
 
 
 def _selecting(query: Any, key: Any, names: list[str]) -> Iterator[Any]:
