@@ -343,9 +343,37 @@ def test_approve_names_an_unknown_server_or_tool_in_one_line(tmp_path, stdio_rug
 # -- kept in the store: a restart, another process, another host ----------------------------------
 
 
-def test_a_hold_survives_a_restart_and_a_second_process_sees_it(backend, tmp_path):
-    kind, home, url = backend
-    rug = RugStdio(tmp_path / "rug")
+# A second process on the same store: a host of its own (a Runtime), which prints what it
+# holds and what a call of a held tool says, as one JSON line.
+SECOND_HOST = """
+import json, sys
+from albedo_actors.errors import ConfigError
+from albedo_actors.runtime import Runtime
+from albedo_actors.store import open_store
+home, url = sys.argv[1], sys.argv[2] or None
+store = open_store(home, url)
+try:
+    with Runtime(home, store, enabled=True) as runtime:
+        assert runtime.wait_background(60)
+        runtime.turn_started()
+        runtime.turn_ended(60)
+        composition = runtime.composition()
+        held = sorted(hold.tool for holds in composition.on_hold.values() for hold in holds)
+        try:
+            runtime.mcp().call("r/backdoor")
+            refused = None
+        except ConfigError as exc:
+            refused = str(exc)
+        offered = sorted(item.operation for item in composition.model_operations())
+        print(json.dumps({"held": held, "refused": refused, "offered": offered}))
+finally:
+    store.close()
+"""
+
+
+def hold_one_and_add_one(home, url, rug) -> None:
+    """A host trusts the rug's first catalogue; then lookup's description changes and
+    backdoor appears, and both are held."""
     configure(home, rug)
     with Host(home, url) as host:
         rug.change_description("lookup", EVIL)
@@ -353,7 +381,34 @@ def test_a_hold_survives_a_restart_and_a_second_process_sees_it(backend, tmp_pat
         host.pulled(rug)
         assert set(held_tools(host.composition)) == {"lookup", "backdoor"}
 
-    # A second process over the same store: albedo-mcp, which dials the server again.
+
+def test_a_hold_survives_a_restart_and_a_second_process_sees_it(backend, tmp_path):
+    _kind, home, url = backend
+    rug = RugStdio(tmp_path / "rug")
+    hold_one_and_add_one(home, url, rug)
+
+    with Host(home, url) as host:  # a restart of the host: a new Daemon, a new server process
+        assert set(held_tools(host.composition)) == {"lookup", "backdoor"}  # from the saved catalogue
+        assert set(held_tools(host.settled())) == {"lookup", "backdoor"}  # and after dialling again
+        assert_held(host, rug, "backdoor")
+        assert_offered(host, rug, "fetch")
+
+    calls = len(rug.calls())
+    second = subprocess.run([sys.executable, "-c", SECOND_HOST, home, url or ""], env=store_cli_env(),
+                            capture_output=True, text=True, timeout=WAIT * 2, stdin=subprocess.DEVNULL)
+    assert second.returncode == 0, second.stderr
+    seen = json.loads(second.stdout.splitlines()[-1])
+    assert seen["held"] == ["backdoor", "lookup"]
+    assert "albedo-mcp approve" in seen["refused"] and "\n" not in seen["refused"]
+    assert "backdoor" not in seen["offered"] and "lookup" not in seen["offered"] and "fetch" in seen["offered"]
+    assert len(rug.calls()) == calls  # the held call never reached the server
+
+
+def test_the_command_line_marks_held_tools_refuses_their_calls_and_approves_them(backend, tmp_path):
+    _kind, home, url = backend
+    rug = RugStdio(tmp_path / "rug")
+    hold_one_and_add_one(home, url, rug)
+
     env = store_cli_env()
     listed = store_cli(backend, "tools", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
@@ -371,13 +426,6 @@ def test_a_hold_survives_a_restart_and_a_second_process_sees_it(backend, tmp_pat
     assert refused.returncode != 0 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert "albedo-mcp approve" in refused.stderr and "Traceback" not in refused.stderr
     assert len(rug.calls()) == calls  # the held call never reached the server
-
-    # A restart of the host (a new Daemon, a new server process): still held.
-    with Host(home, url) as host:
-        assert set(held_tools(host.composition)) == {"lookup", "backdoor"}  # from the saved catalogue
-        assert set(held_tools(host.settled())) == {"lookup", "backdoor"}  # and after dialling again
-        assert_held(host, rug, "backdoor")
-        assert_offered(host, rug, "fetch")
 
     approved = store_cli(backend, "approve", NAME, "--all", env=env)
     assert approved.returncode == 0, approved.stderr
