@@ -30,6 +30,7 @@ from .output import PrintableFormatter, closed_pipe, failure
 from .run import call_command, search_command, seconds, tools_command
 from .serve import open_command, serve_command, serve_parsers
 from .store_keys import store_command, store_parsers
+from .trust import approve_command, approve_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="show what the model is offered: the advertised names, under the budget (mcp.advertise)")
     tools.add_argument("--budget", type=budget, default=None, metavar="N",
                        help="with --model: offer at most N operations, the search tool among them (implies --model)")
+    tools.add_argument("--held", action="store_true",
+                       help="show the tools held since they changed or appeared (tool integrity): what changed, and how to approve")
     place_options(tools)
     no_store_option(tools)
     call = commands.add_parser("call", help="call one tool (or read_resource / get_prompt) by SERVER/TOOL or advertised name")
@@ -91,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     export_parsers(commands)
     serve_parsers(commands)
     store_parsers(commands)
+    approve_parser(commands)
     return parser
 
 
@@ -184,6 +188,8 @@ def run_command_line(argv: Sequence[str] | None) -> int:
             return open_command(args)
         if args.command == "store":
             return store_command(args)
+        if args.command == "approve":
+            return approve_command(args)
         if args.command == "import":
             return import_command(args)
         if args.command == "export":
@@ -191,7 +197,7 @@ def run_command_line(argv: Sequence[str] | None) -> int:
         if args.command in ADMIN:
             return admin_command(args)
         return failure(Usage(f"a command is required: tools, call, search, demo, doctor, servers, add, edit, remove, enable, disable, "
-                             f"sign-in, sign-out, extension, import, export, serve, open, store or completion (see {PROG} --help)"),
+                             f"sign-in, sign-out, extension, approve, import, export, serve, open, store or completion (see {PROG} --help)"),
                        EXIT_USAGE)
     except BrokenPipeError:
         raise  # main ends the run quietly

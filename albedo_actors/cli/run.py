@@ -45,21 +45,55 @@ def tools_command(args: argparse.Namespace) -> int:
             for warning in (*composition.warnings, *composition.operation_warnings):
                 warn(warning)
             tools = composition.model_operations_shared() if model else composition.operations
+    if getattr(args, "held", False):
+        from .trust import print_held
+
+        print_held(composition.on_hold, args.json)
+        return EXIT_OK
+    for line in held_notes(composition):
+        warn(line)
     saved = composition.saved_at
     if model:
         list_model(composition, tools, args.json)
         return EXIT_OK
     if args.json:
-        print_json([{**tool.as_json(), "savedAt": iso_time(saved.get(tool.server))} for tool in tools])
+        listed = [{**tool.as_json(), "savedAt": iso_time(saved.get(tool.server))} for tool in tools]
+        listed += [held_entry(hold, saved.get(hold.server)) for holds in composition.on_hold.values() for hold in holds
+                   if not hold.instructions]
+        print_json(listed)
         return EXIT_OK
     schemas = Schemas(composition)
     for tool in tools:
         summary = " ".join(tool.description.split())
         shown = signature(tool.server, tool.operation, schemas.of(tool))
         out(f"{shown}\t{printable(summary, limit=160)}" if summary else shown)
+    for holds in composition.on_hold.values():
+        for hold in holds:
+            if not hold.instructions:
+                what = "new" if hold.kind == "new" else f"changed {', '.join(hold.changes)}"
+                out(printable(f"{hold.server}/{hold.tool}\t[held: {what}; not offered until approved]", one_line=True))
     if saved:
         note(catalogue_ages(saved, time.time()))
     return EXIT_OK
+
+
+def held_notes(composition: Composition) -> list[str]:
+    """One stderr line per server with held tools (or instructions), naming them."""
+    lines = []
+    for server, holds in sorted(composition.on_hold.items()):
+        named = ", ".join(repr(hold.tool) for hold in holds)
+        lines.append(printable(f"server {server!r}: held until approved (changed or new since it was trusted): {named}; "
+                               f"'{PROG} tools --held' shows what changed, '{PROG} approve {server} TOOL ...' approves",
+                               one_line=True))
+    return lines
+
+
+def held_entry(hold: Any, saved: float | None) -> dict[str, Any]:
+    """A held tool in ``tools --json``: its advertised name, ``"held": true`` and what changed."""
+    description = hold.new.get("description")
+    return {"name": advertised_name(hold.server, hold.tool), "server": hold.server, "kind": "tool", "operation": hold.tool,
+            "description": description if isinstance(description, str) else "", "held": True, "change": hold.kind,
+            "changes": list(hold.changes), "savedAt": iso_time(saved)}
 
 
 def catalogue_ages(saved: Mapping[str, float], now: float) -> str:

@@ -29,6 +29,11 @@ Routes (Werkzeug's routing; no hand-written HTTP parsing):
   /api/session``: the page's sign-out, 204.
 - ``POST /api/links`` (the service token only): 201 ``{"url"}``, a new opening link
   (``albedo-mcp open``).
+- ``POST /api/mcp/approve`` ``{"server": NAME, "tools": [NAME, ...] | null}``: approve
+  what tool integrity holds of the server (``Settings.approve``; null: all of it), 200
+  ``{"server", "approved": [...]}``; 400 when a tool named is not held (nothing is
+  approved). The history says "service"; ``on_saved`` is called once when something was
+  approved.
 - ``GET /api/health``: 200 ``{"ok": true}``, the command line's check that the service
   answers before it sends anything.
 - ``GET /`` the page (static: it holds no data; what it shows comes through the API with
@@ -91,6 +96,7 @@ _URLS = Map([
     Rule("/", endpoint="page", methods=["GET"]),
     Rule("/static/<file>", endpoint="static", methods=["GET"]),
     Rule("/api/mcp", endpoint="mcp", methods=["GET", "PATCH"]),
+    Rule("/api/mcp/approve", endpoint="approve", methods=["POST"]),
     Rule("/api/session", endpoint="session", methods=["POST", "DELETE"]),
     Rule("/api/links", endpoint="links", methods=["POST"]),
     Rule("/api/health", endpoint="health", methods=["GET"]),
@@ -172,6 +178,22 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
                 logger.warning("the sessions could not be told to reload (%s)", type(exc).__name__)
         return _json(200, _state(settings))
 
+    def approve(request: Request) -> Response:
+        body = body_of(request)
+        server = body.get("server") if isinstance(body, dict) else None
+        tools = body.get("tools") if isinstance(body, dict) else None
+        if (not isinstance(server, str) or set(body) - {"server", "tools"}
+                or not (tools is None or (isinstance(tools, list) and all(isinstance(t, str) for t in tools)))):
+            raise ConfigError('send {"server": "<name>", "tools": ["<tool>", ...]} (or "tools": null for all of them)')
+        _check_name(server)
+        approved = settings_factory().approve(server, tools, who="service")
+        if approved:
+            try:
+                on_saved()
+            except Exception as exc:  # the sessions see the store's new revision anyway
+                logger.warning("the sessions could not be told to reload (%s)", type(exc).__name__)
+        return _json(200, {"server": server, "approved": approved})
+
     def login(request: Request, name: str) -> Response:
         _check_name(name)
         if request.method == "PUT":
@@ -221,7 +243,7 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
     def static(request: Request, file: str) -> Response:
         return _file(static_dir, file)
 
-    endpoints: dict[str, Callable[..., Response]] = {"mcp": mcp, "login": login, "callback": callback,
+    endpoints: dict[str, Callable[..., Response]] = {"mcp": mcp, "approve": approve, "login": login, "callback": callback,
                                                       "session": session, "links": links, "health": health,
                                                       "page": page, "static": static}
 

@@ -45,7 +45,7 @@ import logging
 import os
 import socket
 import urllib.parse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import AlbedoError, AuthError, ConfigError, SessionError, SessionTimedOut, SettingsConflict, StoreError
 from . import local
@@ -198,6 +198,12 @@ class ServiceClient:
         if extension not in EXTENSION_DEFAULTS:
             raise ConfigError(f"no extension named {extension!r}; the extensions are {', '.join(sorted(EXTENSION_DEFAULTS))}")
         return dict(self.patch(Change(enabled={extension: bool(on)}).to_json()).get("enabled") or {})
+
+    def approve(self, server: str, tools: Iterable[str] | None = None) -> list[str]:
+        """``POST /api/mcp/approve``: what the service approved of ``server``'s held tools."""
+        answer = self._json("POST", "/api/mcp/approve", {"server": server, "tools": None if tools is None else list(tools)},
+                            name=server)
+        return [str(name) for name in answer.get("approved") or []]
 
     def sign_out(self, name: str) -> ServerView | None:
         from ..settings import Change, ServerView

@@ -50,7 +50,7 @@ import re
 import shlex
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping, Protocol
 
 from ..auth.callback import DEFAULT_LIFETIME_S, DEFAULT_PORT
 from ..auth.record import NO_AUTH_VIEW, from_credentials, usable
@@ -190,6 +190,8 @@ class SettingsPort(Protocol):
     def sign_out(self, name: str) -> ServerView | None: ...
 
     def names(self) -> list[str]: ...
+
+    def approve(self, server: str, tools: Iterable[str] | None = None) -> list[str]: ...
 
 
 class Settings:
@@ -366,6 +368,25 @@ class Settings:
             self.apply(Change(sign_out=frozenset({name})))
         logger.info("server %r signed out", name)
         return self._view(name)
+
+    def approve(self, server: str, tools: Iterable[str] | None = None, *, who: str = "cli") -> list[str]:
+        """Approve what tool integrity holds of ``server`` (catalogue/trust.py): the
+        ``tools`` named (the instructions as ``(instructions)``), or all (None). Kept in
+        the store with the history (by ``who``: "cli", "service" or "host"); the store's
+        revision moves, so running sessions offer them from their next turn. The names
+        approved (empty: nothing was held).
+
+        Raises:
+            ConfigError: no such server, or a name given is not held (nothing approved).
+            StoreError: the store failed.
+        """
+        from .trust import approve_held
+
+        parse(self.document.read(), self.home, source=self.path).server(server)
+        approved = approve_held(self.store, server, tools, who=who)
+        if approved:
+            logger.info("server %r: approved %s", server, ", ".join(approved))
+        return approved
 
     # -- internals ----------------------------------------------------------------------------
 
