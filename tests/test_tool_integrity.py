@@ -9,6 +9,12 @@ receives, so a test proves a held call never reached it. The client is the real 
 a Daemon and its Session with the Python binding, and ``albedo-mcp`` as a process of
 its own over the same store (SQLite, and PostgreSQL where a second process or host
 matters).
+
+Each protection was broken once and its test failed: a changed tool left in the
+offered catalogue (trust.review), a held call answered without the way to approve
+it or sent on (Composition.resolve), no context line for held tools, trust kept only
+in memory (forgotten at a restart), instructions never held, an approval that does
+not move the store's revision (a running session never sees it).
 """
 
 from __future__ import annotations
@@ -207,6 +213,26 @@ def test_a_tool_that_changes_after_it_was_trusted_is_held(tmp_path, rug, change)
             assert what in held.changes and held.old != held.new
         untouched = next(name for name in ("lookup", "fetch", "notes") if name != tool)
         assert_offered(host, rug, untouched)  # the rest of the server goes on
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_change_announced_in_the_older_era_is_held_too(tmp_path, transport):
+    """A 2025-11-25 session: list_changed on the session (stdio, or the HTTP GET stream)."""
+    rug = RugStdio(tmp_path / "rug", era="legacy") if transport == "stdio" else RugHttpServer(tmp_path / "rug", era="legacy")
+    if transport == "http":
+        rug.start()
+    try:
+        configure(tmp_path / "home", rug)
+        with Host(tmp_path / "home") as host:
+            rug.add_tool("backdoor", EVIL)
+            rug.change_description("lookup", EVIL)
+            host.pulled(rug)
+            assert_held(host, rug, "backdoor")
+            assert_held(host, rug, "lookup")
+            assert_offered(host, rug, "notes")
+    finally:
+        if transport == "http":
+            rug.stop()
 
 
 def test_a_removed_tool_goes_at_once(tmp_path, rug):
