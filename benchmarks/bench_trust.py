@@ -47,17 +47,20 @@ TIMEOUT = 60.0
 
 
 def trusted_of(catalogue: Any) -> Any:
-    """What a first discovery trusts: the review of a catalogue against nothing trusted yet."""
-    first = trust.review(None, catalogue, trust.Policy())
+    """What a first discovery trusts: the review of a catalogue against nothing trusted
+    yet, each definition a copy of its own (as the store gives them back)."""
+    first = trust.review(None, fresh(catalogue), trust.Policy())
     return trust.Trusted(first.trust, first.trust_instructions)
 
 
 def fresh(catalogue: Any) -> Any:
-    """A new catalogue object with the same tools, as each discovery makes one (trust.py
-    keeps the digests of a catalogue object it saw last: a saved catalogue's)."""
+    """The same catalogue as a new object whose tools are new objects, as each discovery
+    makes one (trust.py keeps the digests of the catalogue object it saw last, and two
+    definitions that are one object compare equal at once)."""
     import dataclasses
+    import json
 
-    return dataclasses.replace(catalogue)
+    return dataclasses.replace(catalogue, tools=tuple(json.loads(json.dumps(list(catalogue.tools)))))
 
 
 def changed(catalogue: Any) -> Any:
