@@ -318,3 +318,164 @@ def store_cli(backend, *argv: str, env: dict[str, str], stdin: str = "") -> subp
     where = ["--database", url] if url else []
     return subprocess.run([sys.executable, "-m", "albedo_actors", "--home", home, *where, *argv], env=env,
                           input=stdin, capture_output=True, text=True, timeout=STORE_CLI_TIMEOUT)
+
+
+# -- the rug-pull server (tests/servers/rug_server.py): tools that change after they were trusted --
+
+RUG_SERVER = os.path.join(HERE, "servers", "rug_server.py")
+
+
+def rug_spec() -> dict:
+    """The rug server's first catalogue: three tools and instructions (a fresh copy)."""
+    return {
+        "instructions": "Rug server: lookup finds a word, fetch reads a page, notes keeps a note.",
+        "tools": [
+            {"name": "lookup", "description": "Look a word up in the dictionary.",
+             "inputSchema": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}},
+            {"name": "fetch", "description": "Fetch a web page and return its text.",
+             "inputSchema": {"type": "object", "properties": {"url": {"type": "string"},
+                                                              "limit": {"type": "integer"}},
+                             "required": ["url"]}},
+            {"name": "notes", "description": "Keep a short note for later.",
+             "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}},
+        ],
+    }
+
+
+class _Rug:
+    """What both faces of the rug server share: the spec file the server reads, the
+    record of the calls it received, and the changes a test makes (each written to the
+    file, then announced with :meth:`pull`)."""
+
+    def __init__(self, directory) -> None:
+        self.directory = str(directory)
+        self.spec_path = os.path.join(self.directory, "rug-spec.json")
+        self.calls_path = os.path.join(self.directory, "rug-calls.jsonl")
+        os.makedirs(self.directory, exist_ok=True)
+        self.spec = rug_spec()
+        self.write()
+
+    def write(self) -> None:
+        """The spec as it is now, for the server's next read (a restart, or :meth:`pull`)."""
+        with open(self.spec_path + ".new", "w", encoding="utf-8") as f:
+            json.dump(self.spec, f)
+        os.replace(self.spec_path + ".new", self.spec_path)
+
+    def tool(self, name: str) -> dict:
+        return next(tool for tool in self.spec["tools"] if tool["name"] == name)
+
+    def calls(self) -> list[dict]:
+        """Every tools/call the server received so far, in order."""
+        return read_record(self.calls_path) if os.path.exists(self.calls_path) else []
+
+    def pid(self) -> int:
+        raise NotImplementedError
+
+    def publish(self) -> None:
+        """What the server's next discovery gets is the spec as it is now."""
+        raise NotImplementedError
+
+    def pull(self) -> None:
+        """Write the spec and tell the running server to read it again and announce it."""
+        import signal
+
+        self.write()
+        os.kill(self.pid(), signal.SIGUSR1)
+
+    # The changes of issue 26, each to the spec (call pull() or restart afterwards).
+
+    def change_description(self, name: str, description: str) -> None:
+        self.tool(name)["description"] = description
+
+    def widen_type(self, name: str, parameter: str, to=("string", "object")) -> None:
+        self.tool(name)["inputSchema"]["properties"][parameter]["type"] = list(to)
+
+    def add_required(self, name: str, parameter: str, schema: dict | None = None) -> None:
+        input_schema = self.tool(name)["inputSchema"]
+        input_schema["properties"][parameter] = schema or {"type": "string"}
+        input_schema.setdefault("required", []).append(parameter)
+
+    def add_tool(self, name: str, description: str) -> None:
+        self.spec["tools"].append({"name": name, "description": description,
+                                   "inputSchema": {"type": "object", "properties": {}}})
+
+    def remove_tool(self, name: str) -> None:
+        self.spec["tools"] = [tool for tool in self.spec["tools"] if tool["name"] != name]
+
+    def change_instructions(self, text: str | None) -> None:
+        self.spec["instructions"] = text
+
+
+class RugStdio(_Rug):
+    """The rug server over stdio, started by the client under test (one process per
+    connection): :meth:`entry` is its extensions.json entry, :meth:`config` its
+    ServerConfig. The client stops it, so nothing here does."""
+
+    def __init__(self, directory, era: str = "dual") -> None:
+        super().__init__(directory)
+        self.era = era
+        self.pid_path = os.path.join(self.directory, "rug.pid")
+
+    def args(self) -> list[str]:
+        return [RUG_SERVER, "stdio", "--spec", self.spec_path, "--calls", self.calls_path,
+                "--pid-file", self.pid_path, "--era", self.era]
+
+    def entry(self, **extra) -> dict:
+        return {"type": "stdio", "command": sys.executable, "args": self.args(), **extra}
+
+    def config(self, name: str, **overrides) -> ServerConfig:
+        return ServerConfig(name=name, type="stdio", command=sys.executable, args=tuple(self.args()), **overrides)
+
+    def publish(self) -> None:
+        """The next process the client starts serves the spec as it is now."""
+        self.write()
+
+    def pid(self) -> int:
+        """The process the client runs now (it writes its id before it reads a request)."""
+        with open(self.pid_path, encoding="utf-8") as f:
+            return int(f.read())
+
+
+class RugHttpServer(_Rug, _ServerProcess):
+    """The rug server over streamable HTTP, a process of the test's own: ``start()``
+    returns its URL, ``stop()`` ends it (bounded); :meth:`entry` and :meth:`config`."""
+
+    WHAT = "the rug server"
+
+    def __init__(self, directory, era: str = "dual") -> None:
+        _ServerProcess.__init__(self)
+        _Rug.__init__(self, directory)
+        self.era = era
+
+    def command(self) -> list[str]:
+        return [sys.executable, RUG_SERVER, "http", "--spec", self.spec_path, "--calls", self.calls_path,
+                "--port", "0", "--era", self.era]
+
+    def entry(self, **extra) -> dict:
+        return {"type": "http", "url": self.url, **extra}
+
+    def config(self, name: str, **overrides) -> ServerConfig:
+        return ServerConfig(name=name, type="http", url=self.url, **overrides)
+
+    def pid(self) -> int:
+        assert self.proc is not None, "the rug server is not running"
+        return self.proc.pid
+
+    def pull(self) -> None:
+        """:meth:`_Rug.pull`, and wait (bounded) until the server says it serves the change."""
+        super().pull()
+        assert self.proc is not None and self.proc.stdout is not None
+        line = b""
+        deadline = time.monotonic() + self.START_TIMEOUT
+        while not line.endswith(b"\n"):
+            if not select.select([self.proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise RuntimeError(f"{self.WHAT} did not read its spec again within {self.START_TIMEOUT:g} s")
+            chunk = os.read(self.proc.stdout.fileno(), 1)
+            if not chunk:
+                raise RuntimeError(f"{self.WHAT} exited (status {self.proc.wait()}) instead of reading its spec")
+            line += chunk
+        assert line == b"reloaded\n", line
+
+    def publish(self) -> None:
+        """The running server serves the spec as it is now (and announces it)."""
+        self.pull()

@@ -955,6 +955,9 @@ class CanaryServer(_HTTPServerBase):
 class FaultHTTPServer(_HTTPServerBase):
     """Streamable-HTTP MCP server with fault switches (see the module docstring)."""
 
+    # The JSON-RPC logic of every session (a subclass may serve its own tools: rug_server.py).
+    engine_class: type[_Engine] = _Engine
+
     def __init__(self, host: str = "127.0.0.1", port: int = 0, path: str = "/mcp", **options: Any) -> None:
         super().__init__(host, port, path)
         unknown = set(options) - OPTION_NAMES
@@ -962,7 +965,7 @@ class FaultHTTPServer(_HTTPServerBase):
             raise TypeError(f"unknown options: {', '.join(sorted(unknown))}")
         self.options = FaultOptions(**options)
         self.options.check()
-        self._modern = _Engine(self, self.options.era if self.options.era != "legacy" else "dual")
+        self._modern = self.engine_class(self, self.options.era if self.options.era != "legacy" else "dual")
         self._sessions: dict[str, _Session] = {}
         self._listens: dict[_Stream, Any] = {}  # open modern listen streams -> request id
         self._cuts = 0
@@ -981,7 +984,7 @@ class FaultHTTPServer(_HTTPServerBase):
         new.check()
         with self._lock:
             if new.era != self.options.era:
-                self._modern = _Engine(self, new.era if new.era != "legacy" else "dual")
+                self._modern = self.engine_class(self, new.era if new.era != "legacy" else "dual")
             if "cut_stream" in options or "cut_times" in options:
                 self._cuts = 0
             if "discover_error" in options or "discover_error_times" in options:
@@ -1318,7 +1321,7 @@ class FaultHTTPServer(_HTTPServerBase):
             self._push_to_get(session, {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
 
     def _initialize(self, h: _Handler, message: dict, opts: FaultOptions) -> None:
-        engine = _Engine(self, "legacy")
+        engine = self.engine_class(self, "legacy")
         with engine.lock:
             response = engine.handle(message)
         if response is None or "result" not in response:
