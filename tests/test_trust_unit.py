@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from albedo_actors.catalogue.model import Catalogue
 from albedo_actors.catalogue.trust import (INSTRUCTIONS, Policy, Trusted, TrustedEntry, changed_keys, definition_digest,
                                            instructions_digest, review, whole_digest)
@@ -98,3 +100,18 @@ def test_the_same_catalogue_reviewed_plain_then_pinned_compares_whole_digests():
     assert not review(trusted, c).holds
     assert not review(trusted, c, Policy(pinned=True)).holds
     assert not review(trusted, c).holds
+
+
+def test_an_unchanged_tool_skips_the_digests_but_a_type_change_is_still_held():
+    # The marshal shortcut: the same values of another type (1 -> True, 1 -> 1.0) are
+    # not the trusted definition, though == would call them equal.
+    tool = {"name": "t", "description": "d", "inputSchema": {"type": "object", "properties": {"n": {"type": "integer", "default": 1}}}}
+    trusted = Trusted({"t": TrustedEntry.of_tool(tool)})
+    same = Catalogue(server="s", era="modern", protocol_version="2026-07-28", tools=(json.loads(json.dumps(tool)),))
+    assert review(trusted, same).holds == ()
+    for changed in (True, 1.0):
+        other = json.loads(json.dumps(tool))
+        other["inputSchema"]["properties"]["n"]["default"] = changed
+        assert other == tool  # Python's == sees no change
+        held = review(trusted, Catalogue(server="s", era="modern", protocol_version="2026-07-28", tools=(other,))).holds
+        assert [(h.tool, h.kind, h.changes) for h in held] == [("t", "changed", ("inputSchema",))]

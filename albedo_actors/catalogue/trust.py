@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import marshal
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, cast
 
 from .model import Catalogue
 from .naming import sha256
@@ -95,6 +96,8 @@ class TrustedEntry:
     digest: str
     whole: str
     definition: Mapping[str, Any]
+    # ``definition`` marshalled, made at its first comparison (see _identical): one per entry.
+    packed: bytes | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of_tool(cls, tool: Mapping[str, Any]) -> TrustedEntry:
@@ -178,11 +181,16 @@ _DIGESTS: dict[tuple[str, bool], tuple[Catalogue, dict[str, tuple[str, str]]]] =
 _DIGESTS_LIMIT = 4096
 
 
+def _cached_digests(catalogue: Catalogue, pinned: bool) -> dict[str, tuple[str, str]] | None:
+    known = _DIGESTS.get((catalogue.server, pinned))
+    return known[1] if known is not None and known[0] is catalogue else None
+
+
 def _digests(catalogue: Catalogue, pinned: bool) -> dict[str, tuple[str, str]]:
     key = (catalogue.server, pinned)
-    known = _DIGESTS.get(key)
-    if known is not None and known[0] is catalogue:
-        return known[1]
+    cached = _cached_digests(catalogue, pinned)
+    if cached is not None:
+        return cached
     digests = {}
     for tool in catalogue.tools:
         name = tool.get("name")
@@ -192,6 +200,23 @@ def _digests(catalogue: Catalogue, pinned: bool) -> dict[str, tuple[str, str]]:
         _DIGESTS.clear()  # a bound only: a host configures far fewer servers
     _DIGESTS[key] = (catalogue, digests)
     return digests
+
+
+def _identical(entry: TrustedEntry, tool: Mapping[str, Any]) -> bool:
+    """The whole ``tool`` is the trusted definition, value for value and type for type.
+
+    ``marshal`` writes a value's type with it (``1``, ``1.0`` and ``True`` differ, as
+    in the digests' JSON, where ``==`` would call them equal), and is some ten times
+    cheaper than a digest: an unchanged discovery skips the digests. The same keys in
+    another order, or a value marshal cannot write, only mean the digests decide."""
+    try:
+        packed = entry.packed
+        if packed is None:
+            packed = marshal.dumps(cast(Any, entry.definition))
+            object.__setattr__(entry, "packed", packed)  # a cache of a frozen value's own bytes
+        return packed == marshal.dumps(cast(Any, tool))
+    except ValueError:
+        return False
 
 
 def review(trusted: Trusted | None, catalogue: Catalogue, policy: Policy = Policy()) -> Review:
@@ -208,7 +233,9 @@ def review(trusted: Trusted | None, catalogue: Catalogue, policy: Policy = Polic
         return Review(catalogue, trust=entries, trust_instructions=TrustedEntry.of_instructions(catalogue.instructions),
                       first_use=True)
     pinned = policy.pinned
-    digests = _digests(catalogue, pinned)
+    # Digests made for this very catalogue object before (a saved catalogue) are used as
+    # they are; otherwise they are made only if some tool is not the very one trusted.
+    digests = _cached_digests(catalogue, pinned)
     holds: list[HeldTool] = []
     trust: dict[str, TrustedEntry] = {}
     offered: list[dict[str, Any]] = []
@@ -218,8 +245,13 @@ def review(trusted: Trusted | None, catalogue: Catalogue, policy: Policy = Polic
         if not isinstance(name, str):
             offered.append(tool)
             continue
-        digest, whole = digests[name]
         entry = known.get(name)
+        if digests is None and entry is not None and _identical(entry, tool):
+            offered.append(tool)  # the very definition trusted (the whole tool, types included): no digest needed
+            continue
+        if digests is None:
+            digests = _digests(catalogue, pinned)
+        digest, whole = digests[name]
         if entry is None:
             if policy.new_tools == "allow" and not pinned:
                 trust[name] = TrustedEntry(digest, whole or whole_digest(tool), tool)
