@@ -27,7 +27,7 @@ from albedo_actors.store.models import CredentialRow
 from helpers import FAULT_SERVER, OAuthServer
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
-from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -106,7 +106,10 @@ def browser(tmp_path):
 
 def wait_for(driver, what: str, condition):
     try:
-        return WebDriverWait(driver, WAIT, poll_frequency=0.1).until(lambda d: condition(d))
+        # A polling page re-renders its rows: an element found a moment ago may be gone
+        # (stale) when it is read; the next poll finds the new one.
+        return WebDriverWait(driver, WAIT, poll_frequency=0.1,
+                             ignored_exceptions=(StaleElementReferenceException,)).until(lambda d: condition(d))
     except TimeoutException:
         pytest.fail(f"the page did not show {what} within {WAIT} s; it shows: {page_text(driver)!r}")
 
@@ -280,8 +283,8 @@ def test_a_refused_client_gives_the_page_the_new_authorization_link(service, bro
     assert oauth.stats()["refused_client_ids"] == [urllib.parse.parse_qs(urllib.parse.urlsplit(first).query)["client_id"][0]]
     assert client not in oauth.stats()["refused_client_ids"]
     wait_for(driver, "why, on the status line", lambda d: "registered a new one" in d.find_element(By.ID, "status").text)
-    assert state_of(driver, SIGN_INS, GUARDED) == "signing in…"
-    authorization_link(driver).click()
+    wait_for(driver, "the state signing in", lambda d: state_of(d, SIGN_INS, GUARDED) == "signing in…")
+    wait_for(driver, "the new link, clicked", lambda d: authorization_link(d).click() or True)
     sign_in_completes_in_new_tab(driver, page_handle, oauth)
     wait_for(driver, "the state signed in", lambda d: state_of(d, SIGN_INS, GUARDED) == "signed in")
     assert store.get_credentials(GUARDED).oauth["client_id"] == client
