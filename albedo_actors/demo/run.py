@@ -80,8 +80,9 @@ def run_demo(out: TextIO = sys.stdout) -> int:
             ok = _comes_back(home, config, store, say) and ok
         finally:
             store.close()
-        say("Next: put your own servers in $ALBEDO_HOME/extensions.json (see config/extensions.json)")
-        say("and run `albedo-mcp tools` and `albedo-mcp call SERVER/TOOL --args '{...}'`.")
+        say("Next: add your own servers (`albedo-mcp add URL`, `albedo-mcp add 'COMMAND LINE'`, or")
+        say("`albedo-mcp import FILE` for another client's configuration), check them with `albedo-mcp doctor`,")
+        say("and run `albedo-mcp tools` and `albedo-mcp call SERVER/TOOL key=value`.")
     return 0 if ok else 3
 
 

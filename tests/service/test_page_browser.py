@@ -284,7 +284,8 @@ def test_a_refused_client_gives_the_page_the_new_authorization_link(service, bro
     assert client not in oauth.stats()["refused_client_ids"]
     wait_for(driver, "why, on the status line", lambda d: "registered a new one" in d.find_element(By.ID, "status").text)
     wait_for(driver, "the state signing in", lambda d: state_of(d, SIGN_INS, GUARDED) == "signing in…")
-    wait_for(driver, "the new link, clicked", lambda d: authorization_link(d).click() or True)
+    wait_for(driver, "the new link, clicked",
+             lambda d: (link := authorization_link(d)) is not None and (link.click() or True))
     sign_in_completes_in_new_tab(driver, page_handle, oauth)
     wait_for(driver, "the state signed in", lambda d: state_of(d, SIGN_INS, GUARDED) == "signed in")
     assert store.get_credentials(GUARDED).oauth["client_id"] == client
