@@ -29,6 +29,12 @@ huge-schema            tools/list: besides ``echo``, ``huge`` (an inputSchema of
                        its property descriptions, titles, ``$comment`` and ``examples``) and
                        ``wide`` (60 KiB: 40 parameters with 1,100-character descriptions);
                        tools/call of either answers its arguments as JSON text
+markup                 tools/list: besides ``echo``, a tool whose name, title and description
+                       are HTML markup (:data:`MARKUP`: an element that would change the
+                       page's title), and ``initialize`` names the server with it too: for
+                       the settings page, which must show it as text
+markup-exit            write :data:`MARKUP` to stderr and exit with code 3 at once (a
+                       server that is down, whose error and stderr are markup)
 none                   a normal server with one tool ``echo``
 """
 
@@ -45,6 +51,11 @@ SURROGATE_DESCRIPTION = '{"name":"bad","description":"x\\ud800y","inputSchema":{
 SURROGATE_KEY = '{"name":"bad","inputSchema":{"type":"object","properties":{"k\\udfff":{"type":"string"}}}}'
 # Prose with terminal control sequences and bidi controls, repeated to any length.
 PROSE = "Describe \x1b]0;pwned\x07the path\x1b[2J \u202eevil\u2066iso\u2069 and \x9b31m more; "
+
+# HTML that, if a page ever used it as markup, would add an element and change the title.
+MARKUP = '<img id="injected" src="x" onerror="document.title=\'pwned\'"><b id="injected-b">bold</b>'
+MARKUP_TOOL = {"name": MARKUP, "title": "Title " + MARKUP, "description": "Description " + MARKUP,
+               "inputSchema": {"type": "object", "properties": {"q": {"type": "string", "description": MARKUP}}}}
 
 
 def prose(length: int) -> str:
@@ -89,8 +100,9 @@ class Hostile:
             return None  # a notification
         raw_id = json.dumps(id_)
         if method == "initialize":
+            name = json.dumps(MARKUP if self.fault == "markup" else "hostile")
             return ('{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},'
-                    '"serverInfo":{"name":"hostile","version":"1"}}}' % raw_id)
+                    '"serverInfo":{"name":%s,"version":"1"}}}' % (raw_id, name))
         if method == "ping":
             return '{"jsonrpc":"2.0","id":%s,"result":{}}' % raw_id
         if method == "tools/list":
@@ -114,6 +126,8 @@ class Hostile:
             return '{"jsonrpc":"2.0","id":%s,"result":{"tools":%s%s}}' % (raw_id, tools, more)
         elif self.fault == "huge-schema":
             tools = f"[{ECHO},{json.dumps(HUGE)},{json.dumps(WIDE)}]"
+        elif self.fault == "markup":
+            tools = f"[{ECHO},{json.dumps(MARKUP_TOOL)}]"
         else:
             tools = f"[{ECHO}]"
         return '{"jsonrpc":"2.0","id":%s,"result":{"tools":%s}}' % (raw_id, tools)
@@ -225,6 +239,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--page-bytes", type=int, default=1 << 20)
     parser.add_argument("--http", type=int, metavar="PORT")
     options = parser.parse_args(argv)
+    if options.fault == "markup-exit":
+        sys.stderr.write(f"hostile: {MARKUP}\n")
+        sys.stderr.flush()
+        sys.exit(3)
     if options.http is not None:
         serve_http(options)
     else:
