@@ -7,7 +7,8 @@ request and redirects to the sign-in's loopback callback), and Debian's chromium
 chromium-driver. scripts/test installs those two when they are missing; without them
 the test skips, which CI=true turns into a failure (tests/conftest.py).
 
-Every wait is a bounded WebDriverWait on what the page shows; nothing sleeps.
+Every wait is a bounded WebDriverWait on what the page shows; nothing sleeps. The helpers
+the browser tests share are in tests/service/browser.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import sys
 import urllib.parse
 
@@ -24,18 +24,10 @@ import requests
 
 from albedo_actors.settings import ServerSpec, Settings
 from albedo_actors.store.models import CredentialRow
+from browser import (BUILD, WAIT, By, Keys, chromium, focus_by_keyboard, row, sign_in_completes_in_new_tab,
+                     state_of, visible_button, wait_for)
 from helpers import FAULT_SERVER, OAuthServer
 
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-WAIT = 30  # seconds: a bound on every wait, never an expected duration
-BUILD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "build")
 # Server text is data: a reason holding markup must show as text and never become markup.
 HOSTILE_REASON = '<img id="injected" src="x" onerror="document.title=\'pwned\'">401 from the server'
 SIGN_INS = "#mcp-sign-ins"
@@ -82,83 +74,11 @@ def service(home, store, oauth):
 
 @pytest.fixture
 def browser(tmp_path):
-    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not shutil.which(path)]
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} missing: install Debian's chromium and chromium-driver (scripts/test does)")
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service as DriverService
-
-    options = Options()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1200,900", "--no-first-run", "--disable-extensions",
-                     f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=DriverService(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(WAIT)
-    try:
+    with chromium(str(tmp_path / "chromium-profile")) as driver:
         yield driver
-    finally:
-        driver.quit()  # ends chromedriver and every chromium process (the leak check looks)
 
 
 # -- helpers ----------------------------------------------------------------------------
-
-def wait_for(driver, what: str, condition):
-    try:
-        # A polling page re-renders its rows: an element found a moment ago may be gone
-        # (stale) when it is read; the next poll finds the new one.
-        return WebDriverWait(driver, WAIT, poll_frequency=0.1,
-                             ignored_exceptions=(StaleElementReferenceException,)).until(lambda d: condition(d))
-    except TimeoutException:
-        pytest.fail(f"the page did not show {what} within {WAIT} s; it shows: {page_text(driver)!r}")
-
-
-def page_text(driver) -> str:
-    try:
-        return driver.find_element(By.TAG_NAME, "body").text
-    except Exception:  # the page itself is gone: say so instead of raising again
-        return "<no page>"
-
-
-def row(driver, section: str, name: str):
-    rows = driver.find_elements(By.CSS_SELECTOR, f'{section} [data-server="{name}"]')
-    return rows[0] if rows else None
-
-
-def state_of(driver, section: str, name: str) -> str | None:
-    found = row(driver, section, name)
-    return found.find_element(By.CSS_SELECTOR, ".state").text if found is not None else None
-
-
-def visible_button(found, css: str):
-    buttons = [b for b in found.find_elements(By.CSS_SELECTOR, css) if b.is_displayed()]
-    return buttons[0] if buttons else None
-
-
-def focus_by_keyboard(driver, target, limit: int = 40) -> None:
-    """Tab through the page until ``target`` has the focus (as a keyboard user would)."""
-    body = driver.find_element(By.TAG_NAME, "body")
-    body.click()
-    for _ in range(limit):
-        if driver.switch_to.active_element == target:
-            return
-        driver.switch_to.active_element.send_keys(Keys.TAB)
-    pytest.fail(f"the Tab key never reached {target.text!r} in {limit} presses")
-
-
-def sign_in_completes_in_new_tab(driver, page_handle: str, oauth: OAuthServer) -> None:
-    """A new tab opened on the authorization server (it redirected to the loopback
-    callback); close it and come back to the page."""
-    wait_for(driver, "a new tab", lambda d: len(d.window_handles) == 2)
-    tab = next(h for h in driver.window_handles if h != page_handle)
-    driver.switch_to.window(tab)
-    wait_for(driver, "the callback page", lambda d: "/callback" in d.current_url)
-    assert urllib.parse.urlsplit(driver.current_url).hostname == "127.0.0.1"
-    assert oauth.stats()["authorize_requests"] >= 1
-    driver.close()
-    driver.switch_to.window(page_handle)
-
 
 def open_page(driver, service) -> str:
     """Follow a new opening link, as the user does with the one `albedo-mcp open` prints."""
