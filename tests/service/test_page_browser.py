@@ -1,4 +1,4 @@
-"""The "MCP sign-ins" page in a real browser: headless Chromium driven by Selenium.
+"""The settings page's "MCP sign-ins" in a real browser: headless Chromium driven by Selenium.
 
 Everything is real: the service (albedo_actors.service.server.Service, in this
 process, on a free port of 127.0.0.1), the loopback authorization server and protected
@@ -30,7 +30,8 @@ from helpers import FAULT_SERVER, OAuthServer
 
 # Server text is data: a reason holding markup must show as text and never become markup.
 HOSTILE_REASON = '<img id="injected" src="x" onerror="document.title=\'pwned\'">401 from the server'
-SIGN_INS = "#mcp-sign-ins"
+SIGN_INS = "#sign-ins-list"  # the list of the "MCP sign-ins" view
+SERVERS = "#servers-list"  # the list of the "Servers" view
 GUARDED = "guarded"
 UNREADABLE = "damaged"  # its stored credentials cannot be read (issue 23, hole 10)
 
@@ -85,8 +86,14 @@ def open_page(driver, service) -> str:
     url = service.open_url()
     driver.get(url)
     wait_for(driver, "the link's secret gone from the address bar", lambda d: d.current_url == service.url + "/")
-    wait_for(driver, "the servers listed", lambda d: row(d, "#servers", GUARDED) is not None)
+    wait_for(driver, "the servers listed", lambda d: row(d, SERVERS, GUARDED) is not None)
     return url
+
+
+def show(driver, view: str) -> None:
+    """Switch to the view ``view`` ("servers" or "sign-ins") by its link in the nav."""
+    driver.find_element(By.ID, f"nav-{view}").click()
+    wait_for(driver, f"the {view} view", lambda d: d.find_element(By.ID, f"view-{view}").is_displayed())
 
 
 # -- the tests --------------------------------------------------------------------------
@@ -101,19 +108,22 @@ def test_sign_in_and_out_of_a_server_from_the_page(service, browser, oauth, stor
     assert service.token not in driver.page_source
     assert driver.get_cookies() == [] and driver.execute_script("return document.cookie;") == ""
 
-    # Both servers are listed with name, transport and state; the one that needs a
-    # sign-in is under "MCP sign-ins", the switched-off stdio server is not.
-    assert driver.find_element(By.CSS_SELECTOR, f"{SIGN_INS} h2").text == "MCP sign-ins"
-    wait_for(driver, "the server under MCP sign-ins", lambda d: state_of(d, SIGN_INS, GUARDED) == "needs sign-in")
-    assert row(driver, SIGN_INS, "local") is None
-    local = row(driver, "#servers", "local")
-    assert local is not None and "stdio" in local.text and state_of(driver, "#servers", "local") == "disabled"
-    assert "http" in row(driver, "#servers", GUARDED).text
+    # Every server is listed with name, transport and state (this service runs no
+    # runtime: the states are the saved ones).
+    local = row(driver, SERVERS, "local")
+    assert local is not None and "stdio" in local.text and state_of(driver, SERVERS, "local") == "disabled"
+    assert "http" in row(driver, SERVERS, GUARDED).text
 
     # A server whose stored credentials cannot be read is listed, with the store's line.
-    damaged = row(driver, "#servers", UNREADABLE)
-    assert damaged is not None and state_of(driver, "#servers", UNREADABLE) == "credentials unreadable"
+    damaged = row(driver, SERVERS, UNREADABLE)
+    assert damaged is not None and state_of(driver, SERVERS, UNREADABLE) == "credentials unreadable"
     assert "remove the server and add it again" in damaged.find_element(By.CSS_SELECTOR, ".problem").text
+
+    # The one that needs a sign-in is under "MCP sign-ins", the switched-off stdio server is not.
+    show(driver, "sign-ins")
+    assert driver.find_element(By.CSS_SELECTOR, "#view-sign-ins h2").text == "MCP sign-ins"
+    wait_for(driver, "the server under MCP sign-ins", lambda d: state_of(d, SIGN_INS, GUARDED) == "needs sign-in")
+    assert row(driver, SIGN_INS, "local") is None
 
     # The server's reason is shown as text: its markup never became an element.
     assert HOSTILE_REASON in row(driver, SIGN_INS, GUARDED).text
@@ -125,7 +135,9 @@ def test_sign_in_and_out_of_a_server_from_the_page(service, browser, oauth, stor
     visible_button(row(driver, SIGN_INS, GUARDED), "button.sign-in").click()
     sign_in_completes_in_new_tab(driver, page_handle, oauth)
     wait_for(driver, "the state signed in", lambda d: state_of(d, SIGN_INS, GUARDED) == "signed in")
-    wait_for(driver, "signed in in the server list", lambda d: state_of(d, "#servers", GUARDED) == "signed in")
+    show(driver, "servers")
+    wait_for(driver, "signed in in the server list", lambda d: state_of(d, SERVERS, GUARDED) == "signed in")
+    show(driver, "sign-ins")
     assert store.get_credentials(GUARDED).oauth["state"] == "signed_in"
     assert driver.execute_script("return window.__notReloaded === true;")
     access_token = store.get_credentials(GUARDED).oauth["access_token"]
@@ -189,6 +201,7 @@ def test_a_refused_client_gives_the_page_the_new_authorization_link(service, bro
     (a poll may not open a tab itself)."""
     driver = browser
     open_page(driver, service)
+    show(driver, "sign-ins")
     page_handle = driver.current_window_handle
     oauth.refuse_client("redirect", "invalid_client")
     driver.execute_script("window.__opened = []; window.open = (url) => { window.__opened.push(url); return null; };")
@@ -226,7 +239,7 @@ def test_another_ports_page_is_sent_no_credential_and_the_page_session_ends(serv
     assert requests.get(service.url + "/api/mcp", headers=bearer, timeout=WAIT).status_code == 200
     # A reload of the same tab keeps the session; the spent link opens nothing any more.
     driver.refresh()
-    wait_for(driver, "the servers listed after a reload", lambda d: row(d, "#servers", GUARDED) is not None)
+    wait_for(driver, "the servers listed after a reload", lambda d: row(d, SERVERS, GUARDED) is not None)
     again = requests.post(service.url + "/api/session", json={"open": link.partition("#open=")[2]}, timeout=WAIT)
     assert again.status_code == 401
 
@@ -249,7 +262,7 @@ def test_another_ports_page_is_sent_no_credential_and_the_page_session_ends(serv
 
     # Back on the page, "Sign out of this page" ends its session.
     driver.get(service.url + "/")
-    wait_for(driver, "the servers listed from sessionStorage", lambda d: row(d, "#servers", GUARDED) is not None)
+    wait_for(driver, "the servers listed from sessionStorage", lambda d: row(d, SERVERS, GUARDED) is not None)
     driver.find_element(By.ID, "page-sign-out").click()
     wait_for(driver, "the signed-out message", lambda d: "Signed out of this page" in d.find_element(By.ID, "status").text)
     assert requests.get(service.url + "/api/mcp", headers=bearer, timeout=WAIT).status_code == 401
