@@ -108,12 +108,32 @@ def data_state(driver, name: str) -> str | None:
 
 
 def visible_button(found, css: str):
+    if found is None:
+        return None
     buttons = [b for b in found.find_elements(By.CSS_SELECTOR, css) if b.is_displayed()]
     return buttons[0] if buttons else None
 
 
+def ready_button(found, css: str):
+    """A shown button under ``found`` that the page has not marked busy (``aria-disabled``:
+    an action of it is under way, and a click now would be ignored), or None."""
+    if found is None:
+        return None
+    for button in found.find_elements(By.CSS_SELECTOR, css):
+        if button.is_displayed() and button.get_attribute("aria-disabled") != "true":
+            return button
+    return None
+
+
+def ready_in_row(driver, section: str, name: str, css: str):
+    """Wait (bounded) for the button ``css`` of ``name``'s row in ``section`` to be ready; it."""
+    return wait_for(driver, f"{css} of {name} ready", lambda d: ready_button(row(d, section, name), css))
+
+
 def visible_text(found, css: str) -> str:
     """The text of the first element under ``found`` matching ``css`` ("" when none or hidden)."""
+    if found is None:
+        return ""
     shown = [e for e in found.find_elements(By.CSS_SELECTOR, css) if e.is_displayed()]
     return shown[0].text if shown else ""
 

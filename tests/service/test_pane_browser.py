@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from browser import (By, Keys, Serve, chromium, data_state, extensions_bytes, open_page, opened_store, press,
-                     read_extensions, row, visible_button, visible_text, wait_for)
+                     read_extensions, ready_in_row, row, visible_button, visible_text, wait_for)
 from helpers import FAULT_SERVER, SdkHttpServer
 
 BEARER = "tok-first-7f3a"  # secrets typed into the page: never in a page, an answer or extensions.json
@@ -201,7 +201,7 @@ def test_edit_a_secret_blank_keeps_it_and_a_dash_removes_it(home, serve, driver,
         assert store.get_credentials("remote").bearer_token == BEARER
 
     # Edit: the name is read-only, the secret field blank and saying "stored".
-    visible_button(row(driver, "#servers-list", "remote"), "button.edit").click()
+    ready_in_row(driver, "#servers-list", "remote", "button.edit").click()
     wait_for(driver, "the edit form", lambda d: d.find_element(By.ID, "view-form").is_displayed()
              and value(d, "#f-name") == "remote")
     assert driver.find_element(By.ID, "f-name").get_attribute("readonly") is not None
@@ -213,14 +213,14 @@ def test_edit_a_secret_blank_keeps_it_and_a_dash_removes_it(home, serve, driver,
     with opened_store(home) as store:
         assert store.get_credentials("remote").bearer_token == BEARER
 
-    visible_button(row(driver, "#servers-list", "remote"), "button.edit").click()
+    ready_in_row(driver, "#servers-list", "remote", "button.edit").click()
     wait_for(driver, "the edit form", lambda d: d.find_element(By.ID, "view-form").is_displayed()
              and value(d, "#f-name") == "remote")
     fill(driver, "#f-bearer", "-")  # a dash removes it
     save_and_see(driver, "remote")
     with opened_store(home) as store:
         assert store.get_credentials("remote").bearer_token is None
-    visible_button(row(driver, "#servers-list", "remote"), "button.edit").click()
+    ready_in_row(driver, "#servers-list", "remote", "button.edit").click()
     wait_for(driver, "the edit form", lambda d: d.find_element(By.ID, "view-form").is_displayed()
              and value(d, "#f-name") == "remote")
     assert "stored" not in (driver.find_element(By.ID, "f-bearer").get_attribute("placeholder") or "")
@@ -236,21 +236,21 @@ def test_disable_enable_and_remove_with_a_confirmation(home, serve, driver):
     wait_for(driver, "local ok", lambda d: data_state(d, "local") == "ok")
 
     # Disable and enable act at once (no confirmation).
-    visible_button(row(driver, "#servers-list", "local"), "button.disable").click()
+    ready_in_row(driver, "#servers-list", "local", "button.disable").click()
     wait_for(driver, "local off", lambda d: data_state(d, "local") == "off")
     assert read_extensions(home)["mcp"]["servers"]["local"].get("enabled") is False
     assert visible_button(row(driver, "#servers-list", "local"), "button.disable") is None
-    visible_button(row(driver, "#servers-list", "local"), "button.enable").click()
+    ready_in_row(driver, "#servers-list", "local", "button.enable").click()
     wait_for(driver, "local ok again", lambda d: data_state(d, "local") == "ok")
     assert read_extensions(home)["mcp"]["servers"]["local"].get("enabled", True) is True
 
     # Remove asks first: No keeps it, Yes removes it.
-    visible_button(row(driver, "#servers-list", "local"), "button.remove").click()
+    ready_in_row(driver, "#servers-list", "local", "button.remove").click()
     assert "local" in wait_for(driver, "the question", lambda d: d.find_element(By.ID, "confirm-text").text)
     confirm(driver, yes=False)
     assert row(driver, "#servers-list", "local") is not None
     assert "local" in read_extensions(home)["mcp"]["servers"]
-    visible_button(row(driver, "#servers-list", "local"), "button.remove").click()
+    ready_in_row(driver, "#servers-list", "local", "button.remove").click()
     confirm(driver, yes=True)
     wait_for(driver, "local gone", lambda d: row(d, "#servers-list", "local") is None)
     assert "local" not in read_extensions(home)["mcp"].get("servers", {})

@@ -74,6 +74,13 @@ def tool_item(driver, name: str):
     return found[0] if found else None
 
 
+def toggle_settled(driver, name: str, on: bool) -> bool:
+    """The tool's toggle shows ``on`` and the page is not busy with it (its change saved)."""
+    item = tool_item(driver, name)
+    box = item.find_element(By.CSS_SELECTOR, "input.tool-enabled") if item is not None else None
+    return box is not None and box.is_selected() == on and box.get_attribute("aria-disabled") != "true"
+
+
 def held_item(driver, name: str):
     found = [li for li in driver.find_elements(By.CSS_SELECTOR, "#held-list li[data-tool]")
              if li.get_attribute("data-tool") == name]
@@ -110,13 +117,11 @@ def test_toggle_a_tool_off_and_on_again(home, serve, driver):
 
     box.click()
     wait_for(driver, "echo in disabledTools", lambda d: disabled_tools(home, "local") == ["echo"])
-    wait_for(driver, "echo's toggle off", lambda d: not tool_item(d, "echo")
-             .find_element(By.CSS_SELECTOR, "input.tool-enabled").is_selected())
+    wait_for(driver, "echo's toggle off, and settled", lambda d: toggle_settled(d, "echo", False))
     assert tool_item(driver, "echo") is not None  # a disabled tool stays listed, to be turned back on
     tool_item(driver, "echo").find_element(By.CSS_SELECTOR, "input.tool-enabled").click()
     wait_for(driver, "echo out of disabledTools", lambda d: disabled_tools(home, "local") == [])
-    wait_for(driver, "echo's toggle on", lambda d: tool_item(d, "echo")
-             .find_element(By.CSS_SELECTOR, "input.tool-enabled").is_selected())
+    wait_for(driver, "echo's toggle on, and settled", lambda d: toggle_settled(d, "echo", True))
     driver.find_element(By.ID, "nav-servers").click()
     wait_for(driver, "local still ok", lambda d: data_state(d, "local") == "ok")
 

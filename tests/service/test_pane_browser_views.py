@@ -22,7 +22,7 @@ import pytest
 from albedo_actors.settings import ServerSpec, Settings
 from browser import (DESKTOP, PHONE, By, Keys, Serve, assert_accessible, assert_no_horizontal_scroll, chromium,
                      color_scheme, data_state, focus_by_keyboard, go, open_page, opened_store, press,
-                     read_extensions, row, screenshot, set_width, shown_views, sign_in_completes_in_new_tab,
+                     read_extensions, ready_in_row, row, screenshot, set_width, shown_views, sign_in_completes_in_new_tab,
                      visible_button, visible_text, wait_for)
 from helpers import FAULT_SERVER, OAuthServer
 
@@ -170,21 +170,24 @@ def test_the_main_actions_by_keyboard_alone(home, serve, driver):
     wait_for(driver, "kb ok", lambda d: d.find_element(By.ID, "view-servers").is_displayed() and data_state(d, "kb") == "ok")
 
     # Disable (Space) and enable (Enter).
-    focus_by_keyboard(driver, visible_button(row(driver, "#servers-list", "kb"), "button.disable"))
+    focus_by_keyboard(driver, ready_in_row(driver, "#servers-list", "kb", "button.disable"))
     press(driver, Keys.SPACE)
     wait_for(driver, "kb off", lambda d: data_state(d, "kb") == "off")
-    focus_by_keyboard(driver, visible_button(row(driver, "#servers-list", "kb"), "button.enable"))
+    focus_by_keyboard(driver, ready_in_row(driver, "#servers-list", "kb", "button.enable"))
     press(driver, Keys.ENTER)
     wait_for(driver, "kb ok again", lambda d: data_state(d, "kb") == "ok")
 
     # Its tools: a toggle by Space.
-    focus_by_keyboard(driver, visible_button(row(driver, "#servers-list", "kb"), "button.details"))
+    focus_by_keyboard(driver, ready_in_row(driver, "#servers-list", "kb", "button.details"))
     press(driver, Keys.ENTER)
     wait_for(driver, "kb's detail view", lambda d: d.find_element(By.ID, "view-server").is_displayed())
     echo = wait_for(driver, "the echo tool", lambda d: d.find_elements(By.CSS_SELECTOR, '#tools-list li[data-tool="echo"]'))[0]
     focus_by_keyboard(driver, echo.find_element(By.CSS_SELECTOR, "input.tool-enabled"))
     press(driver, Keys.SPACE)
     wait_for(driver, "echo disabled", lambda d: read_extensions(home)["mcp"]["servers"]["kb"].get("disabledTools") == ["echo"])
+    wait_for(driver, "the toggle settled", lambda d: echo.find_element(By.CSS_SELECTOR, "input.tool-enabled")
+             .get_attribute("aria-disabled") != "true")
+    assert driver.switch_to.active_element == echo.find_element(By.CSS_SELECTOR, "input.tool-enabled")
     press(driver, Keys.SPACE)
     wait_for(driver, "echo enabled", lambda d: not read_extensions(home)["mcp"]["servers"]["kb"].get("disabledTools"))
 
