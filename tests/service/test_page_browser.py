@@ -38,7 +38,8 @@ WAIT = 30  # seconds: a bound on every wait, never an expected duration
 BUILD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "build")
 # Server text is data: a reason holding markup must show as text and never become markup.
 HOSTILE_REASON = '<img id="injected" src="x" onerror="document.title=\'pwned\'">401 from the server'
-SIGN_INS = "#mcp-sign-ins"
+SIGN_INS = "#view-sign-ins"
+SERVERS = "#view-servers"
 GUARDED = "guarded"
 UNREADABLE = "damaged"  # its stored credentials cannot be read (issue 23, hole 10)
 
@@ -136,6 +137,12 @@ def visible_button(found, css: str):
     return buttons[0] if buttons else None
 
 
+def show_view(driver, view: str) -> None:
+    """Follow the nav link to a view (only the current view is shown: hidden text reads as "")."""
+    driver.find_element(By.ID, f"nav-{view}").click()
+    wait_for(driver, f"the {view} view", lambda d: d.find_element(By.ID, f"view-{view}").is_displayed())
+
+
 def focus_by_keyboard(driver, target, limit: int = 40) -> None:
     """Tab through the page until ``target`` has the focus (as a keyboard user would)."""
     body = driver.find_element(By.TAG_NAME, "body")
@@ -165,7 +172,7 @@ def open_page(driver, service) -> str:
     url = service.open_url()
     driver.get(url)
     wait_for(driver, "the link's secret gone from the address bar", lambda d: d.current_url == service.url + "/")
-    wait_for(driver, "the servers listed", lambda d: row(d, "#servers", GUARDED) is not None)
+    wait_for(driver, "the servers listed", lambda d: row(d, SERVERS, GUARDED) is not None)
     return url
 
 
@@ -183,19 +190,22 @@ def test_sign_in_and_out_of_a_server_from_the_page(service, browser, oauth, stor
 
     # Both servers are listed with name, transport and state; the one that needs a
     # sign-in is under "MCP sign-ins", the switched-off stdio server is not.
+    show_view(driver, "sign-ins")
     assert driver.find_element(By.CSS_SELECTOR, f"{SIGN_INS} h2").text == "MCP sign-ins"
     wait_for(driver, "the server under MCP sign-ins", lambda d: state_of(d, SIGN_INS, GUARDED) == "needs sign-in")
     assert row(driver, SIGN_INS, "local") is None
-    local = row(driver, "#servers", "local")
-    assert local is not None and "stdio" in local.text and state_of(driver, "#servers", "local") == "disabled"
-    assert "http" in row(driver, "#servers", GUARDED).text
+    show_view(driver, "servers")
+    local = row(driver, SERVERS, "local")
+    assert local is not None and "stdio" in local.text and state_of(driver, SERVERS, "local") == "disabled"
+    assert "http" in row(driver, SERVERS, GUARDED).text
 
     # A server whose stored credentials cannot be read is listed, with the store's line.
-    damaged = row(driver, "#servers", UNREADABLE)
-    assert damaged is not None and state_of(driver, "#servers", UNREADABLE) == "credentials unreadable"
+    damaged = row(driver, SERVERS, UNREADABLE)
+    assert damaged is not None and state_of(driver, SERVERS, UNREADABLE) == "credentials unreadable"
     assert "remove the server and add it again" in damaged.find_element(By.CSS_SELECTOR, ".problem").text
 
     # The server's reason is shown as text: its markup never became an element.
+    show_view(driver, "sign-ins")
     assert HOSTILE_REASON in row(driver, SIGN_INS, GUARDED).text
     assert driver.find_elements(By.ID, "injected") == [] and driver.title != "pwned"
 
@@ -205,12 +215,14 @@ def test_sign_in_and_out_of_a_server_from_the_page(service, browser, oauth, stor
     visible_button(row(driver, SIGN_INS, GUARDED), "button.sign-in").click()
     sign_in_completes_in_new_tab(driver, page_handle, oauth)
     wait_for(driver, "the state signed in", lambda d: state_of(d, SIGN_INS, GUARDED) == "signed in")
-    wait_for(driver, "signed in in the server list", lambda d: state_of(d, "#servers", GUARDED) == "signed in")
+    show_view(driver, "servers")
+    wait_for(driver, "signed in in the server list", lambda d: state_of(d, SERVERS, GUARDED) == "signed in")
     assert store.get_credentials(GUARDED).oauth["state"] == "signed_in"
     assert driver.execute_script("return window.__notReloaded === true;")
     access_token = store.get_credentials(GUARDED).oauth["access_token"]
     assert access_token and access_token not in driver.page_source
     driver.save_screenshot(os.path.join(BUILD, "service-page-signed-in.png"))
+    show_view(driver, "sign-ins")
 
     # Sign out: the server needs a sign-in again (and is listed for one).
     visible_button(row(driver, SIGN_INS, GUARDED), "button.sign-out").click()
@@ -269,6 +281,7 @@ def test_a_refused_client_gives_the_page_the_new_authorization_link(service, bro
     (a poll may not open a tab itself)."""
     driver = browser
     open_page(driver, service)
+    show_view(driver, "sign-ins")
     page_handle = driver.current_window_handle
     oauth.refuse_client("redirect", "invalid_client")
     driver.execute_script("window.__opened = []; window.open = (url) => { window.__opened.push(url); return null; };")
@@ -306,7 +319,7 @@ def test_another_ports_page_is_sent_no_credential_and_the_page_session_ends(serv
     assert requests.get(service.url + "/api/mcp", headers=bearer, timeout=WAIT).status_code == 200
     # A reload of the same tab keeps the session; the spent link opens nothing any more.
     driver.refresh()
-    wait_for(driver, "the servers listed after a reload", lambda d: row(d, "#servers", GUARDED) is not None)
+    wait_for(driver, "the servers listed after a reload", lambda d: row(d, SERVERS, GUARDED) is not None)
     again = requests.post(service.url + "/api/session", json={"open": link.partition("#open=")[2]}, timeout=WAIT)
     assert again.status_code == 401
 
@@ -329,7 +342,7 @@ def test_another_ports_page_is_sent_no_credential_and_the_page_session_ends(serv
 
     # Back on the page, "Sign out of this page" ends its session.
     driver.get(service.url + "/")
-    wait_for(driver, "the servers listed from sessionStorage", lambda d: row(d, "#servers", GUARDED) is not None)
+    wait_for(driver, "the servers listed from sessionStorage", lambda d: row(d, SERVERS, GUARDED) is not None)
     driver.find_element(By.ID, "page-sign-out").click()
     wait_for(driver, "the signed-out message", lambda d: "Signed out of this page" in d.find_element(By.ID, "status").text)
     assert requests.get(service.url + "/api/mcp", headers=bearer, timeout=WAIT).status_code == 401
