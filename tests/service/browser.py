@@ -368,6 +368,16 @@ def open_page(driver, serve: Serve, link: str | None = None) -> None:
              or d.find_element(By.ID, "servers-empty").is_displayed())
 
 
+def mcp_on(home: str) -> None:
+    """Turn the mcp extension on in ``home``'s extensions.json, as `albedo-mcp extension mcp
+    on` does (a fresh home has it off: the session then dials nothing)."""
+    path = os.path.join(home, "extensions.json")
+    document = read_extensions(home) if os.path.exists(path) else {}
+    document.setdefault("enabled", {})["mcp"] = True
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(document, f)
+
+
 def read_extensions(home: str) -> dict:
     with open(os.path.join(home, "extensions.json"), encoding="utf-8") as f:
         return json.load(f)

@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from browser import (By, Keys, Serve, chromium, data_state, extensions_bytes, open_page, opened_store, press,
+from browser import (mcp_on, By, Keys, Serve, chromium, data_state, extensions_bytes, open_page, opened_store, press,
                      read_extensions, ready_in_row, row, visible_button, visible_text, wait_for)
 from helpers import FAULT_SERVER, SdkHttpServer
 
@@ -44,6 +44,7 @@ def serve(home):
     started: list[Serve] = []
 
     def start() -> Serve:
+        mcp_on(home)  # the user turned MCP on (a fresh home has it off)
         running = Serve(home)
         running.start()
         started.append(running)
@@ -267,6 +268,7 @@ def test_import_a_pasted_claude_desktop_file(home, serve, driver):
     driver.find_element(By.ID, "nav-import").click()
     wait_for(driver, "the import view", lambda d: d.find_element(By.ID, "view-import").is_displayed())
     fill(driver, "#import-text", pasted)
+    before = extensions_bytes(home)
     driver.find_element(By.ID, "import-preview").click()
 
     def outcome(d, name):
@@ -274,7 +276,7 @@ def test_import_a_pasted_claude_desktop_file(home, serve, driver):
         return found.find_element(By.CSS_SELECTOR, ".outcome").text if found is not None else None
 
     wait_for(driver, "the preview", lambda d: outcome(d, "imported") == "ready" and outcome(d, "dead") == "ready")
-    assert extensions_bytes(home) is None  # a preview writes nothing
+    assert extensions_bytes(home) == before  # a preview writes nothing
     assert IMPORTED_SECRET not in driver.page_source  # the details say there is a secret, never its value
     driver.find_element(By.ID, "import-go").click()
     wait_for(driver, "the outcomes", lambda d: outcome(d, "imported") == "imported" and outcome(d, "dead") == "refused")

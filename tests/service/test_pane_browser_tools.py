@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from browser import (By, Serve, albedo, chromium, data_state, go, open_page, opened_store, read_extensions, row,
+from browser import (mcp_on, By, Serve, albedo, chromium, data_state, go, open_page, opened_store, read_extensions, row,
                      visible_text, wait_for)
 from helpers import FAULT_SERVER, RugStdio
 from servers.hostile_text_server import MARKUP
@@ -42,6 +42,7 @@ def serve(home):
     started: list[Serve] = []
 
     def start() -> Serve:
+        mcp_on(home)  # the user turned MCP on (a fresh home has it off)
         running = Serve(home)
         running.start()
         started.append(running)
@@ -177,7 +178,6 @@ def test_a_hostile_servers_name_description_and_error_render_as_text(home, serve
     configure(home, markup=stdio(HOSTILE_SERVER, "markup"), markupdown=stdio(HOSTILE_SERVER, "markup-exit"))
     running = serve()
     open_page(driver, running, running.link)
-    title = driver.title
     wait_for(driver, "markup ok", lambda d: data_state(d, "markup") == "ok")
     wait_for(driver, "markupdown down with its stderr",
              lambda d: data_state(d, "markupdown") == "down"
@@ -185,7 +185,7 @@ def test_a_hostile_servers_name_description_and_error_render_as_text(home, serve
 
     def nothing_injected() -> None:
         assert driver.find_elements(By.ID, "injected") == [] and driver.find_elements(By.ID, "injected-b") == []
-        assert driver.title == title != "pwned"
+        assert "pwned" not in driver.title and driver.title.endswith("albedo-mcp settings")
 
     nothing_injected()
     open_server(driver, "markup")

@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from albedo_actors.settings import ServerSpec, Settings
-from browser import (DESKTOP, PHONE, By, Keys, Serve, assert_accessible, assert_no_horizontal_scroll, chromium,
+from browser import (mcp_on, DESKTOP, PHONE, By, Keys, Serve, assert_accessible, assert_no_horizontal_scroll, chromium,
                      color_scheme, data_state, focus_by_keyboard, go, open_page, opened_store, press,
                      read_extensions, ready_in_row, row, screenshot, set_width, shown_views, sign_in_completes_in_new_tab,
                      visible_button, visible_text, wait_for)
@@ -42,6 +42,7 @@ def serve(home):
     started: list[Serve] = []
 
     def start() -> Serve:
+        mcp_on(home)  # the user turned MCP on (a fresh home has it off)
         running = Serve(home)
         running.start()
         started.append(running)
