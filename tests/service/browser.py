@@ -180,9 +180,16 @@ def sign_in_completes_in_new_tab(driver, page_handle: str, oauth) -> None:
 # -- looks: width, colour scheme, screenshots, axe -----------------------------------------
 
 def set_width(driver, size: tuple[int, int]) -> None:
-    driver.set_window_size(*size)
-    wait_for(driver, f"a {size[0]} px wide window",
-             lambda d: d.execute_script("return window.innerWidth;") <= size[0])
+    """The page at ``size``: PHONE emulates a phone's screen (375 CSS px, overlay
+    scrollbars, the viewport meta tag applied), anything else is a desktop window."""
+    if size == PHONE:
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": True})
+    else:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        driver.set_window_size(*size)
+    wait_for(driver, f"a {size[0]} px wide screen", lambda d: d.execute_script("return screen.width;") == size[0]
+             or size != PHONE)
 
 
 def color_scheme(driver, scheme: str) -> None:
@@ -194,14 +201,22 @@ def color_scheme(driver, scheme: str) -> None:
 
 
 def assert_no_horizontal_scroll(driver, view: str) -> None:
-    width = driver.execute_script("return document.documentElement.scrollWidth;")
-    assert width <= PHONE[0], f"the view {view} is {width} px wide at {PHONE[0]} px: it scrolls sideways"
+    width, inner = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth];")
+    assert width <= min(PHONE[0], inner), f"the view {view} is {width} px wide at {inner} px: it scrolls sideways"
 
 
 def screenshot(driver, name: str) -> str:
+    """The whole page (not only the window's part of it) as build/NAME.png; its path."""
+    import base64
+
     os.makedirs(BUILD, exist_ok=True)
     path = os.path.join(BUILD, f"{name}.png")
-    assert driver.save_screenshot(path), path
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "png", "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}})
+    with open(path, "wb") as f:
+        f.write(base64.b64decode(shot["data"]))
     return path
 
 

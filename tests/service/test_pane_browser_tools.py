@@ -184,11 +184,14 @@ def test_a_hostile_servers_name_description_and_error_render_as_text(home, serve
              and MARKUP in visible_text(row(d, "#servers-list", "markupdown"), ".stderr"))
 
     def nothing_injected() -> None:
-        assert driver.find_elements(By.ID, "injected") == [] and driver.find_elements(By.ID, "injected-b") == []
+        injected = driver.find_elements(By.CSS_SELECTOR, "#injected, #injected-b")
+        assert not injected, "a server's markup became an element of the page"
         assert "pwned" not in driver.title and driver.title.endswith("albedo-mcp settings")
 
     nothing_injected()
     open_server(driver, "markup")
+    wait_for(driver, "both tools listed", lambda d: len(d.find_elements(By.CSS_SELECTOR, "#tools-list li[data-tool]")) == 2)
+    nothing_injected()
     wait_for(driver, "the markup tool's description as text",
              lambda d: f"Description {MARKUP}" in d.find_element(By.ID, "tools-list").text)
     listed = driver.find_element(By.ID, "tools-list").text
