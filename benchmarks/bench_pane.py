@@ -117,6 +117,7 @@ def main() -> None:
         served, alone = os.path.join(tmp, "served"), os.path.join(tmp, "alone")
         os.makedirs(served, mode=0o700)
         os.makedirs(alone, mode=0o700)
+        browser.mcp_on(served)  # a fresh home has MCP off: its session would dial nothing
         serve = browser.Serve(served)
         serve.start()
         try:
