@@ -155,7 +155,8 @@ def test_add_a_stdio_and_an_http_server_and_one_that_cannot_connect_keeps_nothin
     assert "stdio" in local.find_element(By.CSS_SELECTOR, ".transport").text
     assert FAULT_SERVER in local.find_element(By.CSS_SELECTOR, ".target").text
     wait_for(driver, "local's tools counted", lambda d: row(d, "#servers-list", "local")
-             .find_element(By.CSS_SELECTOR, ".tools-count").text.strip() not in ("", "0"))
+             .find_element(By.CSS_SELECTOR, ".tools-count").text.strip() not in ("", "0 tools"))
+    assert local.find_element(By.CSS_SELECTOR, ".era").text.startswith("MCP ")  # the protocol it speaks
     assert read_extensions(home)["mcp"]["servers"]["local"]["args"] == [FAULT_SERVER]
     with opened_store(home) as store:
         assert dict(store.get_credentials("local").env) == {"API_KEY": ENV_SECRET}

@@ -154,7 +154,7 @@ def test_sign_in_and_out_and_a_refused_client_offers_a_new_one(home, serve, driv
 
 def test_the_main_actions_by_keyboard_alone(home, serve, driver):
     running = serve()
-    open_page(driver, running, running.link)
+    open_page(driver, running)  # a link from `albedo-mcp open --no-browser`, not serve's own
 
     # Add: the nav link, the form's fields, Save (Enter).
     focus_by_keyboard(driver, driver.find_element(By.ID, "nav-add"))
