@@ -104,7 +104,7 @@ def test_each_server_appears_once_with_its_live_state_from_the_serve_runtime(hos
 
     def prepare(home, store):
         settings = Settings(home, store)
-        settings.apply(Change(servers={"demo": stdio_entry(), "off": stdio_entry(enabled=False),
+        settings.apply(Change(servers={"demo": {**stdio_entry(), "disabledTools": ["die"]}, "off": stdio_entry(enabled=False),
                                        "oauth": {"type": "http", "url": oauth.url}},
                               enabled={"mcp": True}))
         save_enabled_without_connecting(home, store, "unset", {**stdio_entry(), "env": {"K": {"env": UNSET}}})
@@ -132,7 +132,10 @@ def test_each_server_appears_once_with_its_live_state_from_the_serve_runtime(hos
     assert all(server["held"] == 0 for server in servers.values())
     assert DOWN_SECRET not in answer.text and DOWN_SECRET not in "".join(api.recorder.seen)
     tools = api.api("GET", "/api/mcp/tools/demo").json()
-    assert tools["source"] == "daemon" and len(tools["tools"]) == demo["tools"]
+    assert tools["source"] == "daemon" and tools["disabledTools"] == ["die"]
+    enabled = {tool["name"]: tool["enabled"] for tool in tools["tools"]}
+    assert enabled["die"] is False and enabled["argv"] is True  # the whole list, the filters as flags
+    assert demo["tools"] == sum(enabled.values())  # "tools": how many are offered now
 
 
 def test_a_server_saved_through_the_service_comes_up_ok(host):
@@ -161,6 +164,50 @@ def test_a_runtime_still_starting_gives_starting_at_once(svc_home, svc_store):
             recorder.close()
     assert body["daemon"] is True
     assert {s["name"]: s["live"]["state"] for s in body["servers"]} == {"demo": "starting", "off": "off"}
+
+
+def test_the_service_answers_while_the_serve_runtime_is_still_starting(svc_home, svc_store, tmp_path):
+    """Host.start dials a server that waits for a flag file: meanwhile the service answers,
+    the server ``starting``; once the runtime is up, ``ok``."""
+    import threading
+
+    from albedo_actors.service.server import read_service_file
+
+    flag = tmp_path / "go"
+    script = tmp_path / "waiting.py"
+    script.write_text(f"import os, sys, time\nuntil = time.monotonic() + {WAIT}\n"
+                      f"while not os.path.exists({str(flag)!r}) and time.monotonic() < until:\n    time.sleep(0.05)\n"
+                      f"os.execv(sys.executable, [sys.executable, {FAULT_SERVER!r}])\n")
+    Settings(svc_home, svc_store).set_extension("mcp", True)
+    save_enabled_without_connecting(svc_home, svc_store, "slow", {"type": "stdio", "command": sys.executable,
+                                                                  "args": [str(script)], "startupTimeoutMs": 90_000})
+    running_host = Host(svc_home, svc_store)
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            running_host.start()
+        except BaseException as exc:  # said by the test below
+            failed.append(exc)
+
+    starter = threading.Thread(target=start, name="test-host-start")
+    starter.start()
+    recorder = Recorder()
+    try:
+        found = wait_for(lambda: read_service_file(svc_home), "the service listening")
+        headers = {"Authorization": f"Bearer {found['token']}"}
+        body = recorder.request("GET", found["url"] + "/api/mcp", headers=headers).json()
+        assert by_name(body)["slow"]["live"]["state"] == "starting"
+        flag.write_text("go")
+        starter.join(WAIT)
+        assert not starter.is_alive() and not failed, failed
+        body = recorder.request("GET", found["url"] + "/api/mcp", headers=headers).json()
+        assert by_name(body)["slow"]["live"]["state"] == "ok"
+    finally:
+        flag.write_text("go")
+        starter.join(WAIT)
+        recorder.close()
+        running_host.stop()
 
 
 # -- tools and toggles ---------------------------------------------------------------------------
