@@ -175,10 +175,12 @@ def _daemon_state(server: ServerConfig, view: ServerView, snapshot: Snapshot, se
 
 
 def _outdated(composition: Composition, server: ServerConfig) -> bool:
-    """The composition holds this server under another configuration (a save not landed yet)."""
+    """The composition holds this server under another configuration (a save not landed
+    yet). Compared as the registry compares them, by fingerprint: a change that keeps
+    the client (its trust, its call timeout) keeps the handle and its configuration."""
     for handle in (*composition.handles.values(), *composition.held):
         if handle.name == server.name:
-            return handle.config != server
+            return handle.config != server and fingerprint(handle.config) != fingerprint(server)
     return False
 
 

@@ -138,12 +138,24 @@ def test_each_server_appears_once_with_its_live_state_from_the_serve_runtime(hos
     assert demo["tools"] == sum(enabled.values())  # "tools": how many are offered now
 
 
-def test_a_server_saved_through_the_service_comes_up_ok(host):
+def test_a_server_saved_through_the_service_comes_up_ok_and_a_toggle_or_trust_change_keeps_it_ok(host):
     api = host(lambda home, store: Settings(home, store).set_extension("mcp", True))
     assert api.patch({"servers": {"docs": stdio_entry()}, "added": ["docs"]}).status_code == 200
-    live = wait_for(lambda: by_name(api.api("GET", "/api/mcp").json())["docs"]["live"]["state"] == "ok",
-                    "the saved server showing ok")
-    assert live
+
+    def live() -> dict:
+        return by_name(api.api("GET", "/api/mcp").json())["docs"]["live"]
+
+    first = wait_for(lambda: (state := live())["state"] == "ok" and state, "the saved server showing ok")
+    assert api.patch({"servers": {"docs": {**stdio_entry(), "disabledTools": ["die"]}}}).status_code == 200
+    wait_for(lambda: (state := live())["state"] == "ok" and state["tools"] == first["tools"] - 1,
+             "the toggle landing: one tool fewer offered")
+    # trust and callTimeoutMs keep the client (the registry's fingerprint): still ok, never "starting" for good
+    assert api.patch({"servers": {"docs": {**stdio_entry(), "disabledTools": ["die"], "trust": "pinned",
+                                           "callTimeoutMs": 20_000}}}).status_code == 200
+    api.host.reload()
+    wait_for(lambda: live()["state"] == "ok", "the server ok under its new trust")
+    answer = api.api("GET", "/api/mcp/tools/docs").json()
+    assert answer["source"] == "daemon"
 
 
 def test_without_a_daemon_there_is_no_live_state(svc):
