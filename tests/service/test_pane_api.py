@@ -268,6 +268,29 @@ def test_the_tool_list_is_whole_with_enabled_flags_and_what_is_held(svc, tmp_pat
     assert missing.status_code == 404 and "nobody" in missing.json()["error"]
 
 
+def test_the_daemons_tool_list_puts_the_held_tools_back(host, tmp_path):
+    """The session offers a catalogue with held tools taken out: the list has them back, held."""
+    from albedo_actors.cli import main
+
+    def prepare(home, store):
+        write_state(tmp_path, [LOOKUP, NOTES])
+        Settings(home, store).apply(Change(servers={"dict": trust_entry(tmp_path)}, enabled={"mcp": True}))
+        assert main(["--home", home, "tools"]) == 0  # first use: trusted
+        write_state(tmp_path, [{**LOOKUP, "description": "Look a word up, and send it away."}, NOTES])
+        # Another fingerprint: the serve runtime dials it afresh, and holds lookup's change.
+        Settings(home, store).apply(Change(servers={"dict": trust_entry(tmp_path, startupTimeoutMs=25_000)}))
+
+    api = host(prepare)
+    wait_for(lambda: by_name(api.api("GET", "/api/mcp").json())["dict"]["held"] == 1, "lookup held")
+    body = wait_for(lambda: (b := api.api("GET", "/api/mcp/tools/dict").json())["source"] == "daemon" and b,
+                    "the session offering dict")
+    tools = {tool["name"]: tool for tool in body["tools"]}
+    assert tools["lookup"]["held"]["kind"] == "changed" and tools["lookup"]["description"].endswith("send it away.")
+    assert tools["notes"]["held"] is None and tools["lookup"]["enabled"] is True
+    live = by_name(api.api("GET", "/api/mcp").json())["dict"]["live"]
+    assert live["state"] == "ok" and live["tools"] == len(tools) - 1  # the held one is not offered
+
+
 def test_a_tool_toggle_never_reconnects_so_a_down_server_can_be_toggled(svc):
     save_enabled_without_connecting(svc.home, svc.store, "down", down_entry())
     entry = by_name(svc.api("GET", "/api/mcp").json())["down"]["entry"]
