@@ -882,7 +882,7 @@
       renderTools(name, data || {});
     } catch (e) {
       if (current.view !== "server" || current.name !== name) return;
-      setText($("tools-source"), e.missing ? `${OLDER_SERVICE} (tools)` : failure(e, `The tools of ${name} could not be read.`));
+      setText($("tools-source"), e.missing ? OLDER_SERVICE : failure(e, `The tools of ${name} could not be read.`));
       $("tools-source").className = "hint error";
     } finally {
       detail.loading = false;
