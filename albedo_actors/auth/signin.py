@@ -391,7 +391,7 @@ def _register(http: AuthHttp, store: SignInStore | None, server: ServerConfig, m
     except AuthHttpError as exc:
         raise AuthError(server.name, f"client registration failed: {exc}") from None
     if reply.status not in (200, 201):
-        raise AuthError(server.name, f"client registration was refused (HTTP {reply.status})")
+        raise ClientRefused(server.name, f"client registration was refused (HTTP {reply.status})")
     try:
         client: ClientRegistration = registration.parse_registration(
             reply.body, reply.content_type, redirect_uri=redirect_uri, requested_method=wanted,
@@ -655,6 +655,12 @@ def current_record(store: SignInStore | None, server: ServerConfig) -> OAuthReco
 Agent = Callable[[str, CallbackListener], None]
 
 
+class ClientRefused(AuthError):
+    """The sign-in failed because the authorization server refused the client albedo
+    registered (twice: the one kept, then the new one), or refused the registration
+    itself: signing in again with a new client (``new_client``) is the way on."""
+
+
 class _Refused(Exception):
     """The authorization server refused ``client`` (one of :data:`CLIENT_REFUSALS`):
     :meth:`SignIn._authorize` forgets it and may register anew. ``detail`` is the one-line
@@ -793,7 +799,7 @@ class SignIn:
                 if refused.client.kind != "registered" or cancelled:
                     raise AuthError(name, f"{refused.detail}{forgot}") from None
                 if first is not None:
-                    raise AuthError(name, f"the authorization server refused the client albedo registered ({first.error}), "
+                    raise ClientRefused(name, f"the authorization server refused the client albedo registered ({first.error}), "
                                           f"and the new one registered in its place too ({refused.error}): it does not "
                                           f"accept the clients albedo registers; ask its administrator for a client and "
                                           f"give it with `albedo-mcp edit {name} --oauth-client-id ID`") from None

@@ -6,14 +6,12 @@ import argparse
 import getpass
 import logging
 import os
-import re
-import shlex
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 from ..config import OWN_VARIABLE, own_variable, resolve_home
-from ..errors import EXIT_OK, StoreError
+from ..errors import EXIT_OK, ConfigError, StoreError
 from .options import PROG, Usage, place_options
 from .output import note, out, print_json, warn
 from .signin import sign_in, sign_in_through
@@ -236,16 +234,10 @@ def change_command(port: SettingsPort, home: str, args: argparse.Namespace, secr
     return EXIT_OK
 
 
-def guess_transport(target: str) -> str:
-    """``http`` for an ``http://`` or ``https://`` URL, else ``stdio`` (a command line).
-
-    Any other ``scheme://`` is taken as a URL too, so that it is refused as one (only
-    http and https are served) rather than run as a command."""
-    return "http" if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", target.strip()) else "stdio"
-
-
 def add_target(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """``add``'s transport (``--transport``, else guessed from TARGET) and its URL or command."""
+    from ..settings import guess_transport
+
     transport = args.transport or guess_transport(args.target)
     if transport == "http":
         return transport, {"url": args.target}
@@ -288,13 +280,13 @@ def print_extensions(defaults: dict[str, bool], args: argparse.Namespace) -> int
 
 
 def split_command(line: str, what: str) -> list[str]:
+    """:func:`albedo_actors.settings.split_command`, its error a usage error."""
+    from ..settings import split_command as split
+
     try:
-        words = shlex.split(line)
-    except ValueError as exc:
-        raise Usage(f"{what} is not a valid command line: {exc}") from None
-    if not words:
-        raise Usage(f"{what} names no command")
-    return words
+        return split(line, what)
+    except ConfigError as exc:
+        raise Usage(str(exc)) from None
 
 
 def read_secrets(args: argparse.Namespace) -> Any:

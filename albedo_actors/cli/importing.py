@@ -16,7 +16,7 @@ import logging
 import os
 from typing import Any
 
-from ..config import OWN_VARIABLE, load, own_variable, resolve_home
+from ..config import load, resolve_home
 from ..errors import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, AlbedoError, ConfigError, exit_code
 from .options import place_options
 from .output import error_line, out
@@ -94,26 +94,8 @@ def refused(name: str, message: str, code: int) -> int:
     return code
 
 
-def describe(server: Any, enabled: bool) -> str:
-    """What a server's line says besides its name: never a secret's value."""
-    parts = [f"from project {server.project}"] if server.project else []
-    if server.secrets:
-        parts.append("stored: " + ", ".join(server.secrets))
-    references = [f"env {key} <- ${ref['env']}" for key, ref in (server.extra.get("env") or {}).items()]
-    references += [f"header {key} <- ${ref['env']}" for key, ref in (server.extra.get("headers") or {}).items()]
-    if server.extra.get("bearerTokenEnvVar"):
-        references.append(f"bearer token <- ${server.extra['bearerTokenEnvVar']}")
-    if references:
-        parts.append("from your environment: " + ", ".join(references))
-    if server.inputs:
-        parts.append("inputs: " + ", ".join(server.inputs))
-    if not enabled and server.enabled:
-        parts.append("switched off (--disabled)")
-    return "; ".join([*parts, *server.notes])
-
-
 def dry_run(servers: list[Any], found: Any) -> list[int]:
-    from ..settings.imports import to_settings
+    from ..settings.imports import describe, to_settings
 
     codes = []
     for server in servers:
@@ -150,25 +132,10 @@ def read_inputs(servers: list[Any], found: Any, force_stdin: bool) -> dict[str, 
 
 
 def resolver(name: str, answers: dict[str, str]) -> Any:
-    """Turns a secret's value into the string to store: variables from the environment, inputs from the answers."""
-    def resolve(value: Any) -> str:
-        text = []
-        for kind, piece in value.pieces:
-            if kind == "env":
-                if own_variable(piece):
-                    raise ConfigError(f"server {name!r}: a value uses ${piece}, {OWN_VARIABLE}")
-                if piece not in os.environ:
-                    raise ConfigError(f"server {name!r}: a value uses ${piece}, which is not set; set it and import again")
-                text.append(os.environ[piece])
-            elif kind == "input":
-                if not answers.get(piece):
-                    raise ConfigError(f"server {name!r}: input {piece} was left blank; import again and give it")
-                text.append(answers[piece])
-            else:
-                text.append(piece)
-        return "".join(text)
+    """:func:`albedo_actors.settings.imports.resolver` over this process's environment."""
+    from ..settings.imports import resolver as resolve_with
 
-    return resolve
+    return resolve_with(name, answers, os.environ)
 
 
 class Adder:
@@ -198,7 +165,7 @@ class Adder:
             self.store.close()
 
     def add(self, server: Any, answers: dict[str, str], disabled: bool) -> int:
-        from ..settings.imports import to_settings
+        from ..settings.imports import describe, to_settings
 
         try:
             spec, secrets = to_settings(server, resolver(server.name, answers))

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 from typing import Any
 
 from ..config import resolve_home
-from ..errors import EXIT_OK, AlbedoError, ConfigError, SessionTimedOut
-from ..runtime import Runtime
+from ..errors import EXIT_OK, ConfigError, SessionTimedOut
 from .options import PROG, Usage, place_options
 from .output import out
 
@@ -28,7 +26,8 @@ def serve_parsers(commands: Any) -> None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    """``serve``: a Runtime over the home's store, and the Service beside it, until SIGTERM or SIGINT.
+    """``serve``: a :class:`~albedo_actors.service.host.Host` (a Runtime over the home's store,
+    and the Service beside it) until SIGTERM or SIGINT.
 
     A save through the service (and a sign-in that ended) tells the session to reload
     once, between turns. Stopping ends the service (service.json removed), then the
@@ -37,8 +36,7 @@ def serve_command(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from ..actors.composer import Reload
-    from ..service.server import Service
+    from ..service.host import Host
     from ..store import open_store
 
     home = resolve_home(args.home)
@@ -46,31 +44,14 @@ def serve_command(args: argparse.Namespace) -> int:
         raise Usage(f"--port must be from 0 to 65535, not {args.port}")
     stopping = threading.Event()
     handlers = {sig: signal.signal(sig, lambda signum, frame: stopping.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    runtimes: list[Runtime] = []
-    early = threading.Event()  # a save landed while the runtime was still starting
-
-    def reload_sessions() -> None:
-        if not runtimes:
-            early.set()
-        for runtime in list(runtimes):
-            try:
-                runtime.send(Reload())  # the reply is not waited on: the swap lands between turns
-            except AlbedoError as exc:
-                logging.getLogger(__name__).info("the session was not reloaded: %s", exc)
-
     store = open_store(home, url=args.database)
     try:
-        with Service(home, store, port=args.port, on_saved=reload_sessions) as service:
-            with Runtime(home, store) as runtime:
-                runtimes.append(runtime)
-                if early.is_set():  # it may have read the settings before that save
-                    reload_sessions()
-                out(f"albedo-mcp: settings service for {home}: open {service.open_url()} "
-                     f"(that link works once; `{PROG} open` gives another; SIGTERM or Ctrl-C stops the service)",
-                     flush=True)
-                while not stopping.wait(0.5):
-                    pass
-                runtimes.clear()
+        with Host(home, store, port=args.port) as host:
+            out(f"albedo-mcp: settings service for {home}: open {host.service.open_url()} "
+                f"(that link works once; `{PROG} open` gives another; SIGTERM or Ctrl-C stops the service)",
+                flush=True)
+            while not stopping.wait(0.5):
+                pass
     finally:
         store.close()
         for sig, handler in handlers.items():

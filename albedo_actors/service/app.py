@@ -76,6 +76,7 @@ from ..settings import Change
 
 if TYPE_CHECKING:
     from ..settings import Settings
+    from .live import Snapshot
     from .pages import PageSessions
     from .signins import SignIns
 
@@ -97,6 +98,10 @@ _URLS = Map([
     Rule("/static/<file>", endpoint="static", methods=["GET"]),
     Rule("/api/mcp", endpoint="mcp", methods=["GET", "PATCH"]),
     Rule("/api/mcp/approve", endpoint="approve", methods=["POST"]),
+    Rule("/api/mcp/tools/<name>", endpoint="tools", methods=["GET"]),
+    Rule("/api/mcp/doctor", endpoint="doctor", methods=["POST"]),
+    Rule("/api/mcp/guess", endpoint="guess", methods=["POST"]),
+    Rule("/api/mcp/import", endpoint="import_", methods=["POST"]),
     Rule("/api/session", endpoint="session", methods=["POST", "DELETE"]),
     Rule("/api/links", endpoint="links", methods=["POST"]),
     Rule("/api/health", endpoint="health", methods=["GET"]),
@@ -115,14 +120,17 @@ class _Refused(Exception):
 
 def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, token: str, pages: PageSessions,
              port: Callable[[], int], on_saved: Callable[[], None], static_dir: str,
-             open_url: Callable[[], str], local: bool = False) -> Callable[..., Iterable[bytes]]:
+             open_url: Callable[[], str], local: bool = False,
+             live: Callable[[], Snapshot] | None = None) -> Callable[..., Iterable[bytes]]:
     """The WSGI application of one service (see the module docstring).
 
     ``port()`` is the port the service listens on (known once it is bound); ``token``
     the service token; ``pages`` the page's links and sessions; ``open_url()`` mints a
     new opening link; ``on_saved()`` is called once after every PATCH that saved.
     ``local``: this app answers on the home's Unix socket (whose clients send
-    ``Host: localhost``).
+    ``Host: localhost``). ``live()``: the daemon's view of the servers
+    (:class:`~albedo_actors.service.live.LiveSource`); None: the service runs without
+    one (``"daemon": false``, every ``"live"`` null).
     """
 
     def allowed_hosts() -> tuple[str, ...]:
@@ -165,18 +173,65 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
 
     # -- endpoints ---------------------------------------------------------------------------------
 
+    def reload() -> None:
+        try:
+            on_saved()
+        except Exception as exc:  # the sessions reload at their next prepare anyway
+            logger.warning("the sessions could not be told to reload (%s)", type(exc).__name__)
+
     def mcp(request: Request) -> Response:
         settings = settings_factory()
         if request.method == "GET":
-            return _json(200, _state(settings))
+            return _json(200, _state(settings, live))
         body = body_of(request)
         saved = patch(settings, body)
         if saved:
-            try:
-                on_saved()
-            except Exception as exc:  # the sessions reload at their next prepare anyway
-                logger.warning("the sessions could not be told to reload (%s)", type(exc).__name__)
-        return _json(200, _state(settings))
+            reload()
+        return _json(200, _state(settings, live))
+
+    def tools(request: Request, name: str) -> Response:
+        from .live import tool_list
+
+        _check_name(name)
+        settings = settings_factory()
+        if name not in settings.names():
+            return _json(404, {"error": f"no server named {name!r}; GET /api/mcp lists them"})
+        return _json(200, tool_list(settings, name, live() if live is not None else None))
+
+    def doctor(request: Request) -> Response:
+        from ..settings.doctor import examine
+
+        body = body_of(request)
+        server = body.get("server") if isinstance(body, dict) else None
+        if not isinstance(server, str) or set(body) != {"server"}:
+            raise ConfigError('send {"server": "<name>"}')
+        _check_name(server)
+        settings = settings_factory()
+        config = parse(settings.document.read(), settings.home, source=settings.path)
+        if server not in {s.name for s in config.servers}:
+            return _json(404, {"error": f"no server named {server!r}; GET /api/mcp lists them"})
+        before = _live_state_of(settings, server, live)
+        (report,) = examine(config, settings.store, [server])  # bounded by its startupTimeoutMs
+        if report.state == "ok" and before not in (None, "ok"):
+            reload()  # the session left it out: it is dialled again now that it answers
+        return _json(200, report.as_json())
+
+    def guess(request: Request) -> Response:
+        from ..settings import guess as guess_target
+
+        body = body_of(request)
+        target = body.get("target") if isinstance(body, dict) else None
+        if not isinstance(target, str) or set(body) != {"target"}:
+            raise ConfigError('send {"target": "<a URL, or a command line>"}')
+        return _json(200, guess_target(target, set(settings_factory().names())))
+
+    def import_(request: Request) -> Response:
+        from .importer import import_text
+
+        answer, imported = import_text(settings_factory(), body_of(request))
+        if imported:
+            reload()
+        return _json(200, answer)
 
     def approve(request: Request) -> Response:
         body = body_of(request)
@@ -188,10 +243,7 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
         _check_name(server)
         approved = settings_factory().approve(server, tools, who="service")
         if approved:
-            try:
-                on_saved()
-            except Exception as exc:  # the sessions see the store's new revision anyway
-                logger.warning("the sessions could not be told to reload (%s)", type(exc).__name__)
+            reload()  # the sessions see the store's new revision anyway
         return _json(200, {"server": server, "approved": approved})
 
     def login(request: Request, name: str) -> Response:
@@ -243,7 +295,9 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
     def static(request: Request, file: str) -> Response:
         return _file(static_dir, file)
 
-    endpoints: dict[str, Callable[..., Response]] = {"mcp": mcp, "approve": approve, "login": login, "callback": callback,
+    endpoints: dict[str, Callable[..., Response]] = {"mcp": mcp, "approve": approve, "tools": tools, "doctor": doctor,
+                                                      "guess": guess, "import_": import_,
+                                                      "login": login, "callback": callback,
                                                       "session": session, "links": links, "health": health,
                                                       "page": page, "static": static}
 
@@ -310,10 +364,34 @@ def _check_name(name: str) -> None:
 # -- GET /api/mcp and the responses ----------------------------------------------------------------
 
 
-def _state(settings: Settings) -> dict[str, Any]:
-    config = parse(settings.document.read(), settings.home, source=settings.path)
-    return {"enabled": dict(config.extensions), "retryMs": config.retry_ms,
-            "servers": [view.as_json() for view in settings.servers()]}
+def _state(settings: Settings, live: Callable[[], Snapshot] | None) -> dict[str, Any]:
+    """GET /api/mcp's body: the defaults, and each server once, with its entry, how much
+    tool integrity holds of it, and its live state (null without a daemon)."""
+    from ..settings.trust import held_tools
+    from .live import live_states
+
+    data = settings.document.read()
+    config = parse(data, settings.home, source=settings.path)
+    entries = settings.document.servers(data)
+    views = settings.servers()
+    held = held_tools(settings.store, [view.name for view in views]) if views else {}
+    states = live_states(settings, views, live()) if live is not None and views else {}
+    servers = []
+    for view in views:
+        servers.append({**view.as_json(), "entry": entries.get(view.name), "held": len(held.get(view.name, ())),
+                        "live": states.get(view.name)})
+    return {"enabled": dict(config.extensions), "retryMs": config.retry_ms, "daemon": live is not None,
+            "servers": servers}
+
+
+def _live_state_of(settings: Settings, name: str, live: Callable[[], Snapshot] | None) -> str | None:
+    """The daemon's state of ``name`` now (None without a daemon)."""
+    from .live import live_states
+
+    if live is None:
+        return None
+    views = [view for view in settings.servers() if view.name == name]
+    return live_states(settings, views, live()).get(name, {}).get("state") if views else None
 
 
 def _same(given: str, expected: str) -> bool:

@@ -47,6 +47,7 @@ from .signins import SignIns
 
 if TYPE_CHECKING:
     from ..store import Store
+    from .live import Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -88,15 +89,17 @@ class Service:
 
     def __init__(self, home: str, store: Store, *, port: int = 0, on_saved: Callable[[], None] | None = None,
                  agent: Any = None, signin_port: int | None = None, link_lifetime: float = LINK_LIFETIME_S,
-                 session_lifetime: float = SESSION_LIFETIME_S) -> None:
+                 session_lifetime: float = SESSION_LIFETIME_S, live: Callable[[], Snapshot] | None = None) -> None:
         # ``agent``: what plays the browser for a sign-in (tests); None: the page opens it.
         # ``signin_port``: the loopback callback listener's port (default: auth.callback's).
+        # ``live``: the daemon's view of the servers (live.LiveSource); None: no daemon.
         self.home = os.path.abspath(home)
         self.store = store
         self._port = port
         self._on_saved = on_saved or (lambda: None)
         self._agent = agent
         self._signin_port = signin_port
+        self._live = live
         self.token = secrets.token_urlsafe(32)  # 256 bits
         self.pages = PageSessions(link_lifetime=link_lifetime, session_lifetime=session_lifetime)
         self.url = ""
@@ -153,7 +156,7 @@ class Service:
             assert self._signins is not None
             return make_app(settings_factory=settings_factory, signins=self._signins, token=self.token,
                             pages=self.pages, port=lambda: self.port, on_saved=self._saved, static_dir=STATIC_DIR,
-                            open_url=self.open_url, local=is_local)
+                            open_url=self.open_url, local=is_local, live=self._live)
 
         common: dict[str, Any] = {
             "ident": "albedo-mcp", "expose_tracebacks": False, "clear_untrusted_proxy_headers": True,

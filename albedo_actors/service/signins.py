@@ -82,6 +82,9 @@ class _Attempt:
     state: str = PENDING
     reason: str | None = None
     cancel_requested: bool = False
+    # It failed because the authorization server refused the client (or its registration):
+    # the page offers a sign-in with a new client.
+    new_client: bool = False
     thread: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -155,7 +158,9 @@ class SignIns:
 
     def status(self, name: str) -> dict:
         """``{"state": "none"|"pending"|"signed_in"|"failed"|"cancelled", "reason": str|None}``:
-        the latest sign-in of ``name`` this service ran (``none``: none yet). A pending
+        the latest sign-in of ``name`` this service ran (``none``: none yet). A sign-in that
+        failed because the authorization server refused the client (or its registration)
+        adds ``"newClient": true``: signing in again with a new client is the way on. A pending
         sign-in that registered a new client after the authorization server refused the
         first one adds ``"authorizationUrl"`` (the new URL to open) and ``"notice"`` (why,
         in one line)."""
@@ -272,6 +277,9 @@ class SignIns:
                 forgot = f"; {flow.forgot_registration}" if flow.forgot_registration else ""
                 self._finish(attempt, CANCELLED, f"server {attempt.name!r}: the sign-in was cancelled{forgot}")
             else:
+                from ..auth.signin import ClientRefused
+
+                attempt.new_client = isinstance(exc, ClientRefused)  # read once it is done, under the lock
                 self._finish(attempt, FAILED, str(exc))
         except Exception as exc:  # a bug: said in one line, never a traceback or its locals
             self._finish(attempt, FAILED, f"server {attempt.name!r}: sign-in failed: an unexpected "
@@ -296,6 +304,8 @@ class SignIns:
     @staticmethod
     def _status_of(attempt: _Attempt) -> dict:
         status: dict[str, Any] = {"state": attempt.state, "reason": attempt.reason}
+        if attempt.state == FAILED and attempt.new_client:  # the page offers "Sign in again with a new client"
+            status["newClient"] = True
         if attempt.notice and not attempt.done:  # the second URL, and why the user goes there
             status.update(authorizationUrl=attempt.url, notice=attempt.notice)
         return status

@@ -530,6 +530,55 @@ def describe_credentials(credentials: Credentials) -> tuple[str, ...]:
     return tuple(out)
 
 
+# -- what a target is -------------------------------------------------------------------------
+
+
+def guess_transport(target: str) -> str:
+    """``http`` for an ``http://`` or ``https://`` URL, else ``stdio`` (a command line).
+
+    Any other ``scheme://`` is taken as a URL too, so that it is refused as one (only
+    http and https are served) rather than run as a command."""
+    return "http" if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", target.strip()) else "stdio"
+
+
+def split_command(line: str, what: str) -> list[str]:
+    """A command line as its words (shell quoting).
+
+    Raises:
+        ConfigError: the quoting is broken, or it names no command.
+    """
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:
+        raise ConfigError(f"{what} is not a valid command line: {exc}") from None
+    if not words:
+        raise ConfigError(f"{what} names no command")
+    return words
+
+
+def guess(target: str, taken: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+    """What ``albedo-mcp add TARGET`` would make of ``target``: ``{"transport", "url",
+    "command", "args", "name"}`` (the name suggested, not in ``taken``).
+
+    Raises:
+        ConfigError: the target is empty, a URL that is not http(s), or a broken command line.
+    """
+    if not isinstance(target, str) or not target.strip():
+        raise ConfigError("give a URL (https://host/mcp) or a command line (npx -y package)")
+    target = target.strip()
+    transport = guess_transport(target)
+    if transport == "http":
+        parts = urllib.parse.urlsplit(target)
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"{target[:80]!r} is not an http:// or https:// URL with a host; "
+                              "give an MCP server's URL, or a command line")
+        return {"transport": "http", "url": target, "command": None, "args": [],
+                "name": suggest_name("http", target, taken)}
+    words = split_command(target, "the target")
+    return {"transport": "stdio", "url": None, "command": words[0], "args": words[1:],
+            "name": suggest_name("stdio", target, taken)}
+
+
 # -- name suggestion --------------------------------------------------------------------------
 
 _LAUNCHERS = {"npx", "bunx", "uvx", "pipx", "pnpx", "node", "deno", "bun", "python", "python3", "uv", "pnpm", "yarn", "npm", "docker", "podman", "run", "dlx", "exec", "tool"}

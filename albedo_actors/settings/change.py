@@ -20,7 +20,8 @@ command line sends one to a running service: all three are this one :func:`apply
 2. writes the file and each server's credentials (as a function of the row, under its
    lock: a token refresh that commits meanwhile is kept);
 3. connects each saved or switched-on server once (within its ``startupTimeoutMs``)
-   whose entry or secrets changed (or that the change names in ``retry``); a server
+   whose entry or secrets changed (or that the change names in ``retry``); a change
+   of ``enabledTools``, ``disabledTools`` or ``trust`` alone connects nothing; a server
    that answers 401 is kept, needing a sign-in;
 4. on any failure restores the file and every credential it wrote or deleted (each
    only if still as it wrote it: tokens a connect rotated stay) and raises
@@ -234,9 +235,12 @@ def apply_locked(change: Change, document: Document, store: Store) -> bool:
     for name, credentials_change in list(changes.items()):
         if credentials_change(stored[name]) == stored[name] and name in before:  # raises ConfigError
             del changes[name]  # nothing to write
-    # A server whose entry and secrets are unchanged is not tried again, unless asked.
+    # A server whose entry and secrets are unchanged is not tried again, unless asked; nor
+    # one whose entry changed only in which tools are offered or how they are trusted
+    # (a tool toggle: what it connects to is the same, and a down server's tools can
+    # still be toggled).
     to_connect = [name for name in to_connect
-                  if name in change.retry or not (name in before and before[name] == servers[name]
+                  if name in change.retry or not (name in before and _same_connection(before[name], servers[name])
                                                   and name not in secrets_changed)]
     sign_out_only = not (change.servers or change.secrets or change.enabled or change.retry_ms is not NOT_GIVEN)
     if not sign_out_only:
@@ -334,6 +338,19 @@ def mark_needs_sign_in(store: Store, server: ServerConfig, why: str) -> None:
 def kind_of(entry: dict) -> str:
     """An extensions.json entry's transport."""
     return entry.get("type") or ("stdio" if "command" in entry else "http")
+
+
+# The keys of an entry that change what is offered of a server, never how it is reached.
+TOOL_KEYS = frozenset({"enabledTools", "disabledTools", "trust"})
+
+
+def _same_connection(before: Any, after: Any) -> bool:
+    """Whether two entries of a server differ at most in :data:`TOOL_KEYS` (and its
+    ``enabled`` is unchanged): saving the new one needs no connect."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return before == after
+    return ({k: v for k, v in before.items() if k not in TOOL_KEYS}
+            == {k: v for k, v in after.items() if k not in TOOL_KEYS})
 
 
 def check_server_name(name: Any) -> None:

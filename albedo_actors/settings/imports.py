@@ -7,7 +7,8 @@
     for server in found.servers:              # Imported records, in the file's order
         spec, secrets = to_settings(server, resolve)
 
-Pure: text in, records out; nothing here reads the environment, prompts or writes.
+Pure: text in, records out; nothing here reads the environment (:func:`resolver` is given
+it), prompts or writes.
 The formats read:
 
 - ``claude``: a top-level ``mcpServers`` object (Claude Desktop, Claude Code's
@@ -39,7 +40,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..config import ENV_NAME, HEADER_NAME, MAX_TIMEOUT_MS, SERVER_NAME, foreign_format
+from ..config import ENV_NAME, HEADER_NAME, MAX_TIMEOUT_MS, OWN_VARIABLE, SERVER_NAME, foreign_format, own_variable
 from ..errors import ConfigError
 from . import SecretInput, ServerSpec, fit_name
 
@@ -244,6 +245,51 @@ def to_settings(server: Imported, resolve: Callable[[Value], str]) -> tuple[Serv
 
 
 # -- reading -------------------------------------------------------------------------------------
+
+
+def describe(server: Imported, enabled: bool) -> str:
+    """What a server's line says besides its name: never a secret's value (``albedo-mcp
+    import`` prints it, the settings service returns it)."""
+    parts = [f"from project {server.project}"] if server.project else []
+    if server.secrets:
+        parts.append("stored: " + ", ".join(server.secrets))
+    references = [f"env {key} <- ${ref['env']}" for key, ref in (server.extra.get("env") or {}).items()]
+    references += [f"header {key} <- ${ref['env']}" for key, ref in (server.extra.get("headers") or {}).items()]
+    if server.extra.get("bearerTokenEnvVar"):
+        references.append(f"bearer token <- ${server.extra['bearerTokenEnvVar']}")
+    if references:
+        parts.append("from your environment: " + ", ".join(references))
+    if server.inputs:
+        parts.append("inputs: " + ", ".join(server.inputs))
+    if not enabled and server.enabled:
+        parts.append("switched off (--disabled)")
+    return "; ".join([*parts, *server.notes])
+
+
+def resolver(name: str, answers: Mapping[str, str], environ: Mapping[str, str]) -> Callable[[Value], str]:
+    """Turns a secret's value into the string to store: variables from ``environ``,
+    inputs from ``answers`` (what :func:`to_settings` takes as ``resolve``).
+
+    The function it returns raises ConfigError for a variable albedo keeps for itself,
+    one that is not set, or an input left blank; the line never quotes a value."""
+    def resolve(value: Value) -> str:
+        text = []
+        for kind, piece in value.pieces:
+            if kind == "env":
+                if own_variable(piece):
+                    raise ConfigError(f"server {name!r}: a value uses ${piece}, {OWN_VARIABLE}")
+                if piece not in environ:
+                    raise ConfigError(f"server {name!r}: a value uses ${piece}, which is not set; set it and import again")
+                text.append(environ[piece])
+            elif kind == "input":
+                if not answers.get(piece):
+                    raise ConfigError(f"server {name!r}: input {piece} was left blank; import again and give it")
+                text.append(answers[piece])
+            else:
+                text.append(piece)
+        return "".join(text)
+
+    return resolve
 
 
 def _load(text: str, kind: str | None, source: str) -> tuple[Any, bool]:

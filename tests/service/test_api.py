@@ -26,12 +26,14 @@ def test_get_returns_the_defaults_and_the_servers_as_servers_json_prints_them(sv
     empty = svc.api("GET", "/api/mcp")
     assert empty.status_code == 200
     assert empty.headers["Content-Type"].startswith("application/json")
-    assert empty.json() == {"enabled": {"mcp": False, "editor-mcp": True}, "retryMs": 30000, "servers": []}
+    assert empty.json() == {"enabled": {"mcp": False, "editor-mcp": True}, "retryMs": 30000, "daemon": False, "servers": []}
     assert svc.patch({"servers": {"docs": svc.stdio_entry(enabled=False)},
                       "secrets": {"docs": {"env": {"DOCS_TOKEN": ENV_VALUE}}}}).status_code == 200
     body = svc.api("GET", "/api/mcp").json()
     settings = Settings(svc.home, svc.store)
-    assert body["servers"] == [view.as_json() for view in settings.servers()]
+    # Each server as `servers --json` prints it, with its entry, its holds and (no daemon here) no live state.
+    assert body["servers"] == [{**view.as_json(), "entry": svc.stdio_entry(enabled=False), "held": 0, "live": None}
+                               for view in settings.servers()]
     assert body["servers"][0]["credentials"] == ["env DOCS_TOKEN"]
     assert ENV_VALUE not in json.dumps(body)
 
