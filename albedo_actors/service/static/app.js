@@ -1123,7 +1123,7 @@
 
   // -- the form: add and edit -----------------------------------------------------------
 
-  const form = { mode: "add", name: null, nameTyped: false, guessSeq: 0, guessTimer: null, saving: false,
+  const form = { mode: "add", name: null, target: null, nameTyped: false, guessSeq: 0, guessTimer: null, saving: false,
                  storedHeaders: [], storedEnv: [], clientId: "" };
 
   function clearSecrets() {
@@ -1214,7 +1214,12 @@
     const entry = entryOf(server);
     setTransport(server.transport);
     $("f-name").value = server.name;
-    $("f-target").value = server.transport === "http" && entry && typeof entry.url === "string" ? entry.url : text(server.target);
+    // The target as the entry spells it (a variable it names stays unexpanded).
+    if (entry && server.transport === "http" && typeof entry.url === "string") $("f-target").value = entry.url;
+    else if (entry && typeof entry.command === "string") {
+      $("f-target").value = [entry.command, ...(Array.isArray(entry.args) ? entry.args.map(text) : [])].map(shellQuote).join(" ");
+    } else $("f-target").value = text(server.target);
+    form.target = $("f-target").value;
     $("f-enabled").checked = server.enabled !== false;
     const stored = Array.isArray(server.credentials) ? server.credentials.map(text) : [];
     if (stored.includes("bearer token")) $("f-bearer").placeholder = "stored";
@@ -1236,6 +1241,12 @@
     if (!entry) {
       show(setText($("form-error"), NO_ENTRY(route.name)), true);
     }
+  }
+
+  // One word of a command line, quoted as Python's shlex.quote quotes it.
+  function shellQuote(word) {
+    if (word === "") return "''";
+    return /^[A-Za-z0-9_@%+=:,./-]+$/.test(word) ? word : "'" + word.replace(/'/g, "'\"'\"'") + "'";
   }
 
   // A command line split as a POSIX shell would (quotes and backslashes), for stdio targets.
@@ -1338,7 +1349,9 @@
     } else {
       entry = { type: transport };
     }
-    if (transport === "http") {
+    if (editing && target === form.target) {
+      // The target is unchanged: the entry's url, command and args stay as written.
+    } else if (transport === "http") {
       if (!/^https?:\/\//i.test(target)) return fail(`server ${name}: an HTTP server's target is an http:// or https:// URL.`);
       entry.url = target;
     } else {
@@ -1462,11 +1475,14 @@
       paintState(outcome, text(server.outcome), text(server.outcome));
       outcome.dataset.tone = { ready: "info", imported: "good", refused: "bad", skipped: "off" }[server.outcome] || "info";
       const info = element("div", "info");
-      info.append(head, element("p", "target", text(server.target)), element("p", "details", oneLine(server.details)));
+      const details = element("p", "details", oneLine(server.details));
+      details.hidden = !server.details;
+      info.append(head, element("p", "target", text(server.target)), details);
       const status = element("div", "status-col");
       status.append(outcome);
       if (server.state) status.append(element("p", "facts", `state: ${oneLine(server.state)}`));
-      const error = element("p", "error", server.error ? oneLine(server.error) : "");
+      // A skipped server (its name is taken) is not a failure: its line is shown calmly.
+      const error = element("p", server.outcome === "skipped" ? "error calm" : "error", server.error ? oneLine(server.error) : "");
       error.hidden = !server.error;
       row.append(info, status, error);
       list.append(row);
