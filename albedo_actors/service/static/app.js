@@ -889,9 +889,10 @@
     note.className = error.text ? "note error" : "note";
     const working = busy.has(name);
     for (const node of $("server-actions").querySelectorAll("button")) markBusy(node, working);
-    // The tools change when the server's state, tool count or held count does.
+    // The tools change when the server's state, tool count or held count does, or when the
+    // session's composition is a new one (``at``: an approval or a reload landed in it).
     const now = live(server);
-    const key = JSON.stringify([now && now.state, now && now.tools, server.held, server.enabled]);
+    const key = JSON.stringify([now && now.state, now && now.tools, now && now.at, server.held, server.enabled]);
     if (key !== detail.key && !detail.loading) {
       detail.key = key;
       loadTools(name);
