@@ -1002,7 +1002,8 @@
       const kind = typeOf(spec);
       if (kind) term.append(element("span", "param-type", kind));
       if (required.has(param)) term.append(element("span", "param-required", "required"));
-      const explained = element("dd", "", text(spec.description).slice(0, 2000) || "—");
+      const said = text(spec.description).slice(0, 2000);
+      const explained = element("dd", said ? "" : "muted", said || "(no description)");
       list.append(term, explained);
     }
     params.replaceChildren(element("p", "params-title", "Parameters"), list);
