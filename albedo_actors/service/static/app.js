@@ -1189,6 +1189,7 @@
     for (const row of document.querySelectorAll("#f-headers .header-row, #f-env .env-row")) row.remove();
     setText($("f-target-hint"), "");
     $("f-target-hint").className = "hint";
+    delete $("f-target-hint").dataset.guessed;
     $("f-target-hint").append("An ", element("code", "", "https://"), " URL for a remote server, or the command that starts a local one, e.g. ",
                               element("code", "", "npx -y @modelcontextprotocol/server-everything"), ".");
     $("f-name").readOnly = editing;
