@@ -37,6 +37,7 @@
   const busy = new Set(); // names with an action in flight
   let latest = []; // the servers of the last GET /api/mcp
   let daemon = false; // the service runs a runtime: servers carry their "live" state
+  let mcpOn = true; // the mcp extension is on for the session ("enabled" of GET /api/mcp)
   let loaded = false; // the first GET /api/mcp answered
   let timer = null;
   let pollFailed = false; // the last poll failed: its message is on the status line
@@ -44,6 +45,7 @@
   let stopped = false; // signed out or never opened: no more polling
   let current = { view: "servers" }; // the view shown
   let afterRender = null; // where the focus goes once the next render ran (an action's end)
+  let routed = null; // the hash the view shown was routed from
 
   const $ = (id) => document.getElementById(id);
 
@@ -115,9 +117,10 @@
     return name === undefined ? `#/${view}` : `#/${view}/${encodeURIComponent(name)}`;
   }
 
+  // Go to a view now (a new history entry, so Back returns), without waiting for hashchange.
   function go(hash) {
-    if (window.location.hash === hash) route(true);
-    else window.location.hash = hash;
+    if (window.location.hash !== hash) history.pushState(null, "", hash);
+    route(true);
   }
 
   // A "busy" control is marked, not disabled: disabling the focused button would drop the focus.
@@ -273,6 +276,7 @@
     if (body && Array.isArray(body.servers)) {
       latest = body.servers.filter((s) => s && typeof s.name === "string");
       daemon = body.daemon === true;
+      mcpOn = !(body.enabled && typeof body.enabled === "object" && body.enabled.mcp === false);
     }
   }
 
@@ -351,9 +355,7 @@
       }
       return out;
     }
-    if (a.state === "needs_sign_in") return "needs a sign-in";
-    if (a.state === "signed_out") return "signed out";
-    return "";
+    return ""; // needing a sign-in: the state's badge and the Sign in button say it
   }
 
   function eraText(server) {
@@ -374,6 +376,7 @@
   function errorOf(server) {
     if (typeof server.problem === "string" && server.problem) return { text: oneLine(server.problem), problem: true };
     const now = live(server);
+    if (now && now.state === "off" && !mcpOn) return { text: "", problem: false }; // said once, above the list
     if (now && now.error) return { text: oneLine(now.error), problem: false };
     const seen = server.lastSeen;
     if (!now && seen && typeof seen === "object" && seen.error && !seen.configurationChanged
@@ -418,6 +421,7 @@
   // Show the view the hash names; ``moved``: the user went there (the focus follows).
   function route(moved) {
     if (stopped) return;
+    routed = window.location.hash;
     const next = parseHash();
     const leaving = current;
     current = next;
@@ -433,8 +437,9 @@
     if (next.view === "import") $("import-error").hidden = true;
     const titles = { servers: "Servers", "sign-ins": "MCP sign-ins", import: "Import", server: next.name, form: next.mode === "add" ? "Add a server" : `Edit ${next.name}` };
     document.title = `${titles[next.view]} · ${TITLE}`;
+    const focusChosen = afterRender !== null; // an action said where the focus goes
     renderLists();
-    if (moved && afterRender === null) {
+    if (moved && !focusChosen) {
       const heading = $(HEADINGS[next.view]);
       if (heading) heading.focus({ preventScroll: false });
     }
@@ -483,14 +488,18 @@
     }
     const error = errorOf(server);
     const problem = row.querySelector(".error");
-    problem.className = error.problem ? "error problem" : "error";
+    // A sign-in asked for is not a failure: its reason is shown calmly beside the Sign in button.
+    problem.className = error.problem ? "error problem" : state.word === "needs_sign_in" ? "error calm" : "error";
     show(setText(problem, error.text), Boolean(error.text));
     const stderr = row.querySelector(".stderr");
     show(setText(stderr, stderrOf(server)), Boolean(stderr.textContent));
     const working = busy.has(name);
     const enabled = server.enabled !== false;
-    show(row.querySelector("button.enable"), !enabled);
-    show(row.querySelector("button.disable"), enabled);
+    if (!working) {
+      // Not while an action on it is in flight: the button pressed stays (a poll never takes the focus).
+      show(row.querySelector("button.enable"), !enabled);
+      show(row.querySelector("button.disable"), enabled);
+    }
     show(row.querySelector("button.sign-in"), canSignIn(server) && !(signIns.get(name) || {}).url);
     for (const node of row.querySelectorAll("button")) markBusy(node, working);
   }
@@ -580,6 +589,7 @@
     const servers = latest;
     renderKeyed($("servers-list"), servers, (s) => s.name, makeServerRow, updateServerRow, "server");
     $("servers-empty").hidden = !loaded || servers.length > 0;
+    $("mcp-off").hidden = !loaded || mcpOn;
     // The sign-ins list the servers that asked for a sign-in, and keeps those this page
     // is signing in or signed in, so a row does not vanish under its user.
     const asked = servers.filter((s) => s.transport === "http" && (needsSignIn(s) || signIns.has(s.name)));
@@ -690,6 +700,21 @@
       if (from) from.textContent = label;
       busy.delete(name);
       refreshSoon();
+    }
+  }
+
+  async function turnMcpOn(from) {
+    if (from.getAttribute("aria-disabled") === "true") return;
+    markBusy(from, true);
+    try {
+      await patch({ enabled: { mcp: true } });
+      say("MCP is on for the session: its servers start now.", false);
+      afterRender = () => $("servers-title");
+    } catch (e) {
+      say(failure(e, "Turning MCP on failed."), true);
+    } finally {
+      markBusy(from, false);
+      renderLists();
     }
   }
 
@@ -883,7 +908,7 @@
       renderTools(name, data || {});
     } catch (e) {
       if (current.view !== "server" || current.name !== name) return;
-      setText($("tools-source"), e.missing ? `${OLDER_SERVICE} (tools)` : failure(e, `The tools of ${name} could not be read.`));
+      setText($("tools-source"), e.missing ? OLDER_SERVICE : failure(e, `The tools of ${name} could not be read.`));
       $("tools-source").className = "hint error";
     } finally {
       detail.loading = false;
@@ -977,7 +1002,8 @@
       const kind = typeOf(spec);
       if (kind) term.append(element("span", "param-type", kind));
       if (required.has(param)) term.append(element("span", "param-required", "required"));
-      const explained = element("dd", "", text(spec.description).slice(0, 2000) || "—");
+      const said = text(spec.description).slice(0, 2000);
+      const explained = element("dd", said ? "" : "muted", said || "(no description)");
       list.append(term, explained);
     }
     params.replaceChildren(element("p", "params-title", "Parameters"), list);
@@ -1099,7 +1125,7 @@
 
   // -- the form: add and edit -----------------------------------------------------------
 
-  const form = { mode: "add", name: null, nameTyped: false, guessSeq: 0, guessTimer: null, saving: false,
+  const form = { mode: "add", name: null, target: null, nameTyped: false, guessSeq: 0, guessTimer: null, saving: false,
                  storedHeaders: [], storedEnv: [], clientId: "" };
 
   function clearSecrets() {
@@ -1163,7 +1189,7 @@
     for (const row of document.querySelectorAll("#f-headers .header-row, #f-env .env-row")) row.remove();
     setText($("f-target-hint"), "");
     $("f-target-hint").className = "hint";
-    delete $("f-target-hint").dataset.guessed; // a fresh form guesses again, even the same target
+    delete $("f-target-hint").dataset.guessed;
     $("f-target-hint").append("An ", element("code", "", "https://"), " URL for a remote server, or the command that starts a local one, e.g. ",
                               element("code", "", "npx -y @modelcontextprotocol/server-everything"), ".");
     $("f-name").readOnly = editing;
@@ -1191,7 +1217,12 @@
     const entry = entryOf(server);
     setTransport(server.transport);
     $("f-name").value = server.name;
-    $("f-target").value = server.transport === "http" && entry && typeof entry.url === "string" ? entry.url : text(server.target);
+    // The target as the entry spells it (a variable it names stays unexpanded).
+    if (entry && server.transport === "http" && typeof entry.url === "string") $("f-target").value = entry.url;
+    else if (entry && typeof entry.command === "string") {
+      $("f-target").value = [entry.command, ...(Array.isArray(entry.args) ? entry.args.map(text) : [])].map(shellQuote).join(" ");
+    } else $("f-target").value = text(server.target);
+    form.target = $("f-target").value;
     $("f-enabled").checked = server.enabled !== false;
     const stored = Array.isArray(server.credentials) ? server.credentials.map(text) : [];
     if (stored.includes("bearer token")) $("f-bearer").placeholder = "stored";
@@ -1213,6 +1244,12 @@
     if (!entry) {
       show(setText($("form-error"), NO_ENTRY(route.name)), true);
     }
+  }
+
+  // One word of a command line, quoted as Python's shlex.quote quotes it.
+  function shellQuote(word) {
+    if (word === "") return "''";
+    return /^[A-Za-z0-9_@%+=:,./-]+$/.test(word) ? word : "'" + word.replace(/'/g, "'\"'\"'") + "'";
   }
 
   // A command line split as a POSIX shell would (quotes and backslashes), for stdio targets.
@@ -1315,7 +1352,9 @@
     } else {
       entry = { type: transport };
     }
-    if (transport === "http") {
+    if (editing && target === form.target) {
+      // The target is unchanged: the entry's url, command and args stay as written.
+    } else if (transport === "http") {
       if (!/^https?:\/\//i.test(target)) return fail(`server ${name}: an HTTP server's target is an http:// or https:// URL.`);
       entry.url = target;
     } else {
@@ -1439,11 +1478,14 @@
       paintState(outcome, text(server.outcome), text(server.outcome));
       outcome.dataset.tone = { ready: "info", imported: "good", refused: "bad", skipped: "off" }[server.outcome] || "info";
       const info = element("div", "info");
-      info.append(head, element("p", "target", text(server.target)), element("p", "details", oneLine(server.details)));
+      const details = element("p", "details", oneLine(server.details));
+      details.hidden = !server.details;
+      info.append(head, element("p", "target", text(server.target)), details);
       const status = element("div", "status-col");
       status.append(outcome);
       if (server.state) status.append(element("p", "facts", `state: ${oneLine(server.state)}`));
-      const error = element("p", "error", server.error ? oneLine(server.error) : "");
+      // A skipped server (its name is taken) is not a failure: its line is shown calmly.
+      const error = element("p", server.outcome === "skipped" ? "error calm" : "error", server.error ? oneLine(server.error) : "");
       error.hidden = !server.error;
       row.append(info, status, error);
       list.append(row);
@@ -1508,6 +1550,7 @@
       $("import-result-title").focus();
     } catch (e) {
       show(setText(error, e.missing ? OLDER_SERVICE : failure(e, "The import failed.")), true);
+      error.focus();
       if (dryRun) $("import-result").hidden = true;
     } finally {
       markBusy(from, false);
@@ -1548,11 +1591,17 @@
 
   function wire() {
     $("page-sign-out").addEventListener("click", signOutOfPage);
-    window.addEventListener("hashchange", () => route(true));
+    // A link, Back or Forward: route once per change of the hash.
+    const followed = () => {
+      if (window.location.hash !== routed) route(true);
+    };
+    window.addEventListener("hashchange", followed);
+    window.addEventListener("popstate", followed);
     $("server-check").addEventListener("click", (ev) => check(current.name, ev.currentTarget));
     document.querySelector("#server-actions .edit").addEventListener("click", () => go(viewHref("edit", current.name)));
     document.querySelector("#server-actions .remove").addEventListener("click", (ev) => remove(current.name, ev.currentTarget));
     $("server-form").addEventListener("submit", saveForm);
+    $("mcp-on").addEventListener("click", (ev) => turnMcpOn(ev.currentTarget));
     $("f-cancel").addEventListener("click", () => {
       clearSecrets();
       if (history.length > 1 && form.mode === "edit") history.back();
