@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from browser import (mcp_on, By, Keys, Serve, chromium, data_state, extensions_bytes, open_page, opened_store, press,
+from browser import (By, Keys, Serve, chromium, data_state, extensions_bytes, mcp_on, open_page, opened_store, press,
                      read_extensions, ready_in_row, row, visible_button, visible_text, wait_for)
 from helpers import FAULT_SERVER, SdkHttpServer
 

@@ -17,8 +17,8 @@ import sys
 
 import pytest
 
-from browser import (mcp_on, By, Serve, albedo, chromium, data_state, go, open_page, opened_store, read_extensions, row,
-                     visible_text, wait_for)
+from browser import (By, Serve, albedo, chromium, data_state, go, mcp_on, open_page, opened_store, read_extensions,
+                     row, visible_text, wait_for)
 from helpers import FAULT_SERVER, RugStdio
 from servers.hostile_text_server import MARKUP
 
