@@ -27,7 +27,9 @@
      │    ├── ProtocolViolation   4   the server sent something that is not valid MCP
      │    └── RemoteError         1   the server's own JSON-RPC error (code, message, data)
      └── AuthError                3   a sign-in could not be done (discovery, registration,
-                                      the authorization response, the token request)
+          │                           the authorization response, the token request)
+          └── ClientRefused       3   the authorization server refused the client albedo
+                                      registered, or its registration: sign in with a new client
 
 The number is the command line's exit code for each class (:data:`EXIT_CODES`,
 the one table ``albedo-mcp`` exits by; :func:`exit_code` looks an error up by its
@@ -73,6 +75,7 @@ __all__ = [
     "ProtocolViolation",
     "RemoteError",
     "AuthError",
+    "ClientRefused",
     "RefreshDeferred",
     "EXIT_CODES",
     "exit_code",
@@ -236,6 +239,13 @@ class AuthError(AlbedoError):
         self.detail = message
 
 
+class ClientRefused(AuthError):
+    """The sign-in failed because the authorization server refused the client albedo
+    registered (the one kept, then the new one registered in its place), or refused the
+    registration itself: a sign-in with a new client (``sign-in --new-client``, the
+    page's **Sign in again with a new client**) is the way on."""
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     """Collapse a server-supplied string to one bounded line for messages."""
     text = " ".join(str(text).split())
@@ -278,6 +288,7 @@ EXIT_CODES: dict[type[AlbedoError], int] = {
     ProtocolViolation: EXIT_UNKNOWN_OUTCOME,
     RemoteError: EXIT_TOOL_ERROR,
     AuthError: EXIT_UNAVAILABLE,  # a sign-in that failed is like a server that could not be reached
+    ClientRefused: EXIT_UNAVAILABLE,
 }
 
 

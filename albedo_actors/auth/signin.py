@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from ..config import OAuthSettings, ServerConfig
-from ..errors import AuthError, ConfigError, StoreError
+from ..errors import AuthError, ClientRefused, ConfigError, StoreError
 from . import discovery, dpop, grants, pkce, registration, tokens
 from .addresses import AddressGuard
 from .browser import check_authorization_url, open_authorization_url
@@ -653,12 +653,6 @@ def current_record(store: SignInStore | None, server: ServerConfig) -> OAuthReco
 # -- the authorization code flow -------------------------------------------------------------
 
 Agent = Callable[[str, CallbackListener], None]
-
-
-class ClientRefused(AuthError):
-    """The sign-in failed because the authorization server refused the client albedo
-    registered (twice: the one kept, then the new one), or refused the registration
-    itself: signing in again with a new client (``new_client``) is the way on."""
 
 
 class _Refused(Exception):

@@ -4,13 +4,33 @@
 
     app = make_app(settings_factory=lambda: Settings(home, store), signins=signins, token=token,
                    pages=PageSessions(), port=lambda: port, on_saved=reload_sessions,
-                   static_dir=STATIC_DIR, open_url=lambda: service.open_url())
+                   static_dir=STATIC_DIR, open_url=lambda: service.open_url(), live=live_source)
 
 Routes (Werkzeug's routing; no hand-written HTTP parsing):
 
-- ``GET /api/mcp``: ``{"enabled": {...}, "retryMs": N, "servers": [...]}``, each server as
-  ``albedo-mcp servers --json`` prints it (``ServerView.as_json()``: ``auth`` included,
-  never a secret).
+- ``GET /api/mcp``: ``{"enabled": {...}, "retryMs": N, "daemon": bool, "servers": [...]}``,
+  each server once, as ``albedo-mcp servers --json`` prints it (``ServerView.as_json()``:
+  ``auth`` included, never a secret), with ``entry`` (its extensions.json entry, as is:
+  never a secret), ``held`` (how many of its tools, or its instructions, tool integrity
+  holds) and ``live``: ``{"state", "era", "protocolVersion", "tools", "error", "stderr",
+  "source", "at"}`` from ``live()`` (:mod:`.live`: the serve runtime's session, asked
+  within a short bound; ``"source": "check"`` when a Check saw it since). Without
+  ``live``, ``"daemon": false`` and every ``live`` is null.
+- ``GET /api/mcp/tools/NAME``: the server's whole discovered tool list, each tool with
+  ``enabled`` (its ``enabledTools``/``disabledTools``) and ``held`` (what tool integrity
+  holds of it, or null), and everything held (:func:`.live.tool_list`); from the
+  session's composition, else the saved catalogue. 404 for an unknown server.
+- ``POST /api/mcp/doctor`` ``{"server": NAME}``: ``albedo-mcp doctor NAME``
+  (:func:`~albedo_actors.settings.doctor.examine`: bounded by its startupTimeoutMs; it
+  saves what it finds), 200 its report's JSON; ``on_saved`` is called when the server is
+  ``ok`` and the session had it otherwise. 404 for an unknown server.
+- ``POST /api/mcp/guess`` ``{"target": URL | command line}``: what ``albedo-mcp add
+  TARGET`` would make of it (:func:`~albedo_actors.settings.guess`), 200 ``{"transport",
+  "url", "command", "args", "name"}``; 400 for an unusable target.
+- ``POST /api/mcp/import`` ``{"text", "kind", "dryRun", "inputs", "disabled"}``: another
+  client's configuration, pasted (:func:`.importer.import_text`: the rules of
+  ``albedo-mcp import``), 200 ``{"kind", "inputs", "servers", "imported"}``; ``on_saved``
+  once when something was imported; 400 when the text is no format albedo reads.
 - ``PATCH /api/mcp``: a :class:`~albedo_actors.settings.change.Change` as JSON
   (``Change.from_json``): ``servers`` (NAME -> entry as in extensions.json, or null to
   remove), ``secrets`` (NAME -> bearerToken, headers (header name -> value), env
@@ -20,9 +40,12 @@ Routes (Werkzeug's routing; no hand-written HTTP parsing):
   every part optional, applied by ``Settings.apply``, all or nothing: 400
   writes nothing, 409 (a saved or enabled server could not connect) restores
   extensions.json and the credentials, 200 returns the new GET body and calls
-  ``on_saved`` once.
+  ``on_saved`` once. An entry changed only in ``enabledTools``, ``disabledTools`` or
+  ``trust`` (a tool toggle) is not connected.
 - ``PUT|GET|DELETE /api/auth/logins/mcp:NAME``, ``POST .../callback``: the sign-ins
-  (:class:`~albedo_actors.service.signins.SignIns`): 202, 200, 204, 200.
+  (:class:`~albedo_actors.service.signins.SignIns`): 202, 200, 204, 200. The status of a
+  sign-in that failed because the authorization server refused the client has
+  ``"newClient": true`` (``PUT`` ``{"newClient": true}`` registers a new one).
 - ``POST /api/session`` ``{"open": LINK}``: spends a single-use opening link (the page
   reads it from its URL's ``#open=`` fragment) for a page session token, 201
   ``{"token", "expiresIn"}``; 401 when the link is spent or expired. ``DELETE

@@ -53,7 +53,7 @@ def import_text(settings: Settings, body: Any) -> tuple[dict[str, Any], int]:
     imported = 0
     for server in found.servers:
         row: dict[str, Any] = {"name": server.name, "transport": server.transport, "target": server.target,
-                               "details": describe(server, server.enabled and not disabled),
+                               "details": describe(server, server.enabled and not disabled, "switched off"),
                                "inputs": list(server.inputs), "outcome": "ready", "error": None, "state": None}
         rows.append(row)
         if server.problem is not None:

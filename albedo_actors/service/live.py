@@ -19,7 +19,8 @@ States (the rules of the settings pane's contract):
   because its configuration cannot be used here (a variable it names is unset);
 - ``needs_sign_in``: its OAuth state says so (needs a sign-in, signed out), or the
   session left it out for a sign-in;
-- ``ok``: the session offers it;
+- ``ok``: the session offers it (``tools``: how many of its tools it offers, by
+  ``enabledTools``/``disabledTools``, held ones not counted);
 - ``down``: the session left it out (``error``: the reason's first line, ``stderr``:
   the tail of a stdio server's stderr, apart);
 - ``starting``: enabled, and not (yet) in the composition, or in it under another
@@ -94,7 +95,7 @@ class LiveSource:
         if runtime is not None:
             try:
                 composition = ask(runtime.composer.composition, timeout=self._bound)
-            except AlbedoError as exc:  # closed, or busy past the bound: the last one seen
+            except AlbedoError as exc:  # stopping, or busy past the bound: the last one seen
                 logger.debug("the session's composition was not given in time (%s)", type(exc).__name__)
         with self._lock:
             if composition is not None and composition is not self._last:
@@ -164,7 +165,8 @@ def _daemon_state(server: ServerConfig, view: ServerView, snapshot: Snapshot, se
         return _state("starting", at=at)
     catalogue = composition.catalogues.get(name)
     if catalogue is not None:
-        return _state("ok", era=catalogue.era, version=catalogue.protocol_version, tools=len(catalogue.tools), at=at)
+        offered = sum(1 for tool in catalogue.tools if server.tool_enabled(str(tool.get("name"))))
+        return _state("ok", era=catalogue.era, version=catalogue.protocol_version, tools=offered, at=at)
     if reason is not None:
         head, tail = split_error(redact(reason, secrets))
         first = head.splitlines()[0] if head else "it could not be started"
@@ -173,10 +175,12 @@ def _daemon_state(server: ServerConfig, view: ServerView, snapshot: Snapshot, se
 
 
 def _outdated(composition: Composition, server: ServerConfig) -> bool:
-    """The composition holds this server under another configuration (a save not landed yet)."""
+    """The composition holds this server under another configuration (a save not landed
+    yet). Compared as the registry compares them, by fingerprint: a change that keeps
+    the client (its trust, its call timeout) keeps the handle and its configuration."""
     for handle in (*composition.handles.values(), *composition.held):
         if handle.name == server.name:
-            return handle.config != server
+            return handle.config != server and fingerprint(handle.config) != fingerprint(server)
     return False
 
 
@@ -230,7 +234,6 @@ def tool_list(settings: Settings, name: str, snapshot: Snapshot | None) -> dict[
         else:
             source, tools = "none", []
     enabled_tools = server.enabled_tools
-    disabled_tools = set(server.disabled_tools)
     listed_tools = []
     for tool in tools:
         tool_name = tool.get("name")
@@ -245,7 +248,7 @@ def tool_list(settings: Settings, name: str, snapshot: Snapshot | None) -> dict[
             "title": title if isinstance(title, str) else None,
             "description": description if isinstance(description, str) else "",
             "inputSchema": thaw(schema) if isinstance(schema, Mapping) else {},
-            "enabled": (enabled_tools is None or tool_name in enabled_tools) and tool_name not in disabled_tools,
+            "enabled": server.tool_enabled(tool_name),
             "held": _held_json(hold, with_tool=False) if hold is not None else None,
         })
     return {"server": name, "source": source, "savedAt": saved_at,

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..auth.callback import DEFAULT_LIFETIME_S, DEFAULT_PORT, CallbackListener
-from ..errors import AlbedoError, ConfigError
+from ..errors import AlbedoError, ClientRefused, ConfigError
 
 if TYPE_CHECKING:
     from ..auth.signin import SignIn
@@ -277,8 +277,6 @@ class SignIns:
                 forgot = f"; {flow.forgot_registration}" if flow.forgot_registration else ""
                 self._finish(attempt, CANCELLED, f"server {attempt.name!r}: the sign-in was cancelled{forgot}")
             else:
-                from ..auth.signin import ClientRefused
-
                 attempt.new_client = isinstance(exc, ClientRefused)  # read once it is done, under the lock
                 self._finish(attempt, FAILED, str(exc))
         except Exception as exc:  # a bug: said in one line, never a traceback or its locals

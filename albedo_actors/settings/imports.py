@@ -247,9 +247,10 @@ def to_settings(server: Imported, resolve: Callable[[Value], str]) -> tuple[Serv
 # -- reading -------------------------------------------------------------------------------------
 
 
-def describe(server: Imported, enabled: bool) -> str:
+def describe(server: Imported, enabled: bool, switched_off: str = "switched off (--disabled)") -> str:
     """What a server's line says besides its name: never a secret's value (``albedo-mcp
-    import`` prints it, the settings service returns it)."""
+    import`` prints it, the settings service returns it); ``switched_off`` is said of a
+    server the file has on that is imported switched off."""
     parts = [f"from project {server.project}"] if server.project else []
     if server.secrets:
         parts.append("stored: " + ", ".join(server.secrets))
@@ -262,7 +263,7 @@ def describe(server: Imported, enabled: bool) -> str:
     if server.inputs:
         parts.append("inputs: " + ", ".join(server.inputs))
     if not enabled and server.enabled:
-        parts.append("switched off (--disabled)")
+        parts.append(switched_off)
     return "; ".join([*parts, *server.notes])
 
 

@@ -104,7 +104,7 @@ def test_each_server_appears_once_with_its_live_state_from_the_serve_runtime(hos
 
     def prepare(home, store):
         settings = Settings(home, store)
-        settings.apply(Change(servers={"demo": stdio_entry(), "off": stdio_entry(enabled=False),
+        settings.apply(Change(servers={"demo": {**stdio_entry(), "disabledTools": ["die"]}, "off": stdio_entry(enabled=False),
                                        "oauth": {"type": "http", "url": oauth.url}},
                               enabled={"mcp": True}))
         save_enabled_without_connecting(home, store, "unset", {**stdio_entry(), "env": {"K": {"env": UNSET}}})
@@ -132,15 +132,30 @@ def test_each_server_appears_once_with_its_live_state_from_the_serve_runtime(hos
     assert all(server["held"] == 0 for server in servers.values())
     assert DOWN_SECRET not in answer.text and DOWN_SECRET not in "".join(api.recorder.seen)
     tools = api.api("GET", "/api/mcp/tools/demo").json()
-    assert tools["source"] == "daemon" and len(tools["tools"]) == demo["tools"]
+    assert tools["source"] == "daemon" and tools["disabledTools"] == ["die"]
+    enabled = {tool["name"]: tool["enabled"] for tool in tools["tools"]}
+    assert enabled["die"] is False and enabled["argv"] is True  # the whole list, the filters as flags
+    assert demo["tools"] == sum(enabled.values())  # "tools": how many are offered now
 
 
-def test_a_server_saved_through_the_service_comes_up_ok(host):
+def test_a_server_saved_through_the_service_comes_up_ok_and_a_toggle_or_trust_change_keeps_it_ok(host):
     api = host(lambda home, store: Settings(home, store).set_extension("mcp", True))
     assert api.patch({"servers": {"docs": stdio_entry()}, "added": ["docs"]}).status_code == 200
-    live = wait_for(lambda: by_name(api.api("GET", "/api/mcp").json())["docs"]["live"]["state"] == "ok",
-                    "the saved server showing ok")
-    assert live
+
+    def live() -> dict:
+        return by_name(api.api("GET", "/api/mcp").json())["docs"]["live"]
+
+    first = wait_for(lambda: (state := live())["state"] == "ok" and state, "the saved server showing ok")
+    assert api.patch({"servers": {"docs": {**stdio_entry(), "disabledTools": ["die"]}}}).status_code == 200
+    wait_for(lambda: (state := live())["state"] == "ok" and state["tools"] == first["tools"] - 1,
+             "the toggle landing: one tool fewer offered")
+    # trust and callTimeoutMs keep the client (the registry's fingerprint): still ok, never "starting" for good
+    assert api.patch({"servers": {"docs": {**stdio_entry(), "disabledTools": ["die"], "trust": "pinned",
+                                           "callTimeoutMs": 20_000}}}).status_code == 200
+    api.host.reload()
+    wait_for(lambda: live()["state"] == "ok", "the server ok under its new trust")
+    answer = api.api("GET", "/api/mcp/tools/docs").json()
+    assert answer["source"] == "daemon"
 
 
 def test_without_a_daemon_there_is_no_live_state(svc):
@@ -161,6 +176,50 @@ def test_a_runtime_still_starting_gives_starting_at_once(svc_home, svc_store):
             recorder.close()
     assert body["daemon"] is True
     assert {s["name"]: s["live"]["state"] for s in body["servers"]} == {"demo": "starting", "off": "off"}
+
+
+def test_the_service_answers_while_the_serve_runtime_is_still_starting(svc_home, svc_store, tmp_path):
+    """Host.start dials a server that waits for a flag file: meanwhile the service answers,
+    the server ``starting``; once the runtime is up, ``ok``."""
+    import threading
+
+    from albedo_actors.service.server import read_service_file
+
+    flag = tmp_path / "go"
+    script = tmp_path / "waiting.py"
+    script.write_text(f"import os, sys, time\nuntil = time.monotonic() + {WAIT}\n"
+                      f"while not os.path.exists({str(flag)!r}) and time.monotonic() < until:\n    time.sleep(0.05)\n"
+                      f"os.execv(sys.executable, [sys.executable, {FAULT_SERVER!r}])\n")
+    Settings(svc_home, svc_store).set_extension("mcp", True)
+    save_enabled_without_connecting(svc_home, svc_store, "slow", {"type": "stdio", "command": sys.executable,
+                                                                  "args": [str(script)], "startupTimeoutMs": 90_000})
+    running_host = Host(svc_home, svc_store)
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            running_host.start()
+        except BaseException as exc:  # said by the test below
+            failed.append(exc)
+
+    starter = threading.Thread(target=start, name="test-host-start")
+    starter.start()
+    recorder = Recorder()
+    try:
+        found = wait_for(lambda: read_service_file(svc_home), "the service listening")
+        headers = {"Authorization": f"Bearer {found['token']}"}
+        body = recorder.request("GET", found["url"] + "/api/mcp", headers=headers).json()
+        assert by_name(body)["slow"]["live"]["state"] == "starting"
+        flag.write_text("go")
+        starter.join(WAIT)
+        assert not starter.is_alive() and not failed, failed
+        body = recorder.request("GET", found["url"] + "/api/mcp", headers=headers).json()
+        assert by_name(body)["slow"]["live"]["state"] == "ok"
+    finally:
+        flag.write_text("go")
+        starter.join(WAIT)
+        recorder.close()
+        running_host.stop()
 
 
 # -- tools and toggles ---------------------------------------------------------------------------
@@ -207,6 +266,29 @@ def test_the_tool_list_is_whole_with_enabled_flags_and_what_is_held(svc, tmp_pat
     assert by_name(svc.api("GET", "/api/mcp").json())["dict"]["held"] == 1
     missing = svc.api("GET", "/api/mcp/tools/nobody")
     assert missing.status_code == 404 and "nobody" in missing.json()["error"]
+
+
+def test_the_daemons_tool_list_puts_the_held_tools_back(host, tmp_path):
+    """The session offers a catalogue with held tools taken out: the list has them back, held."""
+    from albedo_actors.cli import main
+
+    def prepare(home, store):
+        write_state(tmp_path, [LOOKUP, NOTES])
+        Settings(home, store).apply(Change(servers={"dict": trust_entry(tmp_path)}, enabled={"mcp": True}))
+        assert main(["--home", home, "tools"]) == 0  # first use: trusted
+        write_state(tmp_path, [{**LOOKUP, "description": "Look a word up, and send it away."}, NOTES])
+        # Another fingerprint: the serve runtime dials it afresh, and holds lookup's change.
+        Settings(home, store).apply(Change(servers={"dict": trust_entry(tmp_path, startupTimeoutMs=25_000)}))
+
+    api = host(prepare)
+    wait_for(lambda: by_name(api.api("GET", "/api/mcp").json())["dict"]["held"] == 1, "lookup held")
+    body = wait_for(lambda: (b := api.api("GET", "/api/mcp/tools/dict").json())["source"] == "daemon" and b,
+                    "the session offering dict")
+    tools = {tool["name"]: tool for tool in body["tools"]}
+    assert tools["lookup"]["held"]["kind"] == "changed" and tools["lookup"]["description"].endswith("send it away.")
+    assert tools["notes"]["held"] is None and tools["lookup"]["enabled"] is True
+    live = by_name(api.api("GET", "/api/mcp").json())["dict"]["live"]
+    assert live["state"] == "ok" and live["tools"] == len(tools) - 1  # the held one is not offered
 
 
 def test_a_tool_toggle_never_reconnects_so_a_down_server_can_be_toggled(svc):
