@@ -456,7 +456,7 @@
     info.append(head, element("p", "target"));
     const status = element("div", "status-col");
     const facts = element("p", "facts");
-    facts.append(element("span", "era"), element("span", "tools-count"), element("span", "auth"));
+    facts.append(element("span", "era"), element("span", "tools-count"), element("span", "auth"), element("span", "source"));
     status.append(element("span", "state badge"), facts);
     const actions = element("div", "actions");
     actions.append(
@@ -482,7 +482,10 @@
     setText(row.querySelector(".target"), server.target);
     const state = stateOf(server);
     paintState(row.querySelector(".state"), state.word, state.label);
-    for (const [css, value] of [[".era", eraText(server)], [".tools-count", toolsText(server)], [".auth", authText(server)]]) {
+    const seen = live(server);
+    const source = seen && seen.source === "check" ? "as the last Check saw it" : "";
+    for (const [css, value] of [[".era", eraText(server)], [".tools-count", toolsText(server)], [".auth", authText(server)],
+                                [".source", source]]) {
       const node = row.querySelector(css);
       show(setText(node, value), Boolean(value));
     }
@@ -589,6 +592,7 @@
     const servers = latest;
     renderKeyed($("servers-list"), servers, (s) => s.name, makeServerRow, updateServerRow, "server");
     $("servers-empty").hidden = !loaded || servers.length > 0;
+    $("servers-head").hidden = servers.length === 0;
     $("mcp-off").hidden = !loaded || mcpOn;
     // The sign-ins list the servers that asked for a sign-in, and keeps those this page
     // is signing in or signed in, so a row does not vanish under its user.
