@@ -438,6 +438,8 @@
     const titles = { servers: "Servers", "sign-ins": "MCP sign-ins", import: "Import", server: next.name, form: next.mode === "add" ? "Add a server" : `Edit ${next.name}` };
     document.title = `${titles[next.view]} · ${TITLE}`;
     const focusChosen = afterRender !== null; // an action said where the focus goes
+    // The user went elsewhere: the last action's line is old news (a failing poll's stays).
+    if (moved && !focusChosen && !pollFailed && $("status").textContent !== "Loading…") say("", false);
     renderLists();
     if (moved && !focusChosen) {
       const heading = $(HEADINGS[next.view]);
