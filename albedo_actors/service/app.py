@@ -75,18 +75,27 @@ Who may call it, checked in this order:
    that type without a CORS preflight, which this service never answers): else 415.
 4. **Size.** A body over 1 MiB: 413.
 
+Requests that may wait on a server (a PATCH that connects, a Check, an import, a
+sign-in's start) run at most ``slow_at_once`` at a time per listener, which has two
+request threads more, so the page's polls and a command's quick requests always find
+one; past that cap: 429 at once, "busy, try again" (the command line says so too). A
+server whose add is being tried is in extensions.json meanwhile (and goes again when it
+cannot connect): ``GET /api/mcp`` does not list it until its save ends.
+
 No response, page or log line carries a secret, a token or the service token: errors
 are the settings' own one-line messages (they never quote a value).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
 import mimetypes
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from werkzeug.exceptions import HTTPException, NotFound
 from werkzeug.routing import Map, Rule
@@ -108,6 +117,10 @@ logger = logging.getLogger(__name__)
 __all__ = ["make_app", "MAX_BODY"]
 
 MAX_BODY = 1024 * 1024  # request bodies above 1 MiB: 413
+# Requests that may wait on a server (a save that connects, a Check, an import, a
+# sign-in's start) run at most this many at once per listener; the listener has more
+# request threads than that, so the page's polls always find one (429 past it).
+SLOW_AT_ONCE = 4
 _HEADERS = {
     "Cache-Control": "no-store",
     "Referrer-Policy": "no-referrer",
@@ -133,6 +146,33 @@ _URLS = Map([
 ], strict_slashes=False)
 
 
+class _Adding:
+    """The names of servers whose add is being saved now (hidden from GET /api/mcp until it ends)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._names: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def hold(self, names: Iterable[Any]) -> Iterator[None]:
+        held = [name for name in names if isinstance(name, str)]
+        with self._lock:
+            for name in held:
+                self._names[name] = self._names.get(name, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                for name in held:
+                    self._names[name] -= 1
+                    if not self._names[name]:
+                        del self._names[name]
+
+    def names(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._names)
+
+
 class _Refused(Exception):
     """An answer decided before the endpoint runs (403, 401, 415, 413, 400)."""
 
@@ -144,7 +184,7 @@ class _Refused(Exception):
 def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, token: str, pages: PageSessions,
              port: Callable[[], int], on_saved: Callable[[], None], static_dir: str,
              open_url: Callable[[], str], local: bool = False,
-             live: Callable[[], Snapshot] | None = None) -> Callable[..., Iterable[bytes]]:
+             live: Callable[[], Snapshot] | None = None, slow_at_once: int = SLOW_AT_ONCE) -> Callable[..., Iterable[bytes]]:
     """The WSGI application of one service (see the module docstring).
 
     ``port()`` is the port the service listens on (known once it is bound); ``token``
@@ -153,8 +193,12 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
     ``local``: this app answers on the home's Unix socket (whose clients send
     ``Host: localhost``). ``live()``: the daemon's view of the servers
     (:class:`~albedo_actors.service.live.LiveSource`); None: the service runs without
-    one (``"daemon": false``, every ``"live"`` null).
+    one (``"daemon": false``, every ``"live"`` null). ``slow_at_once``: how many requests
+    that may wait on a server run at once (give the listener more request threads than
+    that, so the page's polls always find one).
     """
+    slow_slots = threading.BoundedSemaphore(slow_at_once)
+    adding = _Adding()
 
     def allowed_hosts() -> tuple[str, ...]:
         p = port()
@@ -205,12 +249,14 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
     def mcp(request: Request) -> Response:
         settings = settings_factory()
         if request.method == "GET":
-            return _json(200, _state(settings, live))
+            return _json(200, _state(settings, live, adding.names()))
         body = body_of(request)
-        saved = patch(settings, body)
+        added = body.get("added") if isinstance(body, dict) else None
+        with slow(), adding.hold(added if isinstance(added, list) else ()):
+            saved = patch(settings, body)
         if saved:
             reload()
-        return _json(200, _state(settings, live))
+        return _json(200, _state(settings, live, adding.names()))
 
     def tools(request: Request, name: str) -> Response:
         from .live import tool_list
@@ -220,6 +266,19 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
         if name not in settings.names():
             return _json(404, {"error": f"no server named {name!r}; GET /api/mcp lists them"})
         return _json(200, tool_list(settings, name, live() if live is not None else None))
+
+    @contextlib.contextmanager
+    def slow() -> Iterator[None]:
+        """A slot for a request that may wait on a server (a save that connects, a Check,
+        an import, a sign-in's start): at most ``slow_at_once`` at a time, so the
+        listener always keeps request threads for the page's polls. None free: 429."""
+        if not slow_slots.acquire(blocking=False):
+            raise _Refused(429, f"the settings service is busy with {slow_at_once} saves, checks or sign-ins; "
+                                "try again when one has finished")
+        try:
+            yield
+        finally:
+            slow_slots.release()
 
     def doctor(request: Request) -> Response:
         from ..settings.doctor import examine
@@ -234,7 +293,8 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
         if server not in {s.name for s in config.servers}:
             return _json(404, {"error": f"no server named {server!r}; GET /api/mcp lists them"})
         before = _live_state_of(settings, server, live)
-        (report,) = examine(config, settings.store, [server])  # bounded by its startupTimeoutMs
+        with slow():
+            (report,) = examine(config, settings.store, [server])  # bounded by its startupTimeoutMs
         if report.state == "ok" and before not in (None, "ok"):
             reload()  # the session left it out: it is dialled again now that it answers
         return _json(200, report.as_json())
@@ -251,7 +311,9 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
     def import_(request: Request) -> Response:
         from .importer import import_text
 
-        answer, imported = import_text(settings_factory(), body_of(request))
+        body = body_of(request)
+        with slow():
+            answer, imported = import_text(settings_factory(), body, adding=adding.hold)
         if imported:
             reload()
         return _json(200, answer)
@@ -275,7 +337,8 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
             body = body_of(request)  # {} or {"newClient": true}: register a new client first
             if not isinstance(body, dict) or set(body) - {"newClient"} or not isinstance(body.get("newClient", False), bool):
                 raise ConfigError(f'server {name!r}: the sign-in takes {{}} or {{"newClient": true}}')
-            return _json(202, signins.start(name, new_client=body.get("newClient", False)))
+            with slow():
+                return _json(202, signins.start(name, new_client=body.get("newClient", False)))
         if request.method == "DELETE":
             signins.cancel(name)
             return Response(status=204, headers=_HEADERS)
@@ -387,16 +450,18 @@ def _check_name(name: str) -> None:
 # -- GET /api/mcp and the responses ----------------------------------------------------------------
 
 
-def _state(settings: Settings, live: Callable[[], Snapshot] | None) -> dict[str, Any]:
+def _state(settings: Settings, live: Callable[[], Snapshot] | None, hidden: frozenset[str] = frozenset()) -> dict[str, Any]:
     """GET /api/mcp's body: the defaults, and each server once, with its entry, how much
-    tool integrity holds of it, and its live state (null without a daemon)."""
+    tool integrity holds of it, and its live state (null without a daemon). ``hidden``:
+    servers whose add is still being saved (their entry is in the file while they are
+    tried, and goes again if they cannot connect): not listed until that save ends."""
     from ..settings.trust import held_tools
     from .live import live_states
 
     data = settings.document.read()
     config = parse(data, settings.home, source=settings.path)
     entries = settings.document.servers(data)
-    views = settings.servers()
+    views = [view for view in settings.servers() if view.name not in hidden]
     held = held_tools(settings.store, [view.name for view in views]) if views else {}
     states = live_states(settings, views, live()) if live is not None and views else {}
     servers = []

@@ -17,10 +17,11 @@ line (names, never a value). ``dryRun`` checks and writes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable
 
 from ..errors import AlbedoError, ConfigError, SettingsConflict
 from ..settings.imports import KINDS, describe, read_servers, resolver, to_settings
@@ -38,9 +39,11 @@ TAKEN = "a server of that name exists already; nothing of it was changed (remove
 HINT = "; start it and import again, or import it switched off"
 
 
-def import_text(settings: Settings, body: Any) -> tuple[dict[str, Any], int]:
+def import_text(settings: Settings, body: Any,
+                adding: Callable[[Iterable[str]], ContextManager[Any]] | None = None) -> tuple[dict[str, Any], int]:
     """Read and (unless ``dryRun``) import what ``body["text"]`` lists; the answer and how
-    many servers were imported.
+    many servers were imported. ``adding(names)``: held around each server's add (the
+    service hides a server from its listing while its add is being saved).
 
     Raises:
         ConfigError: the body's shape is wrong, or the text is none of the known kinds
@@ -69,7 +72,8 @@ def import_text(settings: Settings, body: Any) -> tuple[dict[str, Any], int]:
             spec, secrets = to_settings(server, resolver(server.name, answers, os.environ))
             if disabled:
                 spec = dataclasses.replace(spec, enabled=False)
-            view = settings.add(spec, secrets)
+            with adding([spec.name]) if adding is not None else contextlib.nullcontext():
+                view = settings.add(spec, secrets)
         except SettingsConflict as exc:
             row.update(outcome="refused", error=str(exc) + HINT)
             continue

@@ -65,6 +65,11 @@ CHANNEL_TIMEOUT_S = 10
 CLEANUP_INTERVAL_S = 2
 TCP_CONNECTIONS = 1000
 SOCKET_CONNECTIONS = 100
+# Request threads per listener: two more than the requests that may wait on a server
+# (a save, a Check, an import, a sign-in's start) may hold at once, so a page's polls and
+# a command's quick requests always find one.
+TCP_THREADS = 6
+SOCKET_THREADS = 4
 
 
 def read_service_file(home: str) -> dict | None:
@@ -156,7 +161,8 @@ class Service:
             assert self._signins is not None
             return make_app(settings_factory=settings_factory, signins=self._signins, token=self.token,
                             pages=self.pages, port=lambda: self.port, on_saved=self._saved, static_dir=STATIC_DIR,
-                            open_url=self.open_url, local=is_local, live=self._live)
+                            open_url=self.open_url, local=is_local, live=self._live,
+                            slow_at_once=(SOCKET_THREADS if is_local else TCP_THREADS) - 2)
 
         common: dict[str, Any] = {
             "ident": "albedo-mcp", "expose_tracebacks": False, "clear_untrusted_proxy_headers": True,
@@ -165,7 +171,7 @@ class Service:
             "channel_timeout": CHANNEL_TIMEOUT_S, "cleanup_interval": CLEANUP_INTERVAL_S,
         }
         try:
-            tcp = waitress.server.create_server(app(False), host="127.0.0.1", port=self._port, threads=4,
+            tcp = waitress.server.create_server(app(False), host="127.0.0.1", port=self._port, threads=TCP_THREADS,
                                                 connection_limit=TCP_CONNECTIONS, **common)
         except OSError as exc:
             raise ConfigError(f"the settings service cannot listen on 127.0.0.1:{self._port}: "
@@ -179,7 +185,7 @@ class Service:
             raise ConfigError(f"the settings service cannot listen on {os.path.join(self.home, local.SOCKET_FILE)}: "
                               f"{exc.strerror or exc}; check that {self.home} is a directory albedo can write") from None
         try:
-            unix = waitress.server.create_server(app(True), sockets=[sock], threads=2,
+            unix = waitress.server.create_server(app(True), sockets=[sock], threads=SOCKET_THREADS,
                                                  connection_limit=SOCKET_CONNECTIONS, **common)
         except BaseException:
             sock.close()
