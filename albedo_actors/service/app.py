@@ -75,10 +75,11 @@ Who may call it, checked in this order:
    that type without a CORS preflight, which this service never answers): else 415.
 4. **Size.** A body over 1 MiB: 413.
 
-Requests that may wait on a server (a PATCH that connects, a Check, an import, a
-sign-in's start) run at most ``slow_at_once`` at a time per listener, which has two
-request threads more, so the page's polls and a command's quick requests always find
-one; past that cap: 429 at once, "busy, try again" (the command line says so too). A
+On the port, requests that may wait on a server (a PATCH that connects, a Check, an
+import, a sign-in's start) run at most ``slow_at_once`` at a time, and the port has two
+request threads more, so the page's polls always find one; past that cap: 429 at once,
+"busy, try again". The home's socket (the command line) has no cap: its commands wait
+their turn. A
 server whose add is being tried is in extensions.json meanwhile (and goes again when it
 cannot connect): ``GET /api/mcp`` does not list it until its save ends.
 
@@ -184,7 +185,7 @@ class _Refused(Exception):
 def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, token: str, pages: PageSessions,
              port: Callable[[], int], on_saved: Callable[[], None], static_dir: str,
              open_url: Callable[[], str], local: bool = False,
-             live: Callable[[], Snapshot] | None = None, slow_at_once: int = SLOW_AT_ONCE) -> Callable[..., Iterable[bytes]]:
+             live: Callable[[], Snapshot] | None = None, slow_at_once: int | None = SLOW_AT_ONCE) -> Callable[..., Iterable[bytes]]:
     """The WSGI application of one service (see the module docstring).
 
     ``port()`` is the port the service listens on (known once it is bound); ``token``
@@ -195,9 +196,10 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
     (:class:`~albedo_actors.service.live.LiveSource`); None: the service runs without
     one (``"daemon": false``, every ``"live"`` null). ``slow_at_once``: how many requests
     that may wait on a server run at once (give the listener more request threads than
-    that, so the page's polls always find one).
+    that, so the page's polls always find one); None: no cap (the home's socket, whose
+    commands wait their turn).
     """
-    slow_slots = threading.BoundedSemaphore(slow_at_once)
+    slow_slots = threading.BoundedSemaphore(slow_at_once) if slow_at_once is not None else None
     adding = _Adding()
 
     def allowed_hosts() -> tuple[str, ...]:
@@ -272,6 +274,9 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
         """A slot for a request that may wait on a server (a save that connects, a Check,
         an import, a sign-in's start): at most ``slow_at_once`` at a time, so the
         listener always keeps request threads for the page's polls. None free: 429."""
+        if slow_slots is None:
+            yield
+            return
         if not slow_slots.acquire(blocking=False):
             raise _Refused(429, f"the settings service is busy with {slow_at_once} saves, checks or sign-ins; "
                                 "try again when one has finished")

@@ -342,8 +342,6 @@ class ServiceClient:
                               f"restart `albedo-mcp serve`, or remove that file if no service runs")
         if status == 409:
             raise ServiceConflict(name, line)
-        if status == 429:  # busy with other saves and checks: nothing was done
-            raise SessionTimedOut(line)
         if 400 <= status < 500:
             raise ConfigError(line)
         if status == 503:  # the service's store could not be read or written

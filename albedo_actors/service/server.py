@@ -65,9 +65,10 @@ CHANNEL_TIMEOUT_S = 10
 CLEANUP_INTERVAL_S = 2
 TCP_CONNECTIONS = 1000
 SOCKET_CONNECTIONS = 100
-# Request threads per listener: two more than the requests that may wait on a server
-# (a save, a Check, an import, a sign-in's start) may hold at once, so a page's polls and
-# a command's quick requests always find one.
+# The port's request threads: two more than the requests that may wait on a server (a
+# save, a Check, an import, a sign-in's start) may hold at once, so the page's polls
+# always find one. The socket's commands are not capped: they wait their turn (each save
+# is one at a time under the home's lock anyway).
 TCP_THREADS = 6
 SOCKET_THREADS = 4
 
@@ -162,7 +163,7 @@ class Service:
             return make_app(settings_factory=settings_factory, signins=self._signins, token=self.token,
                             pages=self.pages, port=lambda: self.port, on_saved=self._saved, static_dir=STATIC_DIR,
                             open_url=self.open_url, local=is_local, live=self._live,
-                            slow_at_once=(SOCKET_THREADS if is_local else TCP_THREADS) - 2)
+                            slow_at_once=None if is_local else TCP_THREADS - 2)
 
         common: dict[str, Any] = {
             "ident": "albedo-mcp", "expose_tracebacks": False, "clear_untrusted_proxy_headers": True,

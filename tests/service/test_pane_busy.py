@@ -1,21 +1,16 @@
 """The service while a save waits on a slow server: the server being added is not listed
 until its save ends (it is in extensions.json while it is tried, and goes again when it
-cannot connect), and requests that may wait on a server are capped per listener, so the
-page's polls and a command's quick requests always find a request thread (429 past the
-cap, which the command line reports as "busy, try again")."""
+cannot connect), and requests on the port that may wait on a server are capped, so the
+page's polls always find a request thread (429 "busy, try again" past the cap)."""
 
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import time
 
 import pytest
 
-from albedo_actors.errors import SessionTimedOut
 from albedo_actors.service import server as service_server
-from albedo_actors.service.client import ServiceClient
-from albedo_actors.settings import ServerSpec
 from conftest import stdio_entry
 
 WAIT = 60.0
@@ -64,9 +59,8 @@ def test_a_server_whose_add_is_being_tried_is_not_listed_until_its_save_ends(svc
 
 @pytest.fixture
 def one_slow_slot(monkeypatch):
-    """Each listener runs one request that may wait on a server at a time."""
+    """The port runs one request that may wait on a server at a time."""
     monkeypatch.setattr(service_server, "TCP_THREADS", 3)
-    monkeypatch.setattr(service_server, "SOCKET_THREADS", 3)
 
 
 def test_past_the_cap_a_slow_request_is_refused_at_once_and_polls_still_answer(one_slow_slot, svc):
@@ -83,18 +77,3 @@ def test_past_the_cap_a_slow_request_is_refused_at_once_and_polls_still_answer(o
     # The slot is free again: the same check runs.
     check = svc.api("POST", "/api/mcp/doctor", json={"server": "quick"})
     assert check.status_code == 200 and check.json()["state"] == "ok", check.text
-
-
-def test_the_command_line_reports_a_busy_service_as_try_again(one_slow_slot, svc):
-    with ServiceClient.find(svc.home) as first, ServiceClient.find(svc.home) as second:
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            spec = ServerSpec(name=SLOW, transport="stdio", command=slow_entry()["command"],
-                              args=tuple(slow_entry()["args"]), extra={"startupTimeoutMs": 3000})
-            adding = pool.submit(first.add, spec)
-            wait_until_written(svc.extensions, SLOW)
-            with pytest.raises(SessionTimedOut, match="busy"):
-                second.add(ServerSpec(name="quick", transport="stdio", command=stdio_entry()["command"],
-                                      args=tuple(stdio_entry()["args"])))
-            with pytest.raises(Exception, match=SLOW):
-                adding.result(timeout=WAIT)
-    assert not os.path.exists(svc.extensions) or "quick" not in open(svc.extensions, encoding="utf-8").read()
