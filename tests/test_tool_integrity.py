@@ -550,7 +550,7 @@ def test_a_change_before_the_first_start_holds_the_newer_definition_whatever_lan
             assert not opener.is_alive() and "error" not in opened, opened
             composition = opened["session"].composition()
             held = held_tools(composition)
-            assert set(held) == {"lookup"}, (composition.on_hold, store.load_trust([NAME]), composition.catalogues[NAME].tools[0])
+            assert set(held) == {"lookup"}, (composition.on_hold, store.load_trust([NAME]))
             assert held["lookup"].old["description"] == ORIGINAL  # approved before: the first seen
             assert held["lookup"].new["description"] == EVIL  # held now: the newer one
             assert f"{NAME}/lookup" not in {f"{item.server}/{item.operation}" for item in composition.model_operations()}
@@ -569,3 +569,29 @@ def held_from_store(store) -> dict:
     from albedo_actors.settings.trust import held_tools as stored_holds
 
     return {hold.tool: hold for hold in stored_holds(store, [NAME]).get(NAME, ())}
+
+
+def test_the_doctors_check_holds_a_change_it_discovers(tmp_path, stdio_rug):
+    """`albedo-mcp doctor` (the pane's Check) dials the rug after lookup changed: what it
+    saves is reviewed as a session's preparation reviews it, so the change is held at
+    once (the pane lists it; every session's next preparation holds it), never saved
+    unchecked for a session to trust or to miss."""
+    home = tmp_path / "home"
+    configure(home, stdio_rug)
+    listed = albedo(home, "tools")  # the first sight: trusted
+    assert listed.returncode == 0, listed.stderr
+    stdio_rug.change_description("lookup", EVIL)
+    stdio_rug.publish()
+    checked = albedo(home, "doctor", NAME)
+    assert checked.returncode == 0, checked.stderr
+    store = open_store(str(home))
+    try:
+        assert _saved_lookup(store) == EVIL  # the check saved what it found
+        held = held_from_store(store)
+        assert set(held) == {"lookup"}
+        assert held["lookup"].old["description"] == ORIGINAL and held["lookup"].new["description"] == EVIL
+    finally:
+        store.close()
+    with Host(home) as host:  # a session starting now offers the saved catalogue without the change
+        assert "lookup" in held_tools(host.composition)
+        assert f"{NAME}/fetch" in host.offered()
