@@ -14,7 +14,9 @@ Each protection was broken once and its test failed: a changed tool left in the
 offered catalogue (trust.review), a held call answered without the way to approve
 it or sent on (Composition.resolve), no context line for held tools, trust kept only
 in memory (forgotten at a restart), instructions never held, an approval that does
-not move the store's revision (a running session never sees it).
+not move the store's revision (a running session never sees it), a stale saved
+catalogue reviewed after a fresher one (no reload under the review lock), a catalogue
+saved by ``add`` or by the doctor's check without its review.
 """
 
 from __future__ import annotations
@@ -473,25 +475,6 @@ def _saved_lookup(store) -> str | None:
     return next((tool.get("description") for tool in tools if tool.get("name") == "lookup"), None)
 
 
-def _reviewed(store) -> bool:
-    """The rug's changed catalogue is saved and reviewed: lookup's change is held, or
-    (trusting it on first use) it is what is trusted."""
-    if _saved_lookup(store) != EVIL:
-        return False
-    trusted, holds = store.load_trust([NAME]).get(NAME, ([], []))
-    return (any(row.name == "lookup" for row in holds)
-            or any(row.name == "lookup" and row.definition.get("description") == EVIL for row in trusted))
-
-
-def _wait(what: str, condition) -> None:
-    waited = threading.Event()
-    for _ in range(int(WAIT / 0.05)):  # a bounded poll of another thread's outcome
-        if condition():
-            return
-        waited.wait(0.05)
-    pytest.fail(f"{what} did not happen within {WAIT} s")
-
-
 @pytest.mark.parametrize("first", ["add", "tools"])
 def test_a_change_before_the_first_start_holds_the_newer_definition_whatever_lands_first(tmp_path, first):
     """The rug's tools are seen first by ``albedo-mcp add`` (which saves the catalogue)
@@ -530,7 +513,11 @@ def test_a_change_before_the_first_start_holds_the_newer_definition_whatever_lan
     store = open_store(str(home))
     try:
         daemon = Daemon(str(home), store).start()
+        watcher = Owner.start()
         try:
+            preparer = daemon._preparer
+            preparer.proxy().subscribe(watcher).get(timeout=10)
+            events = watcher.proxy().events.get(timeout=10)
             opened: dict = {}
 
             def open_session() -> None:
@@ -542,7 +529,11 @@ def test_a_change_before_the_first_start_holds_the_newer_definition_whatever_lan
             opener = threading.Thread(target=open_session, name="test-open-session")
             opener.start()
             try:
-                _wait("the background dial's review", lambda: _reviewed(store))
+                while True:  # each get is bounded: a background dial that saves nothing fails here
+                    event = events.get(timeout=WAIT)
+                    if isinstance(event, CatalogueSaved) and event.server == NAME:
+                        break  # the change is saved and reviewed; the preparation still waits at the gate
+                assert _saved_lookup(store) == EVIL
             finally:
                 with open(gate, "w", encoding="utf-8"):
                     pass
@@ -559,6 +550,7 @@ def test_a_change_before_the_first_start_holds_the_newer_definition_whatever_lan
             stored = held_from_store(store)
             assert stored["lookup"].old["description"] == ORIGINAL and stored["lookup"].new["description"] == EVIL
         finally:
+            watcher.stop()
             daemon.stop()
     finally:
         store.close()
