@@ -14,13 +14,16 @@ Each protection was broken once and its test failed: a changed tool left in the
 offered catalogue (trust.review), a held call answered without the way to approve
 it or sent on (Composition.resolve), no context line for held tools, trust kept only
 in memory (forgotten at a restart), instructions never held, an approval that does
-not move the store's revision (a running session never sees it).
+not move the store's revision (a running session never sees it), a stale saved
+catalogue reviewed after a fresher one (no reload under the review lock), a catalogue
+saved by ``add`` or by the doctor's check without its review.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -458,3 +461,129 @@ def test_the_command_line_marks_held_tools_refuses_their_calls_and_approves_them
     with Host(home, url) as host:
         assert not host.settled().on_hold
         assert_offered(host, rug, "backdoor")
+
+
+# -- the order of discoveries: the first definition seen is trusted, a newer one is held ----------
+
+MODE_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "servers", "mode_file_server.py")
+ORIGINAL = "Look a word up in the dictionary."
+
+
+def _saved_lookup(store) -> str | None:
+    saved = store.load_catalogue(NAME)
+    tools = saved.catalogue.get("tools", []) if saved is not None else []
+    return next((tool.get("description") for tool in tools if tool.get("name") == "lookup"), None)
+
+
+@pytest.mark.parametrize("first", ["add", "tools"])
+def test_a_change_before_the_first_start_holds_the_newer_definition_whatever_lands_first(tmp_path, first):
+    """The rug's tools are seen first by ``albedo-mcp add`` (which saves the catalogue)
+    or ``albedo-mcp tools`` (which saves and trusts it); then lookup changes, and a host
+    starts: it offers the saved catalogue and dials the rug in the background, while its
+    preparation waits on another server that has never been seen (the gate). The
+    background dial finds the change first, and only then does the preparation review
+    what it loaded from the store. What is trusted must be the first definition seen,
+    and what is held the newer one: the stale saved catalogue is never reviewed after
+    the fresher one (it made the change "trusted" and the original "held", or forgot the
+    hold the background dial recorded)."""
+    home = tmp_path / "home"
+    _mkdir(home)
+    rug = RugStdio(tmp_path / "rug")
+    with open(os.path.join(str(home), "extensions.json"), "w", encoding="utf-8") as f:
+        json.dump({"enabled": {"mcp": True}, "mcp": {"servers": {}}}, f)
+    if first == "add":
+        added = albedo(home, "add", " ".join(shlex.quote(part) for part in [sys.executable, *rug.args()]), "--name", NAME)
+        assert added.returncode == 0, added.stderr
+    else:
+        configure(home, rug)
+        listed = albedo(home, "tools")
+        assert listed.returncode == 0, listed.stderr
+    gate, mode = str(tmp_path / "gate"), str(tmp_path / "mode")
+    with open(mode, "w", encoding="utf-8") as f:
+        f.write(f"gate {gate}\n")
+    with open(os.path.join(str(home), "extensions.json"), encoding="utf-8") as f:
+        document = json.load(f)
+    document["mcp"]["servers"]["gated"] = {"type": "stdio", "command": sys.executable,
+                                           "args": [MODE_SERVER, "gated", mode, str(tmp_path / "starts")]}
+    with open(os.path.join(str(home), "extensions.json"), "w", encoding="utf-8") as f:
+        json.dump(document, f)
+    rug.change_description("lookup", EVIL)
+    rug.publish()
+
+    store = open_store(str(home))
+    try:
+        daemon = Daemon(str(home), store).start()
+        watcher = Owner.start()
+        try:
+            preparer = daemon._preparer
+            preparer.proxy().subscribe(watcher).get(timeout=10)
+            events = watcher.proxy().events.get(timeout=10)
+            opened: dict = {}
+
+            def open_session() -> None:
+                try:
+                    opened["session"] = daemon.open_session(timeout=WAIT)
+                except BaseException as exc:  # noqa: BLE001 - reported by the test below
+                    opened["error"] = exc
+
+            opener = threading.Thread(target=open_session, name="test-open-session")
+            opener.start()
+            try:
+                while True:  # each get is bounded: a background dial that saves nothing fails here
+                    event = events.get(timeout=WAIT)
+                    if isinstance(event, CatalogueSaved) and event.server == NAME:
+                        break  # the change is saved and reviewed; the preparation still waits at the gate
+                assert _saved_lookup(store) == EVIL
+            finally:
+                with open(gate, "w", encoding="utf-8"):
+                    pass
+                opener.join(WAIT * 2)
+            assert not opener.is_alive() and "error" not in opened, opened
+            composition = opened["session"].composition()
+            held = held_tools(composition)
+            assert set(held) == {"lookup"}, (composition.on_hold, store.load_trust([NAME]))
+            assert held["lookup"].old["description"] == ORIGINAL  # approved before: the first seen
+            assert held["lookup"].new["description"] == EVIL  # held now: the newer one
+            assert f"{NAME}/lookup" not in {f"{item.server}/{item.operation}" for item in composition.model_operations()}
+            trusted, _holds = store.load_trust([NAME])[NAME]
+            assert [row.definition["description"] for row in trusted if row.name == "lookup"] == [ORIGINAL]
+            stored = held_from_store(store)
+            assert stored["lookup"].old["description"] == ORIGINAL and stored["lookup"].new["description"] == EVIL
+        finally:
+            watcher.stop()
+            daemon.stop()
+    finally:
+        store.close()
+
+
+def held_from_store(store) -> dict:
+    """What the settings pane lists as held of the rug (GET /api/mcp/tools/NAME's ``held``), by tool."""
+    from albedo_actors.settings.trust import held_tools as stored_holds
+
+    return {hold.tool: hold for hold in stored_holds(store, [NAME]).get(NAME, ())}
+
+
+def test_the_doctors_check_holds_a_change_it_discovers(tmp_path, stdio_rug):
+    """`albedo-mcp doctor` (the pane's Check) dials the rug after lookup changed: what it
+    saves is reviewed as a session's preparation reviews it, so the change is held at
+    once (the pane lists it; every session's next preparation holds it), never saved
+    unchecked for a session to trust or to miss."""
+    home = tmp_path / "home"
+    configure(home, stdio_rug)
+    listed = albedo(home, "tools")  # the first sight: trusted
+    assert listed.returncode == 0, listed.stderr
+    stdio_rug.change_description("lookup", EVIL)
+    stdio_rug.publish()
+    checked = albedo(home, "doctor", NAME)
+    assert checked.returncode == 0, checked.stderr
+    store = open_store(str(home))
+    try:
+        assert _saved_lookup(store) == EVIL  # the check saved what it found
+        held = held_from_store(store)
+        assert set(held) == {"lookup"}
+        assert held["lookup"].old["description"] == ORIGINAL and held["lookup"].new["description"] == EVIL
+    finally:
+        store.close()
+    with Host(home) as host:  # a session starting now offers the saved catalogue without the change
+        assert "lookup" in held_tools(host.composition)
+        assert f"{NAME}/fetch" in host.offered()

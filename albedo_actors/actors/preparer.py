@@ -65,6 +65,16 @@ logger = logging.getLogger(__name__)
 
 BACKGROUND_DIALS = 16  # background dials at once (as many as connect_all runs)
 
+# Saving a discovered catalogue and reviewing it (tool integrity) happen under this lock,
+# in this process, as one step (:func:`save_and_review`); and a preparation reviews the
+# catalogues it loaded from the store under it too, after checking that none was saved
+# since. So discoveries are reviewed in the order they were made: the first definition
+# seen is the one trusted, a newer one is held, and a stale saved catalogue is never
+# reviewed after a fresher one (which would trust the change and hold the original, or
+# forget the hold the fresher one recorded).
+_REVIEWS = threading.Lock()
+_saves = 0  # catalogues saved under _REVIEWS so far (a preparation compares it)
+
 
 class Prepare(Request):
     """Prepare ``config``'s enabled servers. Handled at once (this mailbox never waits on
@@ -210,6 +220,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         undialled.update(unreadable)
         undialled.update(misconfigured)
         saved_at: dict[str, float] = {}  # when each catalogue found here was saved
+        loaded = _saves  # read before the load: a catalogue saved after it is seen below
         saved = self._saved_all({s.name: keys[s.name] for s in servers if s.name not in undialled}, saved_at)
         unsaved = [name for name, catalogue in saved.items() if catalogue is None]
         for name, catalogue in saved.items():
@@ -220,12 +231,12 @@ class RuntimePreparer(pykka.ThreadingActor):
         ready = {n: c for n, c in saved.items() if c is not None}
         off = frozenset(s.name for s in config.servers if not s.enabled)
         if unsaved:
-            self._start(self._foreground, applied, unsaved, keys, ready, result, undialled, off, saved_at, policies)
+            self._start(self._foreground, applied, unsaved, keys, ready, result, undialled, off, saved_at, policies, loaded)
         else:
             # Nothing to dial: the composition is built here (one bounded moment: the
             # trust review reads the store once), without a helper thread and the
             # hand-offs it would cost.
-            self._foreground(applied, unsaved, keys, ready, result, undialled, off, saved_at, policies)
+            self._foreground(applied, unsaved, keys, ready, result, undialled, off, saved_at, policies, loaded)
         background = [(name, applied.handles[name], keys[name]) for name, catalogue in saved.items() if catalogue is not None]
         if background and self._background_dials:
             self._background_pending += len(background)
@@ -251,8 +262,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         if isinstance(message, CatalogueChanged):
             # A live client re-discovered after a list_changed: save it and tell.
             key = self._keys.get(message.server)
-            if key is not None and self._save(message.server, key, message.catalogue):
-                self._review_saved(message.server, message.catalogue)
+            if key is not None and self._save_and_review(message.server, key, message.catalogue):
                 for subscriber in list(self._subscribers):
                     _tell(subscriber, CatalogueSaved(message.server, message.catalogue))
             return None
@@ -267,8 +277,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         if isinstance(message, _BackgroundDone):
             self._threads = [t for t in self._threads if t.is_alive()]
             if message.catalogue is not None:
-                if self._save(message.server, message.key, message.catalogue):
-                    self._review_saved(message.server, message.catalogue)
+                if self._save_and_review(message.server, message.key, message.catalogue):
                     for subscriber in list(self._subscribers):
                         _tell(subscriber, CatalogueSaved(message.server, message.catalogue))
             else:
@@ -308,7 +317,8 @@ class RuntimePreparer(pykka.ThreadingActor):
 
     def _foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue], result: Any,
                     undialled: dict[str, str | StoreError | ConfigError] | None = None, off: frozenset[str] = frozenset(),
-                    saved_at: dict[str, float] | None = None, policies: Mapping[str, trusting.Policy] | None = None) -> None:
+                    saved_at: dict[str, float] | None = None, policies: Mapping[str, trusting.Policy] | None = None,
+                    loaded: int | None = None) -> None:
         """Dial the servers without a usable saved catalogue, all at once; then resolve.
 
         ``result`` always resolves: whatever goes wrong here fails this preparation at
@@ -316,7 +326,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         """
         outcome: concurrent.futures.Future = concurrent.futures.Future()
         try:
-            self._prepare_foreground(applied, unsaved, keys, ready, outcome, undialled, off, saved_at, policies)
+            self._prepare_foreground(applied, unsaved, keys, ready, outcome, undialled, off, saved_at, policies, loaded)
         except Exception as exc:  # noqa: BLE001 - a bug must fail one preparation, not hang its session
             logger.error("preparing servers %s failed: %s: %s", ", ".join(sorted(unsaved)) or "(none)", type(exc).__name__, exc)
             if not outcome.done():
@@ -338,11 +348,13 @@ class RuntimePreparer(pykka.ThreadingActor):
     def _prepare_foreground(self, applied: Any, unsaved: list[str], keys: dict[str, str], ready: dict[str, Catalogue],
                             result: Any, undialled: dict[str, str | StoreError | ConfigError] | None,
                             off: frozenset[str] = frozenset(), saved_at: dict[str, float] | None = None,
-                            policies: Mapping[str, trusting.Policy] | None = None) -> None:
+                            policies: Mapping[str, trusting.Policy] | None = None, loaded: int | None = None) -> None:
         # ``undialled``: the servers left out without a dial, with why: a sign-in needed,
         # their stored credentials unreadable (the StoreError, whose line says what to do),
         # or their configuration unusable here (the ConfigError: a variable it names is not set).
+        # ``loaded``: the count of saves (_saves) when ``ready`` was loaded from the store.
         catalogues, left_out, warnings, too_large = dict(ready), {}, [], []
+        dialled: dict[str, Catalogue] = {}
         misconfigured = set()
         for name, why in (undialled or {}).items():
             if isinstance(why, ConfigError):
@@ -377,15 +389,26 @@ class RuntimePreparer(pykka.ThreadingActor):
                     limit = f"{MAX_CATALOGUE_BYTES >> 20} MiB" if MAX_CATALOGUE_BYTES >= 1 << 20 else f"{MAX_CATALOGUE_BYTES}-byte"
                     too_large.append(f"server {name!r}: its catalogue is {size} bytes, over the {limit} limit")
                     continue
-                catalogues[name] = catalogue
+                catalogues[name] = dialled[name] = catalogue
                 warnings.extend(catalogue.warnings)
-                self._save(name, keys[name], catalogue)
         if too_large:
             # The reference: a catalogue over the size limit fails the whole preparation.
             if not result.cancelled():
                 result.set_exception(ConfigError(too_large[0]))
             return
-        catalogues, on_hold = self._review(catalogues, policies or {}, left_out, warnings)
+        global _saves
+        with _REVIEWS:
+            for name, catalogue in dialled.items():
+                if self._save(name, keys[name], catalogue):
+                    _saves += 1
+            if ready and loaded is not None and _saves != loaded:
+                # A catalogue was saved (and reviewed) since ``ready`` was loaded (a
+                # background dial, a list_changed, the doctor's check): review what is
+                # saved now, never the stale one after it.
+                for name, now in self._saved_all({name: keys[name] for name in ready}, saved_at).items():
+                    if now is not None:
+                        catalogues[name] = now
+            catalogues, on_hold = self._review(catalogues, policies or {}, left_out, warnings)
         handles = {name: handle for name, handle in applied.handles.items() if name in catalogues}
         composition = Composition(handles, catalogues, left_out, tuple(warnings), applied.retired,
                                   held=tuple(applied.handles.values()), switched_off=off, on_hold=on_hold,
@@ -490,45 +513,24 @@ class RuntimePreparer(pykka.ThreadingActor):
         """Review one catalogue against its stored trust (``found``: the trusted rows, then
         the holds) and record what changed. Raises StoreError."""
         assert self._store is not None
-        trusted = trusting.trusted_from(found[0])
-        outcome = trusting.review(trusted, catalogue, policy)
-        if any(hold.kind == "changed" for hold in outcome.holds):
-            # The diff needs the trusted definitions: read them (this server's alone).
-            found = self._store.load_trust([name]).get(name, ([], []))
-            trusted = trusting.trusted_from(found[0])
-            outcome = trusting.review(trusted, catalogue, policy)
-        stored = {(row.kind, row.name): (row.digest, row.whole) for row in found[1]}
-        holds = {trusting.key_of(hold): hold for hold in outcome.holds}
-        digests = {key: trusting.store_digests(hold) for key, hold in holds.items()}
-        if outcome.trust or outcome.trust_instructions is not None or digests != stored:
-            from ..store.records import HeldDefinition, TrustedDefinition
+        return _record_review(self._store, name, catalogue, policy, found, self._on_held)
 
-            trust = [TrustedDefinition(name, "tool", tool, entry.digest, entry.whole, dict(entry.definition))
-                     for tool, entry in outcome.trust.items()]
-            if outcome.trust_instructions is not None:
-                entry = outcome.trust_instructions
-                trust.append(TrustedDefinition(name, "instructions", "", entry.digest, entry.whole, dict(entry.definition)))
-            rows = [HeldDefinition(name, key[0], key[1], hold.kind, hold.changes, digests[key][0], digests[key][1], dict(hold.new))
-                    for key, hold in holds.items()]
-            fresh = self._store.record_trust(name, trust, rows, keep=list(holds))
-            if fresh and self._on_held is not None:
-                keys = {(row.kind, row.name) for row in fresh}
+    def _save_and_review(self, name: str, key: str, catalogue: Catalogue) -> bool:
+        """A catalogue found by a background discovery or after a list_changed: save it and,
+        if it differs, record what it holds now, as one step (see _REVIEWS; the sessions
+        see it once they are prepared again). True if saved."""
+        global _saves
+        with _REVIEWS:
+            if not self._save(name, key, catalogue):
+                return False
+            _saves += 1
+            policy = self._policies.get(name)
+            if policy is not None and self._store is not None:
                 try:
-                    self._on_held(name, tuple(hold for key, hold in holds.items() if key in keys))
-                except Exception:  # noqa: BLE001 - the host's prompt must not break a preparation
-                    logger.exception("server %r: the host's on_held failed", name)
-        return outcome
-
-    def _review_saved(self, name: str, catalogue: Catalogue) -> None:
-        """A catalogue saved after a background discovery or a list_changed: record what it
-        holds now (the sessions see it once they are prepared again)."""
-        policy = self._policies.get(name)
-        if policy is None or self._store is None:
-            return
-        try:
-            self._review({name: catalogue}, {name: policy})
-        except Exception:  # noqa: BLE001 - the next preparation reviews it again
-            logger.exception("server %r: its new catalogue could not be reviewed", name)
+                    self._review({name: catalogue}, {name: policy})
+                except Exception:  # noqa: BLE001 - the next preparation reviews it again
+                    logger.exception("server %r: its new catalogue could not be reviewed", name)
+        return True
 
     def _save(self, name: str, key: str, catalogue: Catalogue) -> bool:
         """Save ``catalogue`` unless the same listing is saved under ``key``; True if saved."""
@@ -539,6 +541,61 @@ class RuntimePreparer(pykka.ThreadingActor):
         except (StoreError, ValueError) as exc:
             logger.warning("server %r: its catalogue was not saved (%s)", name, exc)
             return False
+
+
+def save_and_review(store: Store, name: str, key: str, catalogue: Catalogue, policy: trusting.Policy) -> bool:
+    """Save what a dial outside a session discovered (``albedo-mcp add``, the settings
+    service's saves, the doctor's check) under ``key`` unless the same listing is saved
+    there, and review it as a session's preparation would (catalogue/trust.py): a first
+    use is trusted, a change is held. One step under this process's review lock, so a
+    preparation that loaded an older catalogue reviews this one instead. True if saved.
+
+    Raises:
+        StoreError: the store failed (ValueError: the catalogue is refused), whether
+        saving or reviewing.
+    """
+    global _saves
+    with _REVIEWS:
+        saved = save_if_changed(store, name, key, catalogue)
+        if saved:
+            _saves += 1
+        found = store.load_trust([name], definitions=False).get(name, ([], []))
+        _record_review(store, name, catalogue, policy, found, None)
+    return saved
+
+
+def _record_review(store: Store, name: str, catalogue: Catalogue, policy: trusting.Policy, found: Any,
+                   on_held: Callable[[str, tuple[trusting.HeldTool, ...]], None] | None) -> trusting.Review:
+    """Review one catalogue against its stored trust (``found``: the trusted rows, then
+    the holds), record what changed, and tell ``on_held`` the new holds. Raises StoreError."""
+    trusted = trusting.trusted_from(found[0])
+    outcome = trusting.review(trusted, catalogue, policy)
+    if any(hold.kind == "changed" for hold in outcome.holds):
+        # The diff needs the trusted definitions: read them (this server's alone).
+        found = store.load_trust([name]).get(name, ([], []))
+        trusted = trusting.trusted_from(found[0])
+        outcome = trusting.review(trusted, catalogue, policy)
+    stored = {(row.kind, row.name): (row.digest, row.whole) for row in found[1]}
+    holds = {trusting.key_of(hold): hold for hold in outcome.holds}
+    digests = {key: trusting.store_digests(hold) for key, hold in holds.items()}
+    if outcome.trust or outcome.trust_instructions is not None or digests != stored:
+        from ..store.records import HeldDefinition, TrustedDefinition
+
+        trust = [TrustedDefinition(name, "tool", tool, entry.digest, entry.whole, dict(entry.definition))
+                 for tool, entry in outcome.trust.items()]
+        if outcome.trust_instructions is not None:
+            entry = outcome.trust_instructions
+            trust.append(TrustedDefinition(name, "instructions", "", entry.digest, entry.whole, dict(entry.definition)))
+        rows = [HeldDefinition(name, key[0], key[1], hold.kind, hold.changes, digests[key][0], digests[key][1], dict(hold.new))
+                for key, hold in holds.items()]
+        fresh = store.record_trust(name, trust, rows, keep=list(holds))
+        if fresh and on_held is not None:
+            keys = {(row.kind, row.name) for row in fresh}
+            try:
+                on_held(name, tuple(hold for key, hold in holds.items() if key in keys))
+            except Exception:  # noqa: BLE001 - the host's prompt must not break a preparation
+                logger.exception("server %r: the host's on_held failed", name)
+    return outcome
 
 
 def sign_in_needed(server: ServerConfig, credentials: Credentials | None) -> str | None:
@@ -573,4 +630,5 @@ def _tell(ref: pykka.ActorRef, message: Any) -> None:
         pass
 
 
-__all__ = ["OFF", "BackgroundSettled", "Composition", "CatalogueSaved", "Prepare", "RuntimePreparer", "Usage"]
+__all__ = ["OFF", "BackgroundSettled", "Composition", "CatalogueSaved", "Prepare", "RuntimePreparer", "Usage",
+           "save_and_review"]

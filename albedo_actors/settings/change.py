@@ -43,8 +43,8 @@ import pykka
 from ..actors.client import ServerHandle
 from ..actors.refresher import TokenRefresher, oauth_for
 from ..auth.record import OAuthRecord, from_credentials, usable
-from ..catalogue.saved import fingerprint, save_if_changed
-from ..config import SERVER_NAME, ServerConfig, parse
+from ..catalogue.saved import fingerprint
+from ..config import SERVER_NAME, McpConfig, ServerConfig, parse
 from ..errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
 from .secrets import (REMOVE, SecretInput, apply_oauth_client, apply_secrets, change_credentials, empty_credentials,
                       is_empty, signed_out, undo_save)
@@ -269,7 +269,7 @@ def apply_locked(change: Change, document: Document, store: Store) -> bool:
                  kept_removed, restore_file=not sign_out_only)
         raise
     for name, catalogue in catalogues.items():
-        save_catalogue(store, by_name[name], catalogue)
+        save_catalogue(store, by_name[name], catalogue, config)
     for name in removed:
         try:
             for what in ("delete_catalogue", "delete_server_state"):  # and the state doctor saw of it
@@ -309,12 +309,18 @@ def try_server(home: str, store: Store, server: ServerConfig, credentials: Crede
                 logger.warning("server %r: the token refresher did not stop within 10 s", server.name)
 
 
-def save_catalogue(store: Store, server: ServerConfig, catalogue: Any) -> None:
+def save_catalogue(store: Store, server: ServerConfig, catalogue: Any, config: McpConfig) -> None:
     """Keep what connecting discovered, keyed as a session's preparer keys it (the
-    credentials as stored now, the host's environment), so no session dials again."""
+    credentials as stored now, the host's environment), so no session dials again; and
+    review it as the preparer does (tool integrity): this is the first sight of the
+    server's tools, so they are trusted then, and a change before its first session is
+    held, never trusted in place of what was seen here."""
+    from ..actors.preparer import save_and_review
+    from .doctor import policy_of
+
     try:
         key = fingerprint(server, store.get_credentials(server.name), os.environ, getattr(store, "digest_key", None))
-        save_if_changed(store, server.name, key, catalogue)
+        save_and_review(store, server.name, key, catalogue, policy_of(config, server))
     except (StoreError, ValueError) as exc:
         # The server is saved and works; only the head start is lost.
         logger.warning("server %r: its catalogue was not saved (%s)", server.name, exc)

@@ -20,7 +20,8 @@ returns, so no server process outlives the check. States:
 - ``off``: switched off in extensions.json; never dialled.
 
 What the dials discover is saved as a session's preparation saves it (the catalogue
-under the server's fingerprint), and each state is kept in the store with when it was
+under the server's fingerprint) and reviewed as it reviews it (tool integrity: a first
+use is trusted, a changed or new tool held), and each state is kept in the store with when it was
 seen and the fingerprint it was seen under, for ``servers``. No secret is ever given or
 kept: the values of the server's stored credentials and of the variables it names are
 redacted from every line (:func:`redact`), over the transport's own redaction of the
@@ -35,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from ..catalogue.saved import fingerprint, save_if_changed
+from ..catalogue.saved import fingerprint
 from ..config import McpConfig, ServerConfig, http_headers
 from ..errors import AlbedoError, ConfigError, NeedsSignIn, ServerError, StoreError
 from ..transport.launcher import MIN_SECRET
@@ -109,6 +110,7 @@ def examine(config: McpConfig, store: Store, names: Sequence[str] = (),
         ConfigError: a name is not configured.
         StoreError: the database failed.
     """
+    from ..actors.preparer import save_and_review
     from ..settings import auth_view
 
     environ = dict(os.environ) if environ is None else dict(environ)
@@ -150,7 +152,9 @@ def examine(config: McpConfig, store: Store, names: Sequence[str] = (),
         report.era, report.protocol_version = outcome.era, outcome.protocol_version
         report.tools, report.resources, report.prompts = len(outcome.tools), len(outcome.resources), len(outcome.prompts)
         try:
-            report.catalogue_updated = save_if_changed(store, server.name, report.fingerprint, outcome)
+            # Saved and reviewed as a session's preparation would: a changed tool is held
+            # now (the pane and every session see the hold), never saved unchecked.
+            report.catalogue_updated = save_and_review(store, server.name, report.fingerprint, outcome, policy_of(config, server))
         except (StoreError, ValueError) as exc:
             report.error = redact(f"server {server.name!r}: its catalogue was not saved: {exc}", secrets[server.name])
         if report.catalogue == "current" and report.catalogue_updated:
@@ -165,6 +169,13 @@ def examine(config: McpConfig, store: Store, names: Sequence[str] = (),
     for report in reports.values():
         store.save_server_state(report.name, report.state, report.fingerprint, report.as_json())
     return [reports[s.name] for s in servers]
+
+
+def policy_of(config: McpConfig, server: ServerConfig) -> Any:
+    """The tool-integrity policy a session's preparation reviews ``server`` under."""
+    from ..catalogue.trust import Policy
+
+    return Policy("allow" if config.new_tools == "allow" else "hold", server.trust == "pinned")
 
 
 def secret_values(server: ServerConfig, credentials: Credentials | None, environ: Mapping[str, str]) -> list[str]:

@@ -10,7 +10,10 @@ started at all), then reads ``MODE_FILE``:
 - missing, empty or ``normal``: it becomes ``fault_server.py`` with the flags;
 - ``slow S``: the same after ``S`` seconds (``--delay-start S``: it reads nothing before);
 - ``hang``: the same, but it never reads its input (``--delay-start 3600``);
-- ``down``: it exits with code 1 at once.
+- ``down``: it exits with code 1 at once;
+- ``gate PATH``: the same as ``normal`` once ``PATH`` exists (it reads nothing before,
+  and gives up with code 1 after ``GATE_WAIT`` s): a test opens the gate when what it
+  waits for has happened.
 
 Its command line stays the same whatever the file says, so the server's configuration
 (and with it the fingerprint of its saved catalogue) does not change between runs while
@@ -22,8 +25,10 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 FAULT_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_server.py")
+GATE_WAIT = 60.0  # s; a bound on the wait for a gate, never an expected duration
 
 
 def main(argv: list[str]) -> None:
@@ -44,6 +49,12 @@ def main(argv: list[str]) -> None:
         flags = [*flags, "--delay-start", "3600"]
     elif mode[:1] == ["slow"]:
         flags = [*flags, "--delay-start", mode[1]]
+    elif mode[:1] == ["gate"]:
+        deadline = time.monotonic() + GATE_WAIT
+        while not os.path.exists(mode[1]):
+            if time.monotonic() > deadline:
+                sys.exit(1)
+            time.sleep(0.02)  # a poll of the gate, bounded above
     os.execv(sys.executable, [sys.executable, FAULT_SERVER, *flags])
 
 
