@@ -316,11 +316,11 @@ def save_catalogue(store: Store, server: ServerConfig, catalogue: Any, config: M
     server's tools, so they are trusted then, and a change before its first session is
     held, never trusted in place of what was seen here."""
     from ..actors.preparer import save_and_review
-    from .doctor import policy_of
+    from ..catalogue.trust import Policy
 
     try:
         key = fingerprint(server, store.get_credentials(server.name), os.environ, getattr(store, "digest_key", None))
-        save_and_review(store, server.name, key, catalogue, policy_of(config, server))
+        save_and_review(store, server.name, key, catalogue, Policy.of(config, server))
     except (StoreError, ValueError) as exc:
         # The server is saved and works; only the head start is lost.
         logger.warning("server %r: its catalogue was not saved (%s)", server.name, exc)

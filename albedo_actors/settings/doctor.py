@@ -111,6 +111,7 @@ def examine(config: McpConfig, store: Store, names: Sequence[str] = (),
         StoreError: the database failed.
     """
     from ..actors.preparer import save_and_review
+    from ..catalogue.trust import Policy
     from ..settings import auth_view
 
     environ = dict(os.environ) if environ is None else dict(environ)
@@ -154,7 +155,7 @@ def examine(config: McpConfig, store: Store, names: Sequence[str] = (),
         try:
             # Saved and reviewed as a session's preparation would: a changed tool is held
             # now (the pane and every session see the hold), never saved unchecked.
-            report.catalogue_updated = save_and_review(store, server.name, report.fingerprint, outcome, policy_of(config, server))
+            report.catalogue_updated = save_and_review(store, server.name, report.fingerprint, outcome, Policy.of(config, server))
         except (StoreError, ValueError) as exc:
             report.error = redact(f"server {server.name!r}: its catalogue was not saved: {exc}", secrets[server.name])
         if report.catalogue == "current" and report.catalogue_updated:
@@ -169,13 +170,6 @@ def examine(config: McpConfig, store: Store, names: Sequence[str] = (),
     for report in reports.values():
         store.save_server_state(report.name, report.state, report.fingerprint, report.as_json())
     return [reports[s.name] for s in servers]
-
-
-def policy_of(config: McpConfig, server: ServerConfig) -> Any:
-    """The tool-integrity policy a session's preparation reviews ``server`` under."""
-    from ..catalogue.trust import Policy
-
-    return Policy("allow" if config.new_tools == "allow" else "hold", server.trust == "pinned")
 
 
 def secret_values(server: ServerConfig, credentials: Credentials | None, environ: Mapping[str, str]) -> list[str]:
