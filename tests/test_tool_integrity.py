@@ -587,3 +587,39 @@ def test_the_doctors_check_holds_a_change_it_discovers(tmp_path, stdio_rug):
     with Host(home) as host:  # a session starting now offers the saved catalogue without the change
         assert "lookup" in held_tools(host.composition)
         assert f"{NAME}/fetch" in host.offered()
+
+
+def test_a_session_prepared_again_after_the_doctors_check_keeps_its_hold(tmp_path, stdio_rug):
+    """A running session's client stays connected to the rug process that serves the
+    original; the doctor's check dials a new one, which serves lookup changed, and holds
+    it. The session then prepares again (the pane's Check tells the serve session to):
+    it offers the saved catalogue with lookup held and dials the rug in the background,
+    and that dial answers at once with the connected client's catalogue, the original,
+    discovered before the check's. That older catalogue must be neither saved back nor
+    reviewed: reviewed, it trusted lookup as it was and forgot the hold, so lookup was
+    neither offered nor held, and nobody could approve it."""
+    home = tmp_path / "home"
+    configure(home, stdio_rug)
+    listed = albedo(home, "tools")  # the first sight: trusted
+    assert listed.returncode == 0, listed.stderr
+    with Host(home) as host:
+        host.settled()  # the background dial: the session's client is connected, with the original
+        assert_offered(host, stdio_rug, "lookup")
+        stdio_rug.change_description("lookup", EVIL)
+        stdio_rug.publish()  # the next process serves the change; the connected one does not
+        checked = albedo(home, "doctor", NAME)
+        assert checked.returncode == 0, checked.stderr
+        assert set(held_from_store(host.store)) == {"lookup"}
+        host.session.reload(WAIT)
+        assert host.daemon.wait_background(WAIT), "the reload's background dial did not settle"
+        assert_held(host, stdio_rug, "lookup")
+        held = held_from_store(host.store)
+        assert set(held) == {"lookup"}, host.store.load_trust([NAME])
+        assert held["lookup"].old["description"] == ORIGINAL and held["lookup"].new["description"] == EVIL
+        assert _saved_lookup(host.store) == EVIL  # the older catalogue was not saved over the check's
+        host.turn()
+        assert_held(host, stdio_rug, "lookup")
+        host.session.approve(NAME, ["lookup"])
+        composition = host.turn()
+        assert "lookup" not in held_tools(composition) and f"{NAME}/lookup" in host.offered()
+        assert held_from_store(host.store) == {}
