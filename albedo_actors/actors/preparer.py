@@ -32,8 +32,11 @@ are taken out of the catalogue the session is offered and listed in the composit
 ``on_hold``; a first use is trusted, and new holds are recorded (one row each) and told
 to the host's ``on_held(server, holds)``. A background discovery or a list_changed is
 reviewed when its catalogue is saved, so a hold is recorded (and told) at once, and the
-sessions prepared again after their turn pick it up. A server whose trusted tools
-cannot be read is left out (nothing unchecked is offered).
+sessions prepared again after their turn pick it up. A catalogue discovered before the
+one saved for its server (a connected client answers a background dial with its own
+earlier discovery) is neither saved over it nor reviewed, so a newer hold is never
+forgotten. A server whose trusted tools cannot be read is left out (nothing unchecked
+is offered).
 """
 
 from __future__ import annotations
