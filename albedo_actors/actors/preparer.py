@@ -214,7 +214,7 @@ class RuntimePreparer(pykka.ThreadingActor):
         digest_key = getattr(self._store, "digest_key", None)
         keys = {s.name: fingerprint(s, credentials[s.name], self._environ, digest_key) for s in servers}
         self._keys.update(keys)
-        policies = {s.name: trusting.Policy("allow" if config.new_tools == "allow" else "hold", s.trust == "pinned") for s in servers}
+        policies = {s.name: trusting.policy_of(config, s) for s in servers}
         self._policies.update(policies)
         # A server waiting for the user to sign in is left out without a dial (its
         # probes dial it: it joins once signed in, like a server that comes back).

@@ -38,10 +38,13 @@ import dataclasses
 import json
 import marshal
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, cast
+from typing import TYPE_CHECKING, Any, Literal, Mapping, cast
 
 from .model import Catalogue
 from .naming import sha256
+
+if TYPE_CHECKING:
+    from ..config import McpConfig, ServerConfig
 
 __all__ = ["BEHAVIOUR_META", "DEFINITION_KEYS", "INSTRUCTIONS", "HeldTool", "Policy", "Review", "Trusted", "TrustedEntry",
            "changed_keys", "definition_digest", "held_from", "instructions_digest", "key_of", "review", "store_digests",
@@ -124,6 +127,12 @@ class Policy:
 
     new_tools: Literal["hold", "allow"] = "hold"
     pinned: bool = False
+
+
+def policy_of(config: McpConfig, server: ServerConfig) -> Policy:
+    """The policy ``server`` is reviewed under: a session's preparation, ``add`` and the
+    doctor's check all review under this one."""
+    return Policy("allow" if config.new_tools == "allow" else "hold", server.trust == "pinned")
 
 
 @dataclass(frozen=True)

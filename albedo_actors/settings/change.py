@@ -316,7 +316,7 @@ def save_catalogue(store: Store, server: ServerConfig, catalogue: Any, config: M
     server's tools, so they are trusted then, and a change before its first session is
     held, never trusted in place of what was seen here."""
     from ..actors.preparer import save_and_review
-    from .doctor import policy_of
+    from ..catalogue.trust import policy_of
 
     try:
         key = fingerprint(server, store.get_credentials(server.name), os.environ, getattr(store, "digest_key", None))

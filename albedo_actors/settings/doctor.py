@@ -111,6 +111,7 @@ def examine(config: McpConfig, store: Store, names: Sequence[str] = (),
         StoreError: the database failed.
     """
     from ..actors.preparer import save_and_review
+    from ..catalogue.trust import policy_of
     from ..settings import auth_view
 
     environ = dict(os.environ) if environ is None else dict(environ)
@@ -169,13 +170,6 @@ def examine(config: McpConfig, store: Store, names: Sequence[str] = (),
     for report in reports.values():
         store.save_server_state(report.name, report.state, report.fingerprint, report.as_json())
     return [reports[s.name] for s in servers]
-
-
-def policy_of(config: McpConfig, server: ServerConfig) -> Any:
-    """The tool-integrity policy a session's preparation reviews ``server`` under."""
-    from ..catalogue.trust import Policy
-
-    return Policy("allow" if config.new_tools == "allow" else "hold", server.trust == "pinned")
 
 
 def secret_values(server: ServerConfig, credentials: Credentials | None, environ: Mapping[str, str]) -> list[str]:
