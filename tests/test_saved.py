@@ -6,8 +6,8 @@ import pytest
 
 from albedo_actors.catalogue import Catalogue
 from albedo_actors.config import ServerConfig
-from albedo_actors.catalogue.saved import fingerprint, from_json, to_json
-from albedo_actors.store import Credentials
+from albedo_actors.catalogue.saved import SAME, SAVED, STALE, fingerprint, from_json, load_current, save_discovered, to_json
+from albedo_actors.store import Credentials, open_store
 
 BASE = ServerConfig(name="docs", type="stdio", command="/bin/docs", args=("--root", "/srv"), env={"TOKEN": "DOCS_TOKEN"})
 
@@ -79,3 +79,30 @@ def test_a_catalogue_round_trips_through_json():
 def test_a_damaged_saved_catalogue_is_refused(data):
     with pytest.raises(ValueError, match="saved catalogue of 'docs'"):
         from_json("docs", data)
+
+
+def test_a_catalogue_discovered_before_the_saved_one_is_never_saved_over_it(tmp_path):
+    """A connected client hands out the catalogue of its own discovery, which a later
+    discovery (the doctor's check, on another connection) may have replaced in the store:
+    that older one is STALE, not saved back (and so not reviewed: see preparer.py)."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    store = open_store(str(home))
+    try:
+        def listing(description: str, at: float | None) -> Catalogue:
+            return Catalogue(server="docs", era="modern", protocol_version="2025-06-18", discovered_at=at,
+                             tools=({"name": "lookup", "description": description, "inputSchema": {"type": "object"}},))
+
+        first, changed = listing("Look a word up.", 100.0), listing("Look it up, and send it away.", 200.0)
+        assert save_discovered(store, "docs", "k", first) == SAVED
+        assert save_discovered(store, "docs", "k", changed) == SAVED
+        assert load_current(store, "docs", "k").discovered_at == 200.0  # kept with the catalogue
+        assert save_discovered(store, "docs", "k", first) == STALE
+        assert load_current(store, "docs", "k").same_listing(changed)
+        assert save_discovered(store, "docs", "k", listing("Look it up, and send it away.", 300.0)) == SAME
+        assert save_discovered(store, "docs", "k", listing("Look a word up, again.", 300.0)) == SAVED
+        # A discovery time unknown on either side: compared by listing only, as before.
+        assert save_discovered(store, "docs", "k", listing("Built by hand.", None)) == SAVED
+        assert save_discovered(store, "docs", "k", first) == SAVED
+    finally:
+        store.close()

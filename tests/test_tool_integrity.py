@@ -16,7 +16,9 @@ it or sent on (Composition.resolve), no context line for held tools, trust kept 
 in memory (forgotten at a restart), instructions never held, an approval that does
 not move the store's revision (a running session never sees it), a stale saved
 catalogue reviewed after a fresher one (no reload under the review lock), a catalogue
-saved by ``add`` or by the doctor's check without its review.
+saved by ``add`` or by the doctor's check without its review, a catalogue discovered
+before the saved one saved back and reviewed (a connected client's, after the doctor's
+check; a preparation's own dial, after it).
 """
 
 from __future__ import annotations
@@ -587,3 +589,111 @@ def test_the_doctors_check_holds_a_change_it_discovers(tmp_path, stdio_rug):
     with Host(home) as host:  # a session starting now offers the saved catalogue without the change
         assert "lookup" in held_tools(host.composition)
         assert f"{NAME}/fetch" in host.offered()
+
+
+def test_a_session_prepared_again_after_the_doctors_check_keeps_its_hold(tmp_path, stdio_rug):
+    """A running session's client stays connected to the rug process that serves the
+    original; the doctor's check dials a new one, which serves lookup changed, and holds
+    it. The session then prepares again (the pane's Check tells the serve session to):
+    it offers the saved catalogue with lookup held and dials the rug in the background,
+    and that dial answers at once with the connected client's catalogue, the original,
+    discovered before the check's. That older catalogue must be neither saved back nor
+    reviewed: reviewed, it trusted lookup as it was and forgot the hold, so lookup was
+    neither offered nor held, and nobody could approve it."""
+    home = tmp_path / "home"
+    configure(home, stdio_rug)
+    listed = albedo(home, "tools")  # the first sight: trusted
+    assert listed.returncode == 0, listed.stderr
+    with Host(home) as host:
+        host.settled()  # the background dial: the session's client is connected, with the original
+        assert_offered(host, stdio_rug, "lookup")
+        stdio_rug.change_description("lookup", EVIL)
+        stdio_rug.publish()  # the next process serves the change; the connected one does not
+        checked = albedo(home, "doctor", NAME)
+        assert checked.returncode == 0, checked.stderr
+        assert set(held_from_store(host.store)) == {"lookup"}
+        host.session.reload(WAIT)
+        assert host.daemon.wait_background(WAIT), "the reload's background dial did not settle"
+        assert_held(host, stdio_rug, "lookup")
+        held = held_from_store(host.store)
+        assert set(held) == {"lookup"}, host.store.load_trust([NAME])
+        assert held["lookup"].old["description"] == ORIGINAL and held["lookup"].new["description"] == EVIL
+        assert _saved_lookup(host.store) == EVIL  # the older catalogue was not saved over the check's
+        host.turn()
+        assert_held(host, stdio_rug, "lookup")
+        host.session.approve(NAME, ["lookup"])
+        composition = host.turn()
+        assert "lookup" not in held_tools(composition) and f"{NAME}/lookup" in host.offered()
+        assert held_from_store(host.store) == {}
+
+
+def test_a_preparations_dial_older_than_the_doctors_check_is_not_reviewed_after_it(tmp_path):
+    """A preparation dials the rug itself (nothing saved for it) while it waits on another
+    server (the gate); the rug process it starts serves the original. Before the gate
+    opens, the doctor's check starts a new rug process, which serves lookup changed, and
+    saves and holds that. The preparation's own discovery is the older one: it must be
+    neither saved over the check's nor reviewed (that trusted the original again and
+    forgot the hold); the preparation reviews what is saved, so lookup is held."""
+    import time
+
+    home = tmp_path / "home"
+    rug = RugStdio(tmp_path / "rug")
+    configure(home, rug)
+    listed = albedo(home, "tools")  # the first sight: trusted
+    assert listed.returncode == 0, listed.stderr
+    gate, mode = str(tmp_path / "gate"), str(tmp_path / "mode")
+    with open(mode, "w", encoding="utf-8") as f:
+        f.write(f"gate {gate}\n")
+    with open(os.path.join(str(home), "extensions.json"), encoding="utf-8") as f:
+        document = json.load(f)
+    document["mcp"]["servers"]["gated"] = {"type": "stdio", "command": sys.executable,
+                                           "args": [MODE_SERVER, "gated", mode, str(tmp_path / "starts")]}
+    with open(os.path.join(str(home), "extensions.json"), "w", encoding="utf-8") as f:
+        json.dump(document, f)
+
+    store = open_store(str(home))
+    try:
+        store.delete_catalogue(NAME)  # the preparation dials the rug itself (what it trusts stays)
+        daemon = Daemon(str(home), store).start()
+        try:
+            opened: dict = {}
+
+            def open_session() -> None:
+                try:
+                    opened["session"] = daemon.open_session(timeout=WAIT)
+                except BaseException as exc:  # noqa: BLE001 - reported by the test below
+                    opened["error"] = exc
+
+            def discovered() -> bool:
+                handle = daemon._registry.proxy().handle(NAME).get(timeout=10)
+                return handle is not None and handle.catalogue() is not None
+
+            opener = threading.Thread(target=open_session, name="test-open-session")
+            opener.start()
+            try:
+                until = time.monotonic() + WAIT  # a bounded poll: the preparation tells nothing meanwhile
+                while not discovered():
+                    assert time.monotonic() < until, "the preparation's dial of the rug did not discover it"
+                    time.sleep(0.02)
+                rug.change_description("lookup", EVIL)
+                rug.publish()  # the doctor's new process serves the change; the preparation's does not
+                checked = albedo(home, "doctor", NAME)
+                assert checked.returncode == 0, checked.stderr
+                assert set(held_from_store(store)) == {"lookup"}
+            finally:
+                with open(gate, "w", encoding="utf-8"):
+                    pass
+                opener.join(WAIT * 2)
+            assert not opener.is_alive() and "error" not in opened, opened
+            composition = opened["session"].composition()
+            held = held_tools(composition)
+            assert set(held) == {"lookup"}, (composition.on_hold, store.load_trust([NAME]))
+            assert held["lookup"].new["description"] == EVIL
+            assert f"{NAME}/lookup" not in {f"{item.server}/{item.operation}" for item in composition.model_operations()}
+            stored = held_from_store(store)
+            assert set(stored) == {"lookup"} and stored["lookup"].new["description"] == EVIL
+            assert _saved_lookup(store) == EVIL  # the older discovery was not saved over the check's
+        finally:
+            daemon.stop()
+    finally:
+        store.close()

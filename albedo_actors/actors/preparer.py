@@ -32,8 +32,11 @@ are taken out of the catalogue the session is offered and listed in the composit
 ``on_hold``; a first use is trusted, and new holds are recorded (one row each) and told
 to the host's ``on_held(server, holds)``. A background discovery or a list_changed is
 reviewed when its catalogue is saved, so a hold is recorded (and told) at once, and the
-sessions prepared again after their turn pick it up. A server whose trusted tools
-cannot be read is left out (nothing unchecked is offered).
+sessions prepared again after their turn pick it up. A catalogue discovered before the
+one saved for its server (a connected client answers a background dial with its own
+earlier discovery) is neither saved over it nor reviewed, so a newer hold is never
+forgotten. A server whose trusted tools cannot be read is left out (nothing unchecked
+is offered).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from ..catalogue import Catalogue
 from ..config import McpConfig, http_headers
 from ..catalogue.composition import OFF, Composition, Usage
 from ..errors import AlbedoError, ConfigError, NeedsSignIn, ServerError, SessionClosed, SessionError, StoreError
-from ..catalogue.saved import MAX_CATALOGUE_BYTES, fingerprint, load_current_all, save_if_changed, size_of
+from ..catalogue.saved import MAX_CATALOGUE_BYTES, SAVED, STALE, fingerprint, load_current_all, save_discovered, size_of
 from ..catalogue import trust as trusting
 from .client import CatalogueChanged, ServerHandle, ServerLost, connect_all
 from .registry import Release, SetOwner
@@ -398,14 +401,21 @@ class RuntimePreparer(pykka.ThreadingActor):
             return
         global _saves
         with _REVIEWS:
+            stale = []
             for name, catalogue in dialled.items():
-                if self._save(name, keys[name], catalogue):
+                saving = self._save(name, keys[name], catalogue)
+                if saving == SAVED:
                     _saves += 1
+                elif saving == STALE:
+                    stale.append(name)  # a newer discovery was saved (and reviewed) meanwhile
+            again = list(stale)
             if ready and loaded is not None and _saves != loaded:
                 # A catalogue was saved (and reviewed) since ``ready`` was loaded (a
                 # background dial, a list_changed, the doctor's check): review what is
                 # saved now, never the stale one after it.
-                for name, now in self._saved_all({name: keys[name] for name in ready}, saved_at).items():
+                again.extend(ready)
+            if again:
+                for name, now in self._saved_all({name: keys[name] for name in again}, saved_at).items():
                     if now is not None:
                         catalogues[name] = now
             catalogues, on_hold = self._review(catalogues, policies or {}, left_out, warnings)
@@ -521,7 +531,13 @@ class RuntimePreparer(pykka.ThreadingActor):
         see it once they are prepared again). True if saved."""
         global _saves
         with _REVIEWS:
-            if not self._save(name, key, catalogue):
+            saving = self._save(name, key, catalogue)
+            if saving == STALE:
+                # Discovered before the one saved now (a connected client's own catalogue,
+                # reported by a background dial after the doctor's check saw a change):
+                # neither saved nor reviewed, so what the newer one holds stays held.
+                logger.debug("server %r: a catalogue discovered before the saved one is not saved", name)
+            if saving != SAVED:
                 return False
             _saves += 1
             policy = self._policies.get(name)
@@ -532,15 +548,16 @@ class RuntimePreparer(pykka.ThreadingActor):
                     logger.exception("server %r: its new catalogue could not be reviewed", name)
         return True
 
-    def _save(self, name: str, key: str, catalogue: Catalogue) -> bool:
-        """Save ``catalogue`` unless the same listing is saved under ``key``; True if saved."""
+    def _save(self, name: str, key: str, catalogue: Catalogue) -> str | None:
+        """Save ``catalogue`` under ``key`` (:func:`~albedo_actors.catalogue.saved.save_discovered`:
+        SAVED, SAME or STALE); None when there is no store or it failed."""
         if self._store is None:
-            return False
+            return None
         try:
-            return save_if_changed(self._store, name, key, catalogue)
+            return save_discovered(self._store, name, key, catalogue)
         except (StoreError, ValueError) as exc:
             logger.warning("server %r: its catalogue was not saved (%s)", name, exc)
-            return False
+            return None
 
 
 def save_and_review(store: Store, name: str, key: str, catalogue: Catalogue, policy: trusting.Policy) -> bool:
@@ -548,7 +565,9 @@ def save_and_review(store: Store, name: str, key: str, catalogue: Catalogue, pol
     service's saves, the doctor's check) under ``key`` unless the same listing is saved
     there, and review it as a session's preparation would (catalogue/trust.py): a first
     use is trusted, a change is held. One step under this process's review lock, so a
-    preparation that loaded an older catalogue reviews this one instead. True if saved.
+    preparation that loaded an older catalogue reviews this one instead. One discovered
+    before the catalogue saved there now is neither saved nor reviewed (what the newer
+    one holds stays held). True if saved.
 
     Raises:
         StoreError: the store failed (ValueError: the catalogue is refused), whether
@@ -556,7 +575,10 @@ def save_and_review(store: Store, name: str, key: str, catalogue: Catalogue, pol
     """
     global _saves
     with _REVIEWS:
-        saved = save_if_changed(store, name, key, catalogue)
+        saving = save_discovered(store, name, key, catalogue)
+        if saving == STALE:
+            return False
+        saved = saving == SAVED
         if saved:
             _saves += 1
         found = store.load_trust([name], definitions=False).get(name, ([], []))

@@ -23,6 +23,15 @@ class Catalogue:
     resource_templates: tuple[dict[str, Any], ...] = ()
     prompts: tuple[dict[str, Any], ...] = ()
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    # When the server was asked for it (a Unix time; None when unknown: a catalogue saved
+    # before this was kept, or built by hand). A client that is already connected hands
+    # out the catalogue it discovered then, with this time, not the time it is asked.
+    discovered_at: float | None = field(default=None, compare=False)
+
+    def older_than(self, other: Catalogue | None) -> bool:
+        """True when both discovery times are known and this was discovered before ``other``."""
+        return (other is not None and self.discovered_at is not None and other.discovered_at is not None
+                and self.discovered_at < other.discovered_at)
 
     def same_listing(self, other: Catalogue | None) -> bool:
         """True when ``other`` advertises exactly the same things."""

@@ -143,6 +143,7 @@ def to_json(catalogue: Catalogue) -> dict[str, Any]:
         "resources": list(catalogue.resources),
         "resourceTemplates": list(catalogue.resource_templates),
         "prompts": list(catalogue.prompts),
+        **({"discoveredAt": catalogue.discovered_at} if catalogue.discovered_at is not None else {}),
     }
 
 
@@ -224,8 +225,21 @@ def _from_saved(server: str, saved: SavedCatalogue) -> Catalogue:
     return catalogue
 
 
-def save_if_changed(store: CatalogueStore, server: str, key: str, catalogue: Catalogue) -> bool:
-    """Save ``catalogue`` under ``key`` unless the same listing, era and version are saved there; True if saved.
+SAVED, SAME, STALE = "saved", "same", "stale"  # what :func:`save_discovered` did
+
+
+def save_discovered(store: CatalogueStore, server: str, key: str, catalogue: Catalogue) -> str:
+    """Save a discovered ``catalogue`` under ``key``, unless the same listing, era and
+    version are saved there (SAME) or the one saved there was discovered after it
+    (STALE: never saved over a newer discovery); SAVED if saved.
+
+    A client that stays connected hands out the catalogue of its own last discovery: a
+    preparation's background dial of such a client reports that one, which the doctor's
+    check (another connection) may have seen change since, and saved. Saving it again
+    would put the older listing back, and reviewing it would forget what the newer one
+    holds (tool integrity). A catalogue whose discovery time is unknown on either side
+    (saved before discovery times were kept, or built by hand) is compared by listing
+    alone, as before.
 
     Raises:
         StoreError, ValueError: as :func:`load_current`, or the catalogue is refused.
@@ -236,9 +250,11 @@ def save_if_changed(store: CatalogueStore, server: str, key: str, catalogue: Cat
         current = None  # a damaged saved row is replaced, not kept forever
     if (current is not None and current.same_listing(catalogue) and current.era == catalogue.era
             and current.protocol_version == catalogue.protocol_version):
-        return False  # also re-saved when only the era changed: the next restart opens in it
+        return SAME  # also re-saved when only the era changed: the next restart opens in it
+    if catalogue.older_than(current):
+        return STALE
     store.save_catalogue(server, key, catalogue.era, to_json(catalogue))
-    return True
+    return SAVED
 
 
 def from_json(server: str, data: Mapping[str, Any]) -> Catalogue:
@@ -258,6 +274,7 @@ def from_json(server: str, data: Mapping[str, Any]) -> Catalogue:
     if era not in ("modern", "legacy") or not isinstance(version, str):
         raise ValueError(f"saved catalogue of {server!r} has no era or protocol version")
     instructions = data.get("instructions")
+    discovered_at = data.get("discoveredAt")
     return Catalogue(
         server=server,
         era=era,
@@ -269,4 +286,5 @@ def from_json(server: str, data: Mapping[str, Any]) -> Catalogue:
         resources=items("resources"),
         resource_templates=items("resourceTemplates"),
         prompts=items("prompts"),
+        discovered_at=float(discovered_at) if isinstance(discovered_at, (int, float)) and not isinstance(discovered_at, bool) else None,
     )

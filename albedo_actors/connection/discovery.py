@@ -34,6 +34,7 @@ def discover(connection: Connection, timeout: float) -> Catalogue:
         ServerError: a list failed (the server's error, a timeout, a lost connection).
     """
     deadline = time.monotonic() + timeout
+    asked_at = time.time()  # the catalogue's discovery time: what the server served from now on
     caps = connection.capabilities
     warnings: list[str] = []
     budget = _Budget(connection.server)
@@ -72,6 +73,7 @@ def discover(connection: Connection, timeout: float) -> Catalogue:
         resource_templates=lists.get("resourceTemplates", ()),
         prompts=lists.get("prompts", ()),
         warnings=tuple(warnings),
+        discovered_at=asked_at,
     )
     schemas.remember(catalogue, compiled)
     return catalogue

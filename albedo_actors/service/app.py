@@ -300,8 +300,10 @@ def make_app(*, settings_factory: Callable[[], Settings], signins: SignIns, toke
         before = _live_state_of(settings, server, live)
         with slow():
             (report,) = examine(config, settings.store, [server])  # bounded by its startupTimeoutMs
-        if report.state == "ok" and before not in (None, "ok"):
-            reload()  # the session left it out: it is dialled again now that it answers
+        if report.state == "ok" and (before not in (None, "ok") or report.catalogue_updated):
+            # The session left it out (it is dialled again now that it answers), or the
+            # check found its catalogue changed (what tool integrity holds of it is new).
+            reload()
         return _json(200, report.as_json())
 
     def guess(request: Request) -> Response:

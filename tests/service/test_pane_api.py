@@ -291,6 +291,41 @@ def test_the_daemons_tool_list_puts_the_held_tools_back(host, tmp_path):
     assert live["state"] == "ok" and live["tools"] == len(tools) - 1  # the held one is not offered
 
 
+def test_a_check_that_finds_a_tool_changed_holds_it_and_the_session_stops_offering_it(host, tmp_path):
+    """The serve session has no turns: a Check whose discovery differs from the saved
+    catalogue tells it to prepare again, so what the Check held is taken out at once."""
+    from albedo_actors.cli import main
+
+    def prepare(home, store):
+        write_state(tmp_path, [LOOKUP, NOTES])
+        Settings(home, store).apply(Change(servers={"dict": trust_entry(tmp_path)}, enabled={"mcp": True}))
+        assert main(["--home", home, "tools"]) == 0  # first use: trusted
+
+    api = host(prepare)
+
+    def live() -> dict:
+        return by_name(api.api("GET", "/api/mcp").json())["dict"]["live"]
+
+    offered = wait_for(lambda: live()["state"] == "ok" and live()["tools"], "dict offered")
+    # The session advertised dict from its saved catalogue and dials it in the background:
+    # that dial discovers the original (it is the Check below that must find the change).
+    assert api.host.runtime.wait_background()
+    write_state(tmp_path, [{**LOOKUP, "description": "Look a word up, and send it away."}, NOTES])
+    check = api.api("POST", "/api/mcp/doctor", json={"server": "dict"})
+    assert check.status_code == 200 and check.json()["state"] == "ok", check.text
+    assert check.json()["catalogue"]["updated"] is True
+    assert by_name(api.api("GET", "/api/mcp").json())["dict"]["held"] == 1
+    wait_for(lambda: live()["tools"] == offered - 1, "the session offering dict without lookup")
+    # The reload dials dict in the background again; its connected client answers with the
+    # catalogue it discovered at the start (lookup as trusted): that older catalogue is
+    # neither saved nor reviewed, so lookup stays held (else it is neither offered nor held).
+    assert api.host.runtime.wait_background()
+    assert by_name(api.api("GET", "/api/mcp").json())["dict"]["held"] == 1
+    tools = {tool["name"]: tool for tool in api.api("GET", "/api/mcp/tools/dict").json()["tools"]}
+    assert tools["lookup"]["held"]["changes"] == ["description"]
+    assert tools["lookup"]["description"].endswith("send it away.")
+
+
 def test_a_tool_toggle_never_reconnects_so_a_down_server_can_be_toggled(svc):
     save_enabled_without_connecting(svc.home, svc.store, "down", down_entry())
     entry = by_name(svc.api("GET", "/api/mcp").json())["down"]["entry"]
