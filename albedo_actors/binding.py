@@ -56,7 +56,6 @@ import collections
 import concurrent.futures
 import itertools
 import keyword
-import logging
 import re
 import threading
 import time
@@ -72,13 +71,14 @@ from .catalogue.naming import Advertised
 from .errors import ConfigError, NeedsSignIn, SessionClosed, TimedOut, Unavailable
 from .connection.progress import Cancel
 from .wire.deadline import Deadline
+from .wire import telemetry
 
 if TYPE_CHECKING:
     from .connection.progress import ProgressReport
 
 SEARCH_TOOL = "mcp_search_tools"  # catalogue/search.py's, named here so a call loads nothing for it
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 _calls = itertools.count(1)  # tool calls of this process, as the composer's progress events name them
 
 

@@ -37,7 +37,6 @@ preparer, the registry and the refresher, each bounded (see :meth:`Daemon.stop`)
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 import queue
 import threading
 import time
@@ -63,13 +62,14 @@ from .catalogue.composition import Composition
 from .catalogue.trust import HeldTool
 from .config import McpConfig, ServerConfig, load
 from .errors import ConfigError, SessionClosed
+from .wire import telemetry
 
 if TYPE_CHECKING:
     from .auth.grants import IdTokenProvider
     from .settings_watch import ChangeWatch
     from .store import Store
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 OPEN_TIMEOUT = 600.0  # a bound only: each server's dial is bounded by its startupTimeoutMs
 STOP_TIMEOUT = 30.0

@@ -47,16 +47,16 @@ activity only (a turn starts or ends), not per tool call.
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import threading
 import time
 from types import TracebackType
 from typing import NamedTuple, Protocol
+from .wire import telemetry
 
 __all__ = ["ChangeWatch", "Stamp", "RevisionStore", "RACY_S", "READ_TIMEOUT_S"]
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 FILE_NAME = "extensions.json"  # as settings.FILE_NAME and config.load read it
 # A stat taken less than this after the file's mtime is not trusted: another write in

@@ -29,7 +29,6 @@ processes and helper threads to end. No helper thread waits on an actor.
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -47,12 +46,13 @@ from ..transport.stdio import LaunchSpec
 from ..wire import mcp
 from ..wire.deadline import Deadline
 from .reply import Message, Request, chain, fail, fail_queued, resolve, set_field
+from ..wire import telemetry
 
 if TYPE_CHECKING:
     from ..connection.http.exchange import LinkAuth
     from ..store.records import Credentials
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 ASK_TIMEOUT = 5.0  # for the actor's own bookkeeping answers; it never blocks on I/O
 STOP_TIMEOUT = 10.0

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import logging
 import threading
 import time
 from typing import Any, Callable, Hashable, Mapping
@@ -52,8 +51,9 @@ from ..catalogue.composition import Composition, Usage
 from .preparer import CatalogueSaved, Prepare, Subscribe, Unsubscribe
 from .registry import Release
 from .reply import ASK_TIMEOUT, Message, Reply, Request, chain, fail, fail_queued, resolve, set_field
+from ..wire import telemetry
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 PROBE_CAP = 20  # probe intervals double up to this many times retryMs
 PREPARE_LIMIT = 3600.0  # the preparer bounds each dial; this only guards against a lost future

@@ -42,7 +42,6 @@ is offered).
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -58,13 +57,14 @@ from ..catalogue import trust as trusting
 from .client import CatalogueChanged, ServerHandle, ServerLost, connect_all
 from .registry import Release, SetOwner
 from .reply import ASK_TIMEOUT, Message, Reply, Request, fail, fail_queued, resolve, set_field
+from ..wire import telemetry
 
 if TYPE_CHECKING:
     from ..config import ServerConfig
     from ..store import Store
     from ..store.records import Credentials
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 BACKGROUND_DIALS = 16  # background dials at once (as many as connect_all runs)
 

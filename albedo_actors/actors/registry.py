@@ -31,7 +31,6 @@ ask it with timeouts, or tell it :class:`Release`, :class:`SetOwner` and
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -41,12 +40,13 @@ from ..config import ServerConfig
 from ..catalogue.saved import fingerprint
 from .client import STOP_TIMEOUT, ServerHandle
 from .reply import Message, set_field
+from ..wire import telemetry
 
 if TYPE_CHECKING:
     from ..connection.http.exchange import LinkAuth
     from ..store.records import Credentials
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 RESTARTS = 3
 RESTART_WINDOW = 60.0

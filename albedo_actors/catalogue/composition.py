@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import marshal
 import threading
 from dataclasses import dataclass, field
@@ -31,12 +30,13 @@ from .model import Catalogue
 from .naming import GET_PROMPT, MAX_DESCRIPTION, READ_RESOURCE, Advertised, advertise, advertised_name, bound_description, server_prefix
 from .schemas import NOTHING, check_result
 from .trust import HeldTool
+from ..wire import telemetry
 
 # A tool's progress report (connection/progress.py's ProgressReport, a layer below
 # that this pure one does not name), handed on as it came.
 ProgressReport = Any
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 
 class Handle(Protocol):

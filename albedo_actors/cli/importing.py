@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import os
 from typing import Any
 
@@ -20,8 +19,9 @@ from ..config import load, resolve_home
 from ..errors import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, AlbedoError, ConfigError, exit_code
 from .options import place_options
 from .output import error_line, out
+from ..wire import telemetry
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 
 def import_parsers(commands: Any) -> None:

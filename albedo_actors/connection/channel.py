@@ -29,18 +29,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
-import logging
 import threading
 import time
 from typing import Any, Callable, Protocol
 
 from ..errors import ProtocolViolation, RemoteError, ServerError, TimedOut, Unavailable, UnknownOutcome
-from ..wire import jsonrpc, mcp
+from ..wire import jsonrpc, mcp, telemetry
 from ..wire.deadline import Bound, Deadline
 from ..wire.jsonrpc import Json, WireError
 from .progress import CallProgress, parse_report
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 WRITE_TIMEOUT = 5.0
 HANDLER_WORKERS = 2  # threads answering a server's requests for host capabilities
@@ -108,7 +107,7 @@ class Link(Protocol):
 class Pending:
     """One request awaiting its answer. Resolved exactly once, by whoever pops it."""
 
-    __slots__ = ("id", "method", "size", "progress", "unsent", "interrupted", "_lock", "_result", "_error", "_waker")
+    __slots__ = ("id", "method", "size", "progress", "unsent", "interrupted", "span", "_lock", "_result", "_error", "_waker")
 
     def __init__(self, id_: int, method: str, waker: threading.Event | None, progress: CallProgress | None = None) -> None:
         self.id = id_
@@ -119,6 +118,7 @@ class Pending:
         # the server refused it first (a 401): while set, a timeout says it did not run.
         self.unsent: tuple[str, bool] | None = None
         self.interrupted = False  # its caller gave it up (progress.Cancel): the waiter cancels it
+        self.span: telemetry.RequestSpan | None = None  # its OpenTelemetry span, with the API installed
         self._lock = threading.Lock()
         self._lock.acquire()
         self._result: dict[str, Any] = {}
@@ -129,6 +129,8 @@ class Pending:
         """End the request with its result (a JSON object) or ``error``."""
         self._result = result if result is not None else {}
         self._error = error
+        if self.span is not None:  # ended before the waiter wakes: the host sees it at once
+            self.span.end(result, error)
         self._lock.release()
         if self._waker is not None:
             self._waker.set()
@@ -182,6 +184,10 @@ class RpcChannel:
         self._backlog = threading.BoundedSemaphore(HANDLER_BACKLOG)
         self._pool_lock = threading.Lock()
         self._refusing = False  # warned of the current burst of refusals
+        # OpenTelemetry: network.transport, server.address and server.port (set by the
+        # opener), and the era once negotiated (set by the Connection).
+        self.telemetry: dict[str, Any] = {}
+        self.negotiated: mcp.Negotiated | None = None
 
     def attach(self, link: Link) -> None:
         self._link = link
@@ -216,12 +222,28 @@ class RpcChannel:
                 self._pending.pop(pending.id, None)
                 raise TimedOut(self.server, f"{method} was not sent: its caller gave it up", sent=False)
             cancel.bind(lambda: self.interrupt(pending))
+        if telemetry.api() is not None:
+            pending.span, params = telemetry.start_request(method, params, self._telemetry_attributes(), pending.id)
         try:
             self._attached().send_request(pending, jsonrpc.request(pending.id, method, params), deadline)
         except LinkClosed:
             self._pending.pop(pending.id, None)
-            raise Unavailable(self.server, f"the connection closed before {method} was sent") from None
+            error = Unavailable(self.server, f"the connection closed before {method} was sent")
+            if pending.span is not None:
+                pending.span.end(error=error)
+            raise error from None
         return pending
+
+    def _telemetry_attributes(self) -> dict[str, Any]:
+        """The connection's attributes of a request span (OpenTelemetry MCP conventions)."""
+        attributes = dict(self.telemetry)
+        negotiated = self.negotiated
+        if negotiated is not None:
+            attributes["mcp.protocol.version"] = negotiated.version
+            session = getattr(self._link, "session_id", None)
+            if session is not None and not negotiated.modern:  # never for 2026-07-28
+                attributes["mcp.session.id"] = session
+        return attributes
 
     def interrupt(self, pending: Pending) -> None:
         """Its caller gave ``pending`` up (any thread; no blocking I/O here): an exchange
@@ -274,6 +296,14 @@ class RpcChannel:
         Raises:
             TimedOut, UnknownOutcome, RemoteError, ProtocolViolation.
         """
+        try:
+            return self._wait(pending, timeout, cancel)
+        except ServerError as exc:  # given up here (an answer has ended its span already)
+            if pending.span is not None:
+                pending.span.end(error=exc)
+            raise
+
+    def _wait(self, pending: Pending, timeout: float, cancel: bool) -> dict[str, Any]:
         progress = pending.progress
         if progress is not None:
             try:
@@ -326,8 +356,11 @@ class RpcChannel:
 
     def drop(self, pending: Pending) -> None:
         """Forget a request whose answer no longer matters (it is not cancelled)."""
-        if self._pending.pop(pending.id, None) is not None and self._link is not None:
-            self._link.forget(pending)
+        if self._pending.pop(pending.id, None) is not None:
+            if pending.span is not None:
+                pending.span.end()  # abandoned: no outcome
+            if self._link is not None:
+                self._link.forget(pending)
 
     def notify(self, method: str, params: dict[str, Any] | None = None) -> bool:
         """Send a notification; False if the connection could not take it."""

@@ -18,7 +18,6 @@ call). No actor state lives here.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -44,6 +43,7 @@ from ..transport.stdio import LaunchFailed, LaunchSpec, StdioTransport
 from ..wire import jsonrpc, mcp
 from ..wire.deadline import Bound, Deadline
 from ..wire.mcp import Negotiated, Verdict
+from ..wire import telemetry
 
 if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
     from ..store.records import Credentials
@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the st
     from .http.exchange import LinkAuth
     from .http.link import HttpLink
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 PROBE_GRACE = 1.0  # seconds the stdio probe has before initialize follows
 MAX_STATE_ROUNDS = 3
@@ -74,6 +74,7 @@ class Connection:
         self.link = link
         self.server = channel.server
         self.negotiated = negotiated  # the one value of era and version; the link speaks it too
+        channel.negotiated = negotiated
         link.use(negotiated)
         capabilities = opened.get("capabilities")
         self.capabilities: dict[str, Any] = capabilities if isinstance(capabilities, dict) else {}
@@ -283,6 +284,7 @@ def _open_once(
             lost.append(reason)
 
     channel = RpcChannel(server, on_notification, closed, handlers)
+    channel.telemetry = {"network.transport": "pipe"}
     transport = StdioTransport(spec, channel.feed_line, channel.connection_lost, name=server)
     link = StdioLink(channel, transport)
     channel.attach(link)
@@ -491,6 +493,7 @@ def open_http(
             on_closed(reason)
 
     channel = RpcChannel(server, on_notification, closed, handlers)
+    channel.telemetry = _http_attributes(config.url)
     link = HttpLink(channel, HttpTransport(config.url, verify=config.ca_file or True), server, headers, auth=auth)
     channel.attach(link)
     track(link)
@@ -502,6 +505,22 @@ def open_http(
         raise
     opened_event.set()
     return Connection(channel, link, negotiated, opened)
+
+
+def _http_attributes(url: str) -> dict[str, Any]:
+    """The OpenTelemetry attributes of an HTTP server at ``url`` (its host and port)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    attributes: dict[str, Any] = {"network.transport": "tcp"}
+    if parts.hostname:
+        attributes["server.address"] = parts.hostname
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    attributes["server.port"] = port if port is not None else (443 if parts.scheme == "https" else 80)
+    return attributes
 
 
 def _remaining(deadline: float) -> float:

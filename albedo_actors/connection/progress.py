@@ -17,7 +17,6 @@ is escaped by the wire's printable-text rule (:func:`~albedo_actors.wire.text.pr
 from __future__ import annotations
 
 import itertools
-import logging
 import math
 import threading
 import time
@@ -25,8 +24,9 @@ from typing import Any, Callable, NamedTuple
 
 from ..wire.deadline import Bound
 from ..wire.text import printable
+from ..wire import telemetry
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 REPORTS_PER_SECOND = 10  # at most this many callbacks a second per call
 MESSAGE_LIMIT = 200  # characters of a progress message, escaped, at most

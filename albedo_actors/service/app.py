@@ -92,7 +92,6 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
-import logging
 import mimetypes
 import os
 import threading
@@ -106,6 +105,7 @@ from werkzeug.wrappers import Request, Response
 from ..config import SERVER_NAME, parse
 from ..errors import AlbedoError, ConfigError, SettingsConflict, StoreError
 from ..settings import Change
+from ..wire import telemetry
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -113,7 +113,7 @@ if TYPE_CHECKING:
     from .pages import PageSessions
     from .signins import SignIns
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 __all__ = ["make_app", "MAX_BODY"]
 

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import logging
 import os
 import socket
 import urllib.parse
@@ -50,11 +49,12 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import AlbedoError, AuthError, ConfigError, SessionError, SessionTimedOut, SettingsConflict, StoreError
 from . import local
+from ..wire import telemetry
 
 if TYPE_CHECKING:
     from ..settings import Change, Document, SecretInput, ServerChanges, ServerSpec, ServerView
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 CONNECT_TIMEOUT_S = 2.0  # the socket's connect, and the health check's whole answer
 READ_TIMEOUT_S = 120.0  # a save connects the server (startupTimeoutMs, 30 s by default) under the home's lock

@@ -19,7 +19,6 @@ process ends); the store is the caller's.
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +26,12 @@ from ..errors import AlbedoError
 from ..runtime import Runtime
 from .live import LIVE_BOUND, LiveSource
 from .server import Service
+from ..wire import telemetry
 
 if TYPE_CHECKING:
     from ..store import Store
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 __all__ = ["Host"]
 

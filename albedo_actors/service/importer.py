@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import os
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterable
 
 from ..errors import AlbedoError, ConfigError, SettingsConflict
 from ..settings.imports import KINDS, describe, read_servers, resolver, to_settings
+from ..wire import telemetry
 
 if TYPE_CHECKING:
     from ..settings import Settings
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 __all__ = ["import_text"]
 

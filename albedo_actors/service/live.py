@@ -35,7 +35,6 @@ redaction of the stderr tail.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -48,13 +47,14 @@ from ..errors import AlbedoError, StoreError
 from ..settings.doctor import redact, secret_values, split_error
 from ..store.records import thaw
 from ..settings.trust import held_tools
+from ..wire import telemetry
 
 if TYPE_CHECKING:
     from ..catalogue.composition import Composition
     from ..catalogue.trust import HeldTool
     from ..settings import ServerView, Settings
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 __all__ = ["LiveSource", "Snapshot", "live_states", "tool_list", "LIVE_BOUND"]
 

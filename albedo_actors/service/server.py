@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import secrets
 import threading
@@ -44,12 +43,13 @@ from . import local
 from .app import MAX_BODY, make_app
 from .pages import LINK_LIFETIME_S, SESSION_LIFETIME_S, PageSessions
 from .signins import SignIns
+from ..wire import telemetry
 
 if TYPE_CHECKING:
     from ..store import Store
     from .live import Snapshot
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 __all__ = ["Service", "read_service_file", "SERVICE_FILE", "STATIC_DIR"]
 

@@ -25,7 +25,6 @@ the state it reached.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,11 +32,12 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..auth.callback import DEFAULT_LIFETIME_S, DEFAULT_PORT, CallbackListener
 from ..errors import AlbedoError, ClientRefused, ConfigError
+from ..wire import telemetry
 
 if TYPE_CHECKING:
     from ..auth.signin import SignIn
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 __all__ = ["SignIns", "SignInSettings", "ANNOUNCE_TIMEOUT_S", "JOIN_TIMEOUT_S"]
 

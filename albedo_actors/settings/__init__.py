@@ -46,7 +46,6 @@ only; ``extensions.json`` only ever names environment variables.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import shlex
@@ -71,12 +70,13 @@ from .secrets import (
     signed_out,
     undo_save,
 )
+from ..wire import telemetry
 
 if TYPE_CHECKING:
     from ..store import Store
     from ..store.records import Credentials
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 __all__ = ["Settings", "SettingsPort", "ServerSpec", "ServerChanges", "ServerView", "SecretInput", "Change", "apply",
            "Document", "REMOVE", "FILE_NAME", "LOCK_NAME", "new_entry", "edit_entry", "suggest_name", "signed_out",

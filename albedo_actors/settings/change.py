@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import logging
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -48,13 +47,14 @@ from ..config import SERVER_NAME, McpConfig, ServerConfig, parse
 from ..errors import AlbedoError, ConfigError, NeedsSignIn, SettingsConflict, StoreError
 from .secrets import (REMOVE, SecretInput, apply_oauth_client, apply_secrets, change_credentials, empty_credentials,
                       is_empty, signed_out, undo_save)
+from ..wire import telemetry
 
 if TYPE_CHECKING:
     from ..store import Store
     from ..store.records import Credentials
     from .document import Document
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 __all__ = ["Change", "apply", "apply_locked", "kind_of", "check_server_name"]
 

@@ -21,18 +21,18 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import logging
 import os
 from typing import TYPE_CHECKING, Iterator
 
 from ..errors import ConfigError, StoreError
 from ..safefiles import FileRefused, make_private_dirs, open_private, replace_private
 from ..safefiles import read_text as read_private_text
+from ..wire import telemetry
 
 if TYPE_CHECKING:
     from ..store import Store
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 FILE_NAME = "extensions.json"
 LOCK_NAME = ".extensions.lock"

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import collections
 import json
-import logging
 import marshal
 import os
 import select
@@ -52,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Callable
 
 from ..wire.framing import FrameTooLarge, LineFramer
+from ..wire import telemetry
 
 if TYPE_CHECKING:
     import subprocess
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 # subprocess and signal (with selectors and their enums, some 4 ms of
 # ``import albedo_actors.runtime``) are imported where a server is launched or ended.
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
 READ_CHUNK = 1 << 16  # under malloc's mmap threshold: a larger buffer costs an mmap per read

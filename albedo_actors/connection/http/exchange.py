@@ -28,7 +28,6 @@ POST to its answer, on the caller's thread or a worker of the link.
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Any, Callable, Generator, Protocol
 
@@ -42,8 +41,9 @@ from ...wire.deadline import Bound
 from ...wire.jsonrpc import WireError
 from ...wire.sse import SseParser
 from ..channel import Pending, RpcChannel
+from ...wire import telemetry
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 RESUME_DEFAULT_MS = 250
 RESUME_MAX_MS = 30_000

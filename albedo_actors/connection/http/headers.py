@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ...wire import headers as mcp_headers
-from ...wire import mcp
+from ...wire import mcp, telemetry
 
 ACCEPT_BOTH = "application/json, text/event-stream"
 ACCEPT_STREAM = "text/event-stream"
@@ -25,9 +25,15 @@ ToolHeaders = dict[str, dict[str, tuple[str, ...]]]  # tool -> Mcp-Param header 
 
 def post_headers(message: dict[str, Any], given: Mapping[str, str], *, legacy: bool, version: str,
                  session_id: str | None, tool_headers: ToolHeaders) -> dict[str, str]:
-    """The headers of one POST of ``message``; ``given`` are the configured and auth headers."""
+    """The headers of one POST of ``message``; ``given`` are the configured and auth headers.
+
+    A request whose ``_meta`` carries our trace context (wire/telemetry.py) also carries
+    it as the ``traceparent``/``tracestate`` headers, for servers behind gateways.
+    """
     headers = {"Content-Type": "application/json", "Accept": ACCEPT_BOTH, **given}
     method = message.get("method")
+    if method is not None:
+        headers.update(telemetry.trace_headers(message.get("params")))
     if legacy:
         if session_id is not None:
             headers["Mcp-Session-Id"] = session_id

@@ -19,7 +19,6 @@ session id of an older server, and the listening stream (:mod:`.listen`).
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 import threading
 from typing import Any, Callable
 
@@ -31,8 +30,9 @@ from ..channel import LinkClosed, Pending, RpcChannel
 from . import headers as http_headers
 from .exchange import AuthFlow, LinkAuth, RequestExchange, begin, no_auth, settle
 from .listen import Listener
+from ...wire import telemetry
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 __all__ = ["HttpLink", "LinkAuth"]
 

@@ -18,7 +18,6 @@ the window; it is never given up, as it keeps delivering.
 from __future__ import annotations
 
 import collections
-import logging
 import threading
 import time
 
@@ -27,8 +26,9 @@ from ...wire import jsonrpc, mcp
 from ...wire.jsonrpc import Json, WireError
 from ...wire.sse import SseParser
 from .exchange import LinkState, begin, settle
+from ...wire import telemetry
 
-logger = logging.getLogger(__name__)
+logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 LISTEN_FIRST_WAIT = 1.0  # also the least wait between two openings, whatever retry says
 LISTEN_MAX_WAIT = 60.0

@@ -1,0 +1,252 @@
+"""OpenTelemetry (issue 28): spans, trace context on every request, metrics, log fields.
+
+Against real servers that record what arrives: the stdio fault server (``--record``,
+every line it reads) and the HTTP fault server (every request, headers and body). The
+SDK's in-memory span exporter and metric reader are installed once for this process
+(the API allows one global provider).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+from opentelemetry import baggage, context, metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+import albedo_actors
+from albedo_actors.config import ServerConfig
+from albedo_actors.wire import telemetry
+from helpers import fault_config, read_record, text_of
+
+EXPORTER = InMemorySpanExporter()
+READER = InMemoryMetricReader()
+_installed: list[bool] = []
+
+
+@pytest.fixture
+def otel():
+    """The SDK with in-memory export, installed once; each test starts with no spans."""
+    if not _installed:
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+        trace.set_tracer_provider(provider)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
+        _installed.append(True)
+    EXPORTER.clear()
+    telemetry.configure(enabled=True, record_content=False, merge_tool_span=False)
+    yield EXPORTER
+    telemetry.configure(enabled=True, record_content=False, merge_tool_span=False)
+
+
+def spans(name: str) -> list:
+    return [span for span in EXPORTER.get_finished_spans() if span.name == name]
+
+
+def traceparent_of(span) -> str:
+    context_ = span.get_span_context()
+    return f"00-{context_.trace_id:032x}-{context_.span_id:016x}-{context_.trace_flags:02x}"
+
+
+def host_span():
+    return trace.get_tracer("host").start_as_current_span("host work")
+
+
+def test_a_stdio_tool_call_is_one_client_span_under_the_hosts_and_its_context_reaches_the_server(otel, clients, tmp_path):
+    record = tmp_path / "received.jsonl"
+    handle = clients.start(fault_config("f", "--record", str(record)))
+    assert handle.connect().era == "modern"
+    with host_span() as parent:
+        assert text_of(handle.call_tool("echo", {"text": "hi"})) == "hi"
+    [span] = spans("tools/call echo")
+    assert span.kind is SpanKind.CLIENT
+    assert span.parent is not None and span.parent.span_id == parent.get_span_context().span_id
+    assert span.context.trace_id == parent.get_span_context().trace_id
+    attributes = dict(span.attributes)
+    assert attributes["mcp.method.name"] == "tools/call"
+    assert attributes["gen_ai.tool.name"] == "echo"
+    assert attributes["gen_ai.operation.name"] == "execute_tool"
+    assert attributes["network.transport"] == "pipe"
+    assert attributes["mcp.protocol.version"] == handle.status()["version"]
+    assert "mcp.session.id" not in attributes
+    assert "error.type" not in attributes and span.status.status_code is not StatusCode.ERROR
+    assert "gen_ai.tool.call.arguments" not in attributes, "arguments recorded without the host's opt-in"
+    received = {message["method"]: message for message in read_record(record) if "id" in message}
+    call = received["tools/call"]
+    assert attributes["jsonrpc.request.id"] == str(call["id"])
+    assert call["params"]["_meta"]["traceparent"] == traceparent_of(span)
+    # The opening and the list methods carry trace context too (of their own spans).
+    for method in ("server/discover", "tools/list"):
+        meta = received[method]["params"]["_meta"]
+        assert meta["traceparent"].startswith("00-") and len(meta["traceparent"]) == 55, method
+        assert spans(method), f"no span for {method}"
+
+
+def test_a_legacy_stdio_session_carries_trace_context_on_initialize_and_baggage(otel, clients, tmp_path):
+    record = tmp_path / "received.jsonl"
+    handle = clients.start(fault_config("f", "--era", "legacy", "--record", str(record)))
+    assert handle.connect().era == "legacy"
+    token = context.attach(baggage.set_baggage("tenant", "blue"))
+    try:
+        with host_span():
+            handle.call_tool("echo", {"text": "hi"})
+    finally:
+        context.detach(token)
+    received = {message["method"]: message for message in read_record(record) if "id" in message}
+    assert received["initialize"]["params"]["_meta"]["traceparent"].startswith("00-")
+    meta = received["tools/call"]["params"]["_meta"]
+    assert meta["baggage"] == "tenant=blue"
+    [span] = spans("tools/call echo")
+    assert meta["traceparent"] == traceparent_of(span)
+
+
+def test_an_is_error_result_is_a_tool_error_and_a_json_rpc_error_is_its_code(otel, clients):
+    handle = clients.start(fault_config("f"))
+    handle.connect()
+    result = handle.call_tool("echo", {"text": 5})
+    assert result.get("isError") is True
+    [span] = spans("tools/call echo")
+    assert span.attributes["error.type"] == "tool_error"
+    assert span.status.status_code is StatusCode.ERROR
+    with pytest.raises(albedo_actors.errors.RemoteError) as raised:
+        handle.get_prompt("no-such-prompt")
+    [span] = spans("prompts/get no-such-prompt")
+    assert span.attributes["gen_ai.prompt.name"] == "no-such-prompt"
+    assert span.attributes["error.type"] == str(raised.value.code)
+    assert span.attributes["rpc.response.status_code"] == str(raised.value.code)
+    assert span.status.status_code is StatusCode.ERROR
+
+
+def test_arguments_and_results_are_recorded_only_when_the_host_opts_in(otel, clients):
+    handle = clients.start(fault_config("f"))
+    handle.connect()
+    telemetry.configure(record_content=True)
+    handle.call_tool("echo", {"text": "\x1b[2Jshown"})
+    [span] = spans("tools/call echo")
+    assert span.attributes["gen_ai.tool.call.arguments"] == '{"text": "\\u001b[2Jshown"}'
+    assert "shown" in span.attributes["gen_ai.tool.call.result"]
+    assert "\x1b" not in span.attributes["gen_ai.tool.call.result"], "a control character reached an attribute"
+
+
+def test_the_merge_option_puts_our_attributes_on_the_hosts_tool_span(otel, clients, tmp_path):
+    record = tmp_path / "received.jsonl"
+    handle = clients.start(fault_config("f", "--record", str(record)))
+    handle.connect()
+    telemetry.configure(merge_tool_span=True)
+    with trace.get_tracer("host").start_as_current_span("execute_tool echo") as host:
+        handle.call_tool("echo", {"text": "hi"})
+    assert spans("tools/call echo") == [], "a second span was made"
+    [merged] = spans("execute_tool echo")
+    assert merged.attributes["gen_ai.tool.name"] == "echo"
+    assert merged.attributes["mcp.method.name"] == "tools/call"
+    call = [m for m in read_record(record) if m.get("method") == "tools/call"][0]
+    assert call["params"]["_meta"]["traceparent"] == traceparent_of(host)
+
+
+def test_disabled_nothing_is_recorded_nor_sent(otel, clients, tmp_path):
+    record = tmp_path / "received.jsonl"
+    handle = clients.start(fault_config("f", "--record", str(record)))
+    handle.connect()
+    telemetry.configure(enabled=False)
+    with host_span():
+        handle.call_tool("echo", {"text": "hi"})
+    assert spans("tools/call echo") == []
+    call = [m for m in read_record(record) if m.get("method") == "tools/call"][0]
+    assert "traceparent" not in call["params"].get("_meta", {})
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_over_http_the_trace_context_is_in_meta_and_in_the_headers(otel, clients, http_fault, era):
+    server = http_fault(era=era)
+    handle = clients.start(ServerConfig(name="h", type="http", url=server.url))
+    assert handle.connect().era == era
+    with host_span():
+        handle.call_tool("echo", {"text": "hi"})
+    [span] = spans("tools/call echo")
+    expected = traceparent_of(span)
+    [request] = [r for r in server.requests if r.method == "POST" and r.body and r.json().get("method") == "tools/call"]
+    assert request.header("traceparent") == expected
+    assert request.json()["params"]["_meta"]["traceparent"] == expected
+    opening = [r for r in server.requests if r.method == "POST" and r.body
+               and r.json().get("method") in ("server/discover", "initialize")]
+    assert opening and all(r.header("traceparent", "").startswith("00-") for r in opening)
+    attributes = dict(span.attributes)
+    assert attributes["network.transport"] == "tcp"
+    assert attributes["server.address"] == "127.0.0.1"
+    assert attributes["server.port"] == int(server.url.split(":")[2].split("/")[0])
+    if era == "legacy":
+        assert attributes["mcp.session.id"], "a session-era call without its session id"
+    else:
+        assert "mcp.session.id" not in attributes
+
+
+def test_the_operation_duration_histogram_has_data_points(otel, clients):
+    handle = clients.start(fault_config("f"))
+    handle.connect()
+    handle.call_tool("echo", {"text": "hi"})
+    points = []
+    data = READER.get_metrics_data()
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == "mcp.client.operation.duration":
+                    assert metric.unit == "s"
+                    points.extend(metric.data.data_points)
+    calls = [p for p in points if p.attributes.get("gen_ai.tool.name") == "echo"]
+    assert calls and calls[0].count >= 1
+    assert tuple(calls[0].explicit_bounds) == telemetry.DURATION_BUCKETS
+    assert all("jsonrpc.request.id" not in p.attributes and "mcp.session.id" not in p.attributes for p in points)
+
+
+BLOCKED = r"""
+import importlib.abc, json, sys
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "opentelemetry" or name.startswith("opentelemetry."):
+            raise ModuleNotFoundError(name)
+        return None
+sys.meta_path.insert(0, Absent())
+from albedo_actors.config import ServerConfig
+from albedo_actors.actors.client import ServerHandle
+handle = ServerHandle.start(ServerConfig(name="f", type="stdio", command=sys.executable, args=tuple(sys.argv[2:])), sys.argv[1])
+try:
+    answer = handle.call_tool("echo", {"text": "hi"}, timeout=60)
+finally:
+    handle.stop()
+print(json.dumps({"answer": answer, "loaded": sorted(m for m in sys.modules if m.startswith("opentelemetry"))}))
+"""
+
+
+def test_without_the_package_nothing_of_opentelemetry_is_imported_and_calls_work(tmp_path):
+    from helpers import FAULT_SERVER
+
+    record = tmp_path / "received.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(albedo_actors.__file__)))}
+    done = subprocess.run([sys.executable, "-c", BLOCKED, str(tmp_path), FAULT_SERVER, "--record", str(record)],
+                          capture_output=True, text=True, timeout=120, env=env, check=True)
+    child = json.loads(done.stdout.splitlines()[-1])
+    assert text_of(child["answer"]) == "hi"
+    assert child["loaded"] == []
+    assert all("traceparent" not in (m.get("params") or {}).get("_meta", {}) for m in read_record(record))
+
+
+def test_log_records_carry_the_server_and_the_trace_ids(otel, clients, caplog):
+    handle = clients.start(fault_config("f"))
+    handle.connect()
+    caplog.set_level(logging.DEBUG, logger="albedo_actors")
+    with host_span() as parent:
+        logging.getLogger("albedo_actors.connection.channel").warning("server %r: a test line", "f")
+        telemetry.log_ids()
+    [record] = [r for r in caplog.records if r.getMessage() == "server 'f': a test line"]
+    assert record.mcp_server == "f"
+    assert record.trace_id == f"{parent.get_span_context().trace_id:032x}"
+    assert record.span_id == f"{parent.get_span_context().span_id:016x}"
