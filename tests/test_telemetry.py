@@ -250,3 +250,38 @@ def test_log_records_carry_the_server_and_the_trace_ids(otel, clients, caplog):
     assert record.mcp_server == "f"
     assert record.trace_id == f"{parent.get_span_context().trace_id:032x}"
     assert record.span_id == f"{parent.get_span_context().span_id:016x}"
+
+
+def test_a_dial_made_for_the_hosts_call_is_traced_under_the_hosts_span(otel, clients):
+    handle = clients.start(fault_config("f"))
+    with host_span() as parent:
+        handle.call_tool("echo", {"text": "hi"})  # dials first, on the client's helper thread
+    [connect] = spans("connect f")
+    assert connect.parent is not None and connect.parent.span_id == parent.get_span_context().span_id
+    [listing] = spans("tools/list")
+    assert listing.parent is not None and listing.parent.span_id == connect.context.span_id
+    [call] = spans("tools/call echo")
+    assert call.parent.span_id == parent.get_span_context().span_id
+
+
+def test_a_sign_in_has_its_span_and_no_secret_in_any_attribute(otel, oauth_server, tmp_path):
+    from albedo_actors.auth.signin import SignIn, follow_redirect_agent
+    from albedo_actors.store import open_store
+
+    served = oauth_server()
+    config = ServerConfig(name="guarded", type="http", url=served.url)
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    store = open_store(str(home))
+    try:
+        record = SignIn(config, store, agent=follow_redirect_agent(), port=0, lifetime=10).run()
+    finally:
+        store.close()
+    [span] = spans("sign-in guarded")
+    assert span.attributes["mcp.server.name"] == "guarded"
+    assert span.status.status_code is not StatusCode.ERROR
+    secrets = [value for value in (record.access_token, record.refresh_token, record.client_secret) if value]
+    assert secrets
+    for each in EXPORTER.get_finished_spans():
+        for value in each.attributes.values():
+            assert not any(secret in str(value) for secret in secrets), f"a secret in {each.name}"

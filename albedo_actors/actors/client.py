@@ -79,9 +79,16 @@ class ServerLost:
 class Connect(Request):
     """``reply`` resolves with the live :class:`Connection`, dialling one when there is
     none; it fails with :class:`Unavailable` (or :class:`Incompatible`) when the dial
-    fails or the client is closing. Every dial is bounded by ``startupTimeoutMs``."""
+    fails or the client is closing. Every dial is bounded by ``startupTimeoutMs``.
+    ``context``: the asker's OpenTelemetry context (wire/telemetry.py), carried to the
+    dial's thread so that its spans are the asker's children."""
 
-    __slots__ = ()
+    __slots__ = ("context",)
+    context: object | None
+
+    def __init__(self, context: object | None = None, *, reply: Any = None) -> None:
+        super().__init__(reply=reply)
+        set_field(self, "context", context)
 
 
 class Close(Message):
@@ -217,7 +224,7 @@ class ServerClient(pykka.ThreadingActor):
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Connect):
-            self._on_connect(message.reply)
+            self._on_connect(message.reply, message.context)
         elif isinstance(message, Close):
             self._close()
         elif isinstance(message, _Notified):
@@ -234,7 +241,7 @@ class ServerClient(pykka.ThreadingActor):
             return super().on_receive(message)
         return None
 
-    def _on_connect(self, reply: concurrent.futures.Future) -> None:
+    def _on_connect(self, reply: concurrent.futures.Future, context: object | None = None) -> None:
         if self._connection is not None:
             if self._connection.alive:
                 resolve(reply, self._connection)
@@ -248,7 +255,7 @@ class ServerClient(pykka.ThreadingActor):
             fail(reply, Unavailable(self.config.name, "the client is closing"))
             return
         if self._dial is None:
-            self._start_dial()
+            self._start_dial(context)
         assert self._dial is not None
         chain(self._dial, reply)
 
@@ -353,8 +360,11 @@ class ServerClient(pykka.ThreadingActor):
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _start_dial(self) -> None:
+    def _start_dial(self, context: object | None = None) -> None:
+        """Dial on a helper thread; ``context``: the OpenTelemetry context it runs in."""
         self._attempt += 1
+        if self._attempt > 1:
+            telemetry.count("mcp.client.reconnects", self.config.name)
         self._rediscover = False
         attempt = self._attempt
         self._dial = concurrent.futures.Future()
@@ -377,6 +387,10 @@ class ServerClient(pykka.ThreadingActor):
             _tell(ref, _Closed(attempt, reason))
 
         def dial() -> None:
+            with telemetry.attached(context), telemetry.step("connect", config.name):
+                dial_in_context()
+
+        def dial_in_context() -> None:
             connection = catalogue = listen = None
             error: AlbedoError | None = None
             try:
@@ -464,7 +478,9 @@ class ServerClient(pykka.ThreadingActor):
 
         def run() -> None:
             try:
-                _tell(ref, _Discovered(attempt, discover(connection, timeout), None))
+                with telemetry.step("discovery", self.config.name):
+                    catalogue = discover(connection, timeout)
+                _tell(ref, _Discovered(attempt, catalogue, None))
             except AlbedoError as exc:
                 _tell(ref, _Discovered(attempt, None, exc))
 
@@ -796,7 +812,7 @@ class ServerHandle:
         live = self._live
         if live is not None and live.alive:
             return live  # the hot path: no hop through the actor's mailbox
-        asked = Connect()
+        asked = Connect(telemetry.capture())
         try:
             self._ref.tell(asked)  # starts the actor on the first dial
         except pykka.ActorDeadError:

@@ -54,6 +54,7 @@ from ..errors import RefreshDeferred, StoreError
 from .http import TIMEOUT_S, AuthHttp
 from .record import OAuthRecord, from_credentials, usable
 from .tokens import TokenError
+from ..wire import telemetry
 
 if TYPE_CHECKING:  # the records' types only: no layer below actors/ loads the store
     from ..store.records import Credentials
@@ -129,9 +130,12 @@ def refresh_held(store: RefreshStore, server: ServerConfig, seen: str | None, en
     taken = claimed.record
     refused: TokenError | None = None
     try:
-        with http_factory(server) as http:
+        # Its span carries the server's name only: never a token or an assertion.
+        with telemetry.step("token refresh", server.name), http_factory(server) as http:
             fresh = _request(http, server, taken, environ)
+        telemetry.count("mcp.client.token_refreshes", server.name, outcome="refreshed")
     except TokenError as exc:
+        telemetry.count("mcp.client.token_refreshes", server.name, outcome="deferred" if exc.transient else "refused")
         if exc.transient:
             _release(store, server, owner)
             log.warning("server %r: token refresh failed for now (%s); the tokens are kept", server.name, exc)

@@ -34,6 +34,7 @@ from .http import AuthHttp, AuthHttpError, AuthReply
 from .record import OAuthRecord, from_credentials, usable
 from .registration import ClientRegistration, RegistrationError
 from .tokens import TokenError, TokenSet
+from ..wire import telemetry
 from ..wire.jsonrpc import Json
 
 if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
@@ -742,6 +743,11 @@ class SignIn:
         return listener.offer(url)
 
     def run(self, challenge: Challenge | None = None) -> OAuthRecord:
+        # Its span carries the server's name only: never a token, secret or assertion.
+        with telemetry.step("sign-in", self.server.name):
+            return self._run(challenge)
+
+    def _run(self, challenge: Challenge | None) -> OAuthRecord:
         name = self.server.name
         own_http = self._http is None
         # Every request of the sign-in goes only where the server's own kind of address allows
