@@ -47,6 +47,16 @@ CHILD = r"""
 import json, sys
 job = json.loads(sys.argv[1])
 watched = job["watched"]
+for name in job.get("absent", ()):  # as if not installed: importing it fails
+    import importlib.abc
+
+    class Absent(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path=None, target=None, name=name):
+            if fullname == name or fullname.startswith(name + "."):
+                raise ModuleNotFoundError(f"No module named {fullname!r}")
+            return None
+
+    sys.meta_path.insert(0, Absent())
 steps = {}
 
 def step(name):
@@ -96,10 +106,11 @@ def child_env() -> dict[str, str]:
 
 
 def run_child(tmp_path, server: dict, via: str = "runtime", store: bool = False,
-              watched: tuple[str, ...] = WATCHED) -> dict:
+              watched: tuple[str, ...] = WATCHED, absent: tuple[str, ...] = ()) -> dict:
     home = tmp_path / "child-home"
     home.mkdir(mode=0o700, exist_ok=True)
-    job = {"watched": list(watched), "server": server, "via": via, "store": store, "home": str(home)}
+    job = {"watched": list(watched), "server": server, "via": via, "store": store, "home": str(home),
+           "absent": list(absent)}
     done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(job)], cwd=str(tmp_path), env=child_env(),
                           capture_output=True, text=True, timeout=CHILD_TIMEOUT)
     assert done.returncode == 0, f"the child failed: {done.stderr[-2000:]}"
@@ -144,6 +155,24 @@ def test_a_stdio_only_host_calls_without_loading_http_oauth_or_the_store(tmp_pat
     assert child["answer"] == "lazy"
     for name, loaded in child["steps"].items():
         assert [m for m in loaded if m in NOT_FOR_STDIO] == [], f"{name}: {loaded}"
+
+
+OTEL = ("opentelemetry", "opentelemetry.trace", "opentelemetry.metrics", "opentelemetry.sdk")
+
+
+@pytest.mark.parametrize("via", ["runtime", "handle"])
+def test_without_the_otel_extra_nothing_of_opentelemetry_is_imported_and_calls_work(tmp_path, via):
+    child = run_child(tmp_path, stdio_server(), via=via, watched=OTEL, absent=("opentelemetry",))
+    assert child["answer"] == "lazy"
+    assert child["steps"] and all(loaded == [] for loaded in child["steps"].values()), child["steps"]
+
+
+def test_with_the_api_installed_it_loads_at_the_first_request_and_no_sdk_is_loaded(tmp_path):
+    # The test environment has the API (and the SDK, which no host here configures).
+    child = run_child(tmp_path, stdio_server(), via="handle", watched=OTEL)
+    assert child["answer"] == "lazy"
+    assert child["steps"]["imported"] == []
+    assert child["steps"]["called"] == ["opentelemetry", "opentelemetry.trace", "opentelemetry.metrics"]
 
 
 def test_a_stdio_host_with_its_store_loads_peewee_with_the_store_and_nothing_for_http(tmp_path):
