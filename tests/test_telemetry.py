@@ -39,8 +39,11 @@ def otel():
         metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
         _installed.append(True)
     EXPORTER.clear()
+    telemetry.configure(enabled=True)
     yield EXPORTER  # each test starts with the defaults (recording content is off)
-    telemetry.configure(enabled=True, record_content=False, merge_tool_span=False)
+    # The provider stays for the process: later tests in it (their exact _meta, their
+    # headers) run as a host without an SDK would, with nothing recorded nor sent.
+    telemetry.configure(enabled=False, record_content=False, merge_tool_span=False)
 
 
 def spans(name: str) -> list:
@@ -184,18 +187,28 @@ def test_over_http_the_trace_context_is_in_meta_and_in_the_headers(otel, clients
         assert "mcp.session.id" not in attributes
 
 
+def points_of(name: str) -> list:
+    """The data points of metric ``name`` so far (cumulative, the SDK's default)."""
+    found = []
+    data = READER.get_metrics_data()
+    for resource in data.resource_metrics if data is not None else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == name:
+                    assert metric.unit == ("s" if name.endswith(".duration") else "")
+                    found.extend(metric.data.data_points)
+    return found
+
+
+def counted(name: str, server: str) -> int:
+    return sum(point.value for point in points_of(name) if point.attributes.get("mcp.server.name") == server)
+
+
 def test_the_operation_duration_histogram_has_data_points(otel, clients):
     handle = clients.start(fault_config("f"))
     handle.connect()
     handle.call_tool("echo", {"text": "hi"})
-    points = []
-    data = READER.get_metrics_data()
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                if metric.name == "mcp.client.operation.duration":
-                    assert metric.unit == "s"
-                    points.extend(metric.data.data_points)
+    points = points_of("mcp.client.operation.duration")
     calls = [p for p in points if p.attributes.get("gen_ai.tool.name") == "echo"]
     assert calls and calls[0].count >= 1
     assert tuple(calls[0].explicit_bounds) == telemetry.DURATION_BUCKETS
@@ -248,3 +261,25 @@ def test_a_sign_in_has_its_span_and_no_secret_in_any_attribute(otel, oauth_serve
     for each in EXPORTER.get_finished_spans():
         for value in each.attributes.values():
             assert not any(secret in str(value) for secret in secrets), f"a secret in {each.name}"
+
+
+def test_a_session_era_connection_records_its_duration_and_a_reconnect_is_counted(otel, clients):
+    handle = clients.start(fault_config("legacy-f", "--era", "legacy"))
+    handle.connect()
+    with pytest.raises(albedo_actors.errors.UnknownOutcome):
+        handle.call_tool("die")  # the server exits: the session ends
+    assert text_of(handle.call_tool("echo", {"text": "again"})) == "again"  # dialled again
+    assert counted("mcp.client.reconnects", "legacy-f") == 1
+    sessions = [p for p in points_of("mcp.client.session.duration") if p.attributes.get("network.transport") == "pipe"]
+    assert sessions and sum(p.count for p in sessions) >= 1
+    assert tuple(sessions[0].explicit_bounds) == telemetry.DURATION_BUCKETS
+
+
+def test_a_server_left_out_of_a_session_is_counted(otel, tmp_path):
+    from albedo_actors.binding import Mcp
+    from helpers import composed
+
+    before = counted("mcp.client.servers_left_out", "broken")
+    with composed(str(tmp_path / "home"), fault_config("f"), fault_config("broken", "--stderr-and-exit", "2")) as ref:
+        assert any(t["server"] == "f" for t in Mcp(ref).tools())
+    assert counted("mcp.client.servers_left_out", "broken") == before + 1

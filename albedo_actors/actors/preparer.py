@@ -420,6 +420,11 @@ class RuntimePreparer(pykka.ThreadingActor):
                         catalogues[name] = now
             catalogues, on_hold = self._review(catalogues, policies or {}, left_out, warnings)
         handles = {name: handle for name, handle in applied.handles.items() if name in catalogues}
+        # Counted per preparation: operators watch how often servers are left out or hold tools.
+        for name in left_out:
+            telemetry.count("mcp.client.servers_left_out", name)
+        for name, holds in on_hold.items():
+            telemetry.count("mcp.client.tools_held", name, len(holds))
         composition = Composition(handles, catalogues, left_out, tuple(warnings), applied.retired,
                                   held=tuple(applied.handles.values()), switched_off=off, on_hold=on_hold,
                                   misconfigured=frozenset(misconfigured),

@@ -188,6 +188,7 @@ class RpcChannel:
         # opener), and the era once negotiated (set by the Connection).
         self.telemetry: dict[str, Any] = {}
         self.negotiated: mcp.Negotiated | None = None
+        self.opened_at = 0.0  # time.monotonic() when negotiated
 
     def attach(self, link: Link) -> None:
         self._link = link
@@ -421,7 +422,13 @@ class RpcChannel:
 
     def connection_lost(self, reason: str, local: bool = False) -> None:
         """The transport ended: fail every pending request at once."""
+        first = self._closed_reason is None
         self._closed_reason = reason
+        negotiated = self.negotiated
+        if first and negotiated is not None and not negotiated.modern and telemetry.api() is not None:
+            # mcp.client.session.duration: a session-era connection's whole life.
+            attributes = {**self.telemetry, "mcp.protocol.version": negotiated.version}
+            telemetry.session_ended(time.monotonic() - self.opened_at, attributes)
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:

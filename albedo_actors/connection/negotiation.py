@@ -75,6 +75,7 @@ class Connection:
         self.server = channel.server
         self.negotiated = negotiated  # the one value of era and version; the link speaks it too
         channel.negotiated = negotiated
+        channel.opened_at = time.monotonic()
         link.use(negotiated)
         capabilities = opened.get("capabilities")
         self.capabilities: dict[str, Any] = capabilities if isinstance(capabilities, dict) else {}
