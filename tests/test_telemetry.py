@@ -185,6 +185,11 @@ def test_over_http_the_trace_context_is_in_meta_and_in_the_headers(otel, clients
         assert attributes["mcp.session.id"], "a session-era call without its session id"
     else:
         assert "mcp.session.id" not in attributes
+        # The held-open listen (sent by the link's listener thread) carries it too.
+        [listen] = [r for r in server.requests if r.method == "POST" and r.body
+                    and r.json().get("method") == "subscriptions/listen"]
+        assert listen.header("traceparent", "").startswith("00-")
+        assert listen.json()["params"]["_meta"]["traceparent"] == listen.header("traceparent")
 
 
 def points_of(name: str) -> list:

@@ -16,7 +16,8 @@ What is recorded follows the OpenTelemetry semantic conventions for MCP
 - ``error.type``: the JSON-RPC error code, ``tool_error`` for an ``isError`` result,
   else the error's class name; the span's status is then ERROR;
 - the request's ``params._meta`` gets the configured propagators' fields
-  (``traceparent``, ``tracestate``, ``baggage``; 2026-07-28 basic/utilities/tracing)
+  (``traceparent``, ``tracestate``, ``baggage``: 2026-07-28 reserves these unprefixed
+  ``_meta`` keys for W3C trace context and baggage)
   and an HTTP request the ``traceparent``/``tracestate`` headers. Nothing a server
   sends is ever read as a carrier (nothing is extracted here);
 - ``mcp.client.operation.duration`` (seconds, the conventions' buckets) per request,

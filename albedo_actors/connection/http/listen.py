@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from typing import Any
 
 from ...transport.http import Exchange, HttpFailed, decode_message
 from ...wire import jsonrpc, mcp
@@ -116,8 +117,12 @@ class Listener:
             else:
                 flow = link.auth_flow("POST", nonce=False)
                 pending = channel.reserve("subscriptions/listen")
-                message = jsonrpc.request(pending.id, "subscriptions/listen",
-                                          mcp.modern_params({"notifications": self._filters}, link.version, channel.capabilities))
+                params: dict[str, Any] | None = mcp.modern_params({"notifications": self._filters}, link.version,
+                                                                  channel.capabilities)
+                if telemetry.api() is not None:  # its span, and trace context as every request has
+                    pending.span, params = telemetry.start_request("subscriptions/listen", params,
+                                                                   channel.telemetry_attributes(), pending.id)
+                message = jsonrpc.request(pending.id, "subscriptions/listen", params)
                 reply = link.transport.send("POST", link.post_headers(message, begin(flow)), exchange,
                                             body=jsonrpc.encode(message))
         except HttpFailed as exc:  # nobody waits on this stream: it is reopened, or given up
