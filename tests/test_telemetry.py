@@ -8,7 +8,11 @@ SDK's in-memory span exporter and metric reader are installed once for this proc
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 from opentelemetry import baggage, context, metrics, trace
@@ -288,3 +292,39 @@ def test_a_server_left_out_of_a_session_is_counted(otel, tmp_path):
     with composed(str(tmp_path / "home"), fault_config("f"), fault_config("broken", "--stderr-and-exit", "2")) as ref:
         assert any(t["server"] == "f" for t in Mcp(ref).tools())
     assert counted("mcp.client.servers_left_out", "broken") == before + 1
+
+
+NO_SDK = r"""
+import json, sys
+from opentelemetry import context, propagate
+from albedo_actors.config import ServerConfig
+from albedo_actors.actors.client import ServerHandle
+handle = ServerHandle.start(ServerConfig(name="f", type="stdio", command=sys.executable, args=tuple(sys.argv[3:])), sys.argv[1])
+try:
+    handle.connect(60)
+    handle.call_tool("echo", {"text": "no context"}, timeout=60)
+    token = context.attach(propagate.extract({"traceparent": sys.argv[2]}))  # a host's incoming request
+    try:
+        handle.call_tool("echo", {"text": "remote parent"}, timeout=60)
+    finally:
+        context.detach(token)
+finally:
+    handle.stop()
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("opentelemetry.sdk"))))
+"""
+
+
+def test_with_the_api_and_no_sdk_no_span_is_made_and_a_hosts_own_context_still_reaches_the_server(tmp_path):
+    from helpers import FAULT_SERVER
+
+    record = tmp_path / "received.jsonl"
+    remote = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(albedo_actors.__file__)))}
+    done = subprocess.run([sys.executable, "-c", NO_SDK, str(tmp_path), remote, FAULT_SERVER, "--record", str(record)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+    calls = [m for m in read_record(record) if m.get("method") == "tools/call"]
+    assert [c["params"]["arguments"]["text"] for c in calls] == ["no context", "remote parent"]
+    assert "traceparent" not in calls[0]["params"].get("_meta", {})
+    assert calls[1]["params"]["_meta"]["traceparent"] == remote

@@ -224,7 +224,7 @@ class RpcChannel:
                 raise TimedOut(self.server, f"{method} was not sent: its caller gave it up", sent=False)
             cancel.bind(lambda: self.interrupt(pending))
         if telemetry.api() is not None:
-            pending.span, params = telemetry.start_request(method, params, self.telemetry_attributes(), pending.id)
+            pending.span, params = telemetry.start_request(method, params, self.telemetry_attributes, pending.id)
         try:
             self._attached().send_request(pending, jsonrpc.request(pending.id, method, params), deadline)
         except LinkClosed:

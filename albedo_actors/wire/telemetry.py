@@ -38,7 +38,7 @@ import re
 import sys
 import threading
 import time
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from .text import json_text, printable
 
@@ -94,8 +94,10 @@ class _Api:
 
     def __init__(self) -> None:
         from opentelemetry import context, metrics, propagate, trace
+        from opentelemetry.metrics import _internal as metrics_internal
 
         self.context = context
+        self._metrics = metrics_internal
         self.trace = trace
         self.propagate = propagate
         self.kind = trace.SpanKind.CLIENT
@@ -111,6 +113,13 @@ class _Api:
             "mcp.client.session.duration", unit="s", description="The duration of the MCP session as observed on the "
                                                                   "MCP client", explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS))
         self.counters = {name: meter.create_counter(name, description=text) for name, text in COUNTERS.items()}
+
+    def unconfigured(self) -> bool:
+        """True while the host has set neither a tracer nor a meter provider (no SDK):
+        every span and instrument is then the API's no-op one, and is skipped. Read from
+        the API's globals (one read each; a missing one counts as set, so an API that
+        renames them loses only the shortcut)."""
+        return getattr(self.trace, "_TRACER_PROVIDER", 0) is None and getattr(self._metrics, "_METER_PROVIDER", 0) is None
 
 
 def api() -> _Api | None:
@@ -216,11 +225,11 @@ class RequestSpan:
             self._api.operation.record(time.monotonic() - self._start, self._attributes)
 
 
-def start_request(method: str, params: dict[str, Any] | None, base: Mapping[str, Any],
+def start_request(method: str, params: dict[str, Any] | None, base: Callable[[], Mapping[str, Any]],
                   request_id: int) -> tuple[RequestSpan | None, dict[str, Any] | None]:
     """Start the span of one request; return it and the params to send.
 
-    ``base``: the connection's attributes (``network.transport``, ``server.address``,
+    ``base``: gives the connection's attributes (``network.transport``, ``server.address``,
     ``server.port``, ``mcp.protocol.version``, ``mcp.session.id``). The params returned
     carry the trace context in ``_meta`` (a copy; the caller's dict is not changed).
     Without the API (or disabled): (None, params) unchanged.
@@ -228,8 +237,13 @@ def start_request(method: str, params: dict[str, Any] | None, base: Mapping[str,
     loaded = api()
     if loaded is None:
         return None, params
+    if loaded.unconfigured():
+        # No SDK: no span to make, and nothing to time. A context the host holds (say a
+        # traceparent it extracted itself, or baggage) still goes on to the server.
+        current = loaded.context.get_current()
+        return None, (_with_context(loaded, params, current) if current else params)
     name, attributes = _target(method, params)
-    attributes.update(base)
+    attributes.update(base())
     span_attributes = dict(attributes)
     span_attributes["jsonrpc.request.id"] = str(request_id)
     if SETTINGS.record_content and params is not None and method in ("tools/call", "prompts/get"):
@@ -245,17 +259,24 @@ def start_request(method: str, params: dict[str, Any] | None, base: Mapping[str,
     if span is None:
         span = loaded.tracer.start_span(name, kind=loaded.kind, attributes=span_attributes)
         own = True
-    carrier: dict[str, str] = {}
-    loaded.propagate.inject(carrier, context=loaded.trace.set_span_in_context(span))
-    if carrier:
-        params = dict(params or {})
-        meta = dict(params.get("_meta") or {})
-        for key in PROPAGATED:
-            if key in carrier:
-                meta[key] = carrier[key]
-        params["_meta"] = meta
+    params = _with_context(loaded, params, loaded.trace.set_span_in_context(span))
     metric = {key: value for key, value in attributes.items() if key != "mcp.session.id"}
     return RequestSpan(loaded, span, own, metric), params
+
+
+def _with_context(loaded: _Api, params: dict[str, Any] | None, context: Any) -> dict[str, Any] | None:
+    """``params`` with ``context`` injected into its ``_meta`` (a copy when anything is)."""
+    carrier: dict[str, str] = {}
+    loaded.propagate.inject(carrier, context=context)
+    if not carrier:
+        return params
+    params = dict(params or {})
+    meta = dict(params.get("_meta") or {})
+    for key in PROPAGATED:
+        if key in carrier:
+            meta[key] = carrier[key]
+    params["_meta"] = meta
+    return params
 
 
 def trace_headers(params: Any) -> dict[str, str]:

@@ -121,7 +121,7 @@ class Listener:
                                                                   channel.capabilities)
                 if telemetry.api() is not None:  # its span, and trace context as every request has
                     pending.span, params = telemetry.start_request("subscriptions/listen", params,
-                                                                   channel.telemetry_attributes(), pending.id)
+                                                                   channel.telemetry_attributes, pending.id)
                 message = jsonrpc.request(pending.id, "subscriptions/listen", params)
                 reply = link.transport.send("POST", link.post_headers(message, begin(flow)), exchange,
                                             body=jsonrpc.encode(message))
