@@ -15,39 +15,21 @@ import subprocess
 import sys
 
 import pytest
-from opentelemetry import baggage, context, metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry import baggage, context, trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 import albedo_actors
 from albedo_actors.config import ServerConfig
 from albedo_actors.wire import telemetry
 from helpers import fault_config, read_record, text_of
-
-EXPORTER = InMemorySpanExporter()
-READER = InMemoryMetricReader()
-_installed: list[bool] = []
+from otel_kit import EXPORTER, counted, points_of, recording
 
 
 @pytest.fixture
 def otel():
-    """The SDK with in-memory export, installed once; each test starts with no spans."""
-    if not _installed:
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-        trace.set_tracer_provider(provider)
-        metrics.set_meter_provider(MeterProvider(metric_readers=[READER]))
-        _installed.append(True)
-    EXPORTER.clear()
-    telemetry.configure(enabled=True)
-    yield EXPORTER  # each test starts with the defaults (recording content is off)
-    # The provider stays for the process: later tests in it (their exact _meta, their
-    # headers) run as a host without an SDK would, with nothing recorded nor sent.
-    telemetry.configure(enabled=False, record_content=False, merge_tool_span=False)
+    """The SDK with in-memory export (tests/otel_kit.py); each test starts with no spans."""
+    with recording() as exporter:
+        yield exporter
 
 
 def spans(name: str) -> list:
@@ -194,23 +176,6 @@ def test_over_http_the_trace_context_is_in_meta_and_in_the_headers(otel, clients
                     and r.json().get("method") == "subscriptions/listen"]
         assert listen.header("traceparent", "").startswith("00-")
         assert listen.json()["params"]["_meta"]["traceparent"] == listen.header("traceparent")
-
-
-def points_of(name: str) -> list:
-    """The data points of metric ``name`` so far (cumulative, the SDK's default)."""
-    found = []
-    data = READER.get_metrics_data()
-    for resource in data.resource_metrics if data is not None else ():
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                if metric.name == name:
-                    assert metric.unit == ("s" if name.endswith(".duration") else "")
-                    found.extend(metric.data.data_points)
-    return found
-
-
-def counted(name: str, server: str) -> int:
-    return sum(point.value for point in points_of(name) if point.attributes.get("mcp.server.name") == server)
 
 
 def test_the_operation_duration_histogram_has_data_points(otel, clients):

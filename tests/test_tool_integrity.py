@@ -697,3 +697,18 @@ def test_a_preparations_dial_older_than_the_doctors_check_is_not_reviewed_after_
             daemon.stop()
     finally:
         store.close()
+
+
+def test_a_held_tool_is_counted_for_operators(tmp_path, stdio_rug):
+    # issue 28: the mcp.client.tools_held counter (docs/observability.rst).
+    from otel_kit import counted, recording
+
+    with recording():
+        before = counted("mcp.client.tools_held", NAME)
+        configure(tmp_path / "home", stdio_rug)
+        with Host(tmp_path / "home") as host:
+            assert counted("mcp.client.tools_held", NAME) == before  # the first catalogue is trusted
+            stdio_rug.change_description("lookup", EVIL)
+            host.pulled(stdio_rug)
+            assert "lookup" in held_tools(host.composition)
+            assert counted("mcp.client.tools_held", NAME) > before
