@@ -293,3 +293,35 @@ def test_with_the_api_and_no_sdk_no_span_is_made_and_a_hosts_own_context_still_r
     assert [c["params"]["arguments"]["text"] for c in calls] == ["no context", "remote parent"]
     assert "traceparent" not in calls[0]["params"].get("_meta", {})
     assert calls[1]["params"]["_meta"]["traceparent"] == remote
+
+
+def test_a_token_refresh_has_its_span_and_is_counted_with_no_secret_in_any_attribute(otel, oauth_server, tmp_path):
+    from albedo_actors.auth.signin import SignIn, follow_redirect_agent
+    from albedo_actors.config import McpConfig
+    from albedo_actors.runtime import Runtime
+    from albedo_actors.store import open_store
+
+    served = oauth_server()
+    config = ServerConfig(name="guarded", type="http", url=served.url, startup_timeout_ms=15000, call_timeout_ms=15000)
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    store = open_store(str(home))
+    try:
+        first = SignIn(config, store, agent=follow_redirect_agent(), port=0, lifetime=10).run()
+        served.expire()  # the stored access token is refused from now on: the call refreshes it
+        before = counted("mcp.client.token_refreshes", "guarded")
+        with Runtime(str(home), store, config=McpConfig(home=str(home), servers=(config,)), enabled=True) as runtime:
+            record = runtime.mcp().call("guarded/echo", text="refreshed")
+            assert not record.isError
+        from albedo_actors.auth.record import from_credentials
+        now = from_credentials(store.get_credentials("guarded"))
+    finally:
+        store.close()
+    assert served.stats()["token_requests"]["refresh_token"] == 1
+    [span] = spans("token refresh guarded")
+    assert span.attributes["mcp.server.name"] == "guarded"
+    assert counted("mcp.client.token_refreshes", "guarded") == before + 1
+    secrets = [value for value in (first.access_token, first.refresh_token, now.access_token, now.refresh_token) if value]
+    for each in EXPORTER.get_finished_spans():
+        for value in each.attributes.values():
+            assert not any(secret in str(value) for secret in secrets), f"a secret in {each.name}"
