@@ -325,3 +325,28 @@ def test_a_token_refresh_has_its_span_and_is_counted_with_no_secret_in_any_attri
     for each in EXPORTER.get_finished_spans():
         for value in each.attributes.values():
             assert not any(secret in str(value) for secret in secrets), f"a secret in {each.name}"
+
+
+def test_a_failing_propagator_costs_the_request_its_span_never_the_request(otel, clients):
+    from opentelemetry import propagate
+    from opentelemetry.propagators.textmap import TextMapPropagator
+
+    class Broken(TextMapPropagator):
+        def inject(self, carrier, context=None, setter=None):
+            raise RuntimeError("broken propagator")
+
+        def extract(self, carrier, context=None, getter=None):
+            return context
+
+        @property
+        def fields(self):
+            return set()
+
+    handle = clients.start(fault_config("f"))
+    handle.connect()
+    kept = propagate.get_global_textmap()
+    propagate.set_global_textmap(Broken())
+    try:
+        assert text_of(handle.call_tool("echo", {"text": "still"})) == "still"
+    finally:
+        propagate.set_global_textmap(kept)

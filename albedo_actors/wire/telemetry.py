@@ -65,6 +65,7 @@ class _Settings:
 
 
 SETTINGS = _Settings()
+_log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _api: _Api | None = None
 _missing = False  # the API is not installed: never tried again
@@ -193,10 +194,17 @@ class RequestSpan:
         self._held = attributes.get("mcp.method.name") == "subscriptions/listen"
 
     def end(self, result: Mapping[str, Any] | None = None, error: BaseException | None = None) -> None:
-        """End with ``result`` or ``error`` (neither: the request was abandoned)."""
+        """End with ``result`` or ``error`` (neither: the request was abandoned). Never
+        raises: it runs on the reader thread before the caller is woken."""
         if self._ended:
             return
         self._ended = True
+        try:
+            self._end(result, error)
+        except Exception as exc:  # noqa: BLE001 - a failing SDK or exporter never fails a call
+            _log.debug("the span of a request could not be ended: %s", type(exc).__name__)
+
+    def _end(self, result: Mapping[str, Any] | None, error: BaseException | None) -> None:
         span = self._span
         error_type: str | None = None
         if error is not None and self._held and not isinstance(getattr(error, "code", None), int):
@@ -227,6 +235,17 @@ class RequestSpan:
 
 def start_request(method: str, params: dict[str, Any] | None, base: Callable[[], Mapping[str, Any]],
                   request_id: int) -> tuple[RequestSpan | None, dict[str, Any] | None]:
+    """Start the span of one request (:func:`_start_request`); never raises: a failing
+    SDK or propagator costs the request its span, never the request."""
+    try:
+        return _start_request(method, params, base, request_id)
+    except Exception as exc:  # noqa: BLE001 - the request goes out as it would without telemetry
+        _log.debug("the span of %s could not be started: %s", method, type(exc).__name__)
+        return None, params
+
+
+def _start_request(method: str, params: dict[str, Any] | None, base: Callable[[], Mapping[str, Any]],
+                   request_id: int) -> tuple[RequestSpan | None, dict[str, Any] | None]:
     """Start the span of one request; return it and the params to send.
 
     ``base``: gives the connection's attributes (``network.transport``, ``server.address``,
