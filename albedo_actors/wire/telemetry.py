@@ -3,8 +3,10 @@
 Only with the ``otel`` extra (``opentelemetry-api``); the SDK and its exporters are the
 host's choice (docs/observability.rst). The API is imported at the first request, and
 only if it is installed: without it nothing of OpenTelemetry is imported and every
-function here is a few attribute reads. With the API but no SDK, the tracer and meter
-are the API's no-op ones.
+function here is a few attribute reads. With the API but no SDK (no tracer or meter
+provider set), no span is made and nothing is timed; only a context the host holds is
+injected. :func:`configure` holds the host's switches. Nothing here ever fails a
+request: a failing SDK or propagator costs the request its span.
 
 What is recorded follows the OpenTelemetry semantic conventions for MCP
 (gen-ai/mcp.md):
@@ -95,10 +97,10 @@ class _Api:
 
     def __init__(self) -> None:
         from opentelemetry import context, metrics, propagate, trace
-        from opentelemetry.metrics import _internal as metrics_internal
 
         self.context = context
-        self._metrics = metrics_internal
+        # Where the API keeps its global meter provider (read by unconfigured() only).
+        self._metrics = sys.modules.get("opentelemetry.metrics._internal")
         self.trace = trace
         self.propagate = propagate
         self.kind = trace.SpanKind.CLIENT
@@ -134,6 +136,9 @@ def api() -> _Api | None:
                 try:
                     _api = _Api()
                 except ImportError:
+                    _missing = True
+                except Exception as exc:  # noqa: BLE001 - an API that fails to load: as if absent
+                    _log.warning("OpenTelemetry could not be loaded (%s: %s); nothing is traced", type(exc).__name__, exc)
                     _missing = True
     return _api
 
