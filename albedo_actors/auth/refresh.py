@@ -43,7 +43,6 @@ this refresh.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 import uuid
 from contextlib import AbstractContextManager
@@ -60,7 +59,7 @@ if TYPE_CHECKING:  # the records' types only: no layer below actors/ loads the s
     from ..store.records import Credentials
     from ..store.store import Lease
 
-log = logging.getLogger(__name__)
+log = telemetry.logger(__name__)  # records carry the server and trace ids
 
 # A refresh lease outlives the token request's whole deadline (10 s) 2.5 times over.
 LEASE_S = 2.5 * TIMEOUT_S

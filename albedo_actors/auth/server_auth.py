@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
+from ..wire import telemetry
 from ..config import ServerConfig
 from ..errors import AlbedoError, AuthError, NeedsSignIn, RefreshDeferred, StoreError, TimedOut
 from ..wire.deadline import Bound
@@ -31,7 +31,7 @@ from .refresh import REFRESH_WAIT_S
 if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
     from ..store.records import Credentials
 
-log = logging.getLogger(__name__)
+log = telemetry.logger(__name__)  # records carry the server and trace ids
 
 # The grants that sign in with no user: a refusal is fixed in the configuration, not by signing in.
 MACHINE_GRANTS = ("client_credentials", "jwt-bearer")

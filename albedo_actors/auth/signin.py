@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import os
 import threading
 import time
@@ -40,7 +39,7 @@ from ..wire.jsonrpc import Json
 if TYPE_CHECKING:  # the record's type only: no layer below actors/ loads the store
     from ..store.records import Credentials
 
-log = logging.getLogger(__name__)
+log = telemetry.logger(__name__)  # records carry the server and trace ids
 
 CLIENT_NAME = "albedo_actors"
 # What a failure line adds when it forgot the kept registration (the next sign-in registers anew).

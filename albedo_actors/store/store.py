@@ -47,6 +47,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import peewee
 from peewee import PostgresqlDatabase, SqliteDatabase
 
+from ..wire import telemetry
 from ..errors import StoreError
 from ..wire.jsonrpc import MAX_DEPTH, Json  # the wire's nesting bound (store may import wire: it is pure)
 from ..safefiles import FileRefused, check_not_link, make_private_dirs, open_private
@@ -58,7 +59,7 @@ from .sealing import StoreKeys
 __all__ = ["open_store", "Store", "CredentialsWriter", "Lease", "MAX_CATALOGUE_BYTES", "DB_FILENAME", "BUSY_TIMEOUT_S",
            "visible"]
 
-log = logging.getLogger(__name__)
+log = telemetry.logger(__name__)  # records carry the server and trace ids
 
 DB_FILENAME = "albedo.db"
 # A saved catalogue larger than this (as UTF-8 JSON) is refused.
