@@ -103,6 +103,9 @@ def test_an_is_error_result_is_a_tool_error_and_a_json_rpc_error_is_its_code(ote
     assert span.status.status_code is StatusCode.ERROR
     with pytest.raises(albedo_actors.errors.RemoteError) as raised:
         handle.get_prompt("no-such-prompt")
+    handle.read_resource("demo://readme")
+    [span] = spans("resources/read")
+    assert span.attributes["mcp.resource.uri"] == "demo://readme"
     [span] = spans("prompts/get no-such-prompt")
     assert span.attributes["gen_ai.prompt.name"] == "no-such-prompt"
     assert span.attributes["error.type"] == str(raised.value.code)

@@ -174,6 +174,10 @@ def _target(method: str, params: Mapping[str, Any] | None) -> tuple[str, dict[st
     if method == "prompts/get" and isinstance(name, str):
         attributes["gen_ai.prompt.name"] = name
         return f"{method} {name}", attributes
+    uri = params.get("uri") if params is not None else None
+    if isinstance(uri, str) and method.startswith("resources/"):
+        # Conditionally required by the conventions; never in the span's name (cardinality).
+        attributes["mcp.resource.uri"] = uri
     return method, attributes
 
 
