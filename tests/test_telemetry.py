@@ -124,6 +124,26 @@ def test_arguments_and_results_are_recorded_only_when_the_host_opts_in(otel, cli
     assert "\x1b" not in span.attributes["gen_ai.tool.call.result"], "a control character reached an attribute"
 
 
+def test_recorded_arguments_and_results_never_hold_the_servers_secret_values(otel, clients, monkeypatch):
+    secret = "otel-env-secret-7d1c2e"
+    monkeypatch.setenv("OTEL_TEST_TOKEN_VAR", secret)
+    handle = clients.start(fault_config("f", env={"TOKEN": "OTEL_TEST_TOKEN_VAR"}))
+    handle.connect()
+    telemetry.configure(record_content=True)
+    assert secret in text_of(handle.call_tool("echo", {"text": f"the token is {secret}"}))  # it did reach the server
+    [span] = spans("tools/call echo")
+    for key in ("gen_ai.tool.call.arguments", "gen_ai.tool.call.result"):
+        assert secret not in span.attributes[key] and "***" in span.attributes[key], key
+    handle.call_tool("env")  # the server's environment, its TOKEN included
+    [span] = spans("tools/call env")
+    assert secret not in span.attributes["gen_ai.tool.call.result"]
+
+
+def test_an_http_servers_header_values_are_its_secrets():
+    assert telemetry.header_secrets({"Authorization": "Bearer tok-123", "X-Key": "k-456"}) == (
+        "Bearer tok-123", "tok-123", "k-456")
+
+
 def test_the_merge_option_puts_our_attributes_on_the_hosts_tool_span(otel, clients, tmp_path):
     record = tmp_path / "received.jsonl"
     handle = clients.start(fault_config("f", "--record", str(record)))
@@ -250,6 +270,8 @@ def test_a_session_era_connection_records_its_duration_and_a_reconnect_is_counte
     sessions = [p for p in points_of("mcp.client.session.duration") if p.attributes.get("network.transport") == "pipe"]
     assert sessions and sum(p.count for p in sessions) >= 1
     assert tuple(sessions[0].explicit_bounds) == telemetry.DURATION_BUCKETS
+    # The server ended the first session: its duration says so.
+    assert any(p.attributes.get("error.type") == "connection_lost" for p in sessions)
 
 
 def test_a_server_left_out_of_a_session_is_counted(otel, tmp_path):
@@ -353,3 +375,4 @@ def test_a_failing_propagator_costs_the_request_its_span_never_the_request(otel,
         assert text_of(handle.call_tool("echo", {"text": "still"})) == "still"
     finally:
         propagate.set_global_textmap(kept)
+    assert spans("tools/call echo"), "the span started before the propagator failed was never ended"

@@ -187,6 +187,9 @@ class RpcChannel:
         # OpenTelemetry: network.transport, server.address and server.port (set by the
         # opener), and the era once negotiated (set by the Connection).
         self.telemetry: dict[str, Any] = {}
+        # The server's secret values (its env's, its headers'): never in a span attribute
+        # (recorded arguments and results are redacted of them).
+        self.secrets: tuple[str, ...] = ()
         self.negotiated: mcp.Negotiated | None = None
         self.opened_at = 0.0  # time.monotonic() when negotiated
 
@@ -224,7 +227,8 @@ class RpcChannel:
                 raise TimedOut(self.server, f"{method} was not sent: its caller gave it up", sent=False)
             cancel.bind(lambda: self.interrupt(pending))
         if telemetry.api() is not None:
-            pending.span, params = telemetry.start_request(method, params, self.telemetry_attributes, pending.id)
+            pending.span, params = telemetry.start_request(method, params, self.telemetry_attributes, pending.id,
+                                                           secrets=self.secrets)
         try:
             self._attached().send_request(pending, jsonrpc.request(pending.id, method, params), deadline)
         except LinkClosed:
@@ -428,6 +432,8 @@ class RpcChannel:
         if first and negotiated is not None and not negotiated.modern and telemetry.api() is not None:
             # mcp.client.session.duration: a session-era connection's whole life.
             attributes = {**self.telemetry, "mcp.protocol.version": negotiated.version}
+            if not local:  # the server or the transport ended it, not we
+                attributes["error.type"] = "connection_lost"
             telemetry.session_ended(time.monotonic() - self.opened_at, attributes)
         with self._pool_lock:
             pool, self._pool = self._pool, None

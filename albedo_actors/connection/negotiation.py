@@ -286,6 +286,7 @@ def _open_once(
 
     channel = RpcChannel(server, on_notification, closed, handlers)
     channel.telemetry = {"network.transport": "pipe"}
+    channel.secrets = tuple(spec.secrets)
     transport = StdioTransport(spec, channel.feed_line, channel.connection_lost, name=server)
     link = StdioLink(channel, transport)
     channel.attach(link)
@@ -495,6 +496,7 @@ def open_http(
 
     channel = RpcChannel(server, on_notification, closed, handlers)
     channel.telemetry = _http_attributes(config.url)
+    channel.secrets = telemetry.header_secrets(headers)
     link = HttpLink(channel, HttpTransport(config.url, verify=config.ca_file or True), server, headers, auth=auth)
     channel.attach(link)
     track(link)

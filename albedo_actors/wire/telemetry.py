@@ -27,7 +27,8 @@ What is recorded follows the OpenTelemetry semantic conventions for MCP
   reconnects, token refreshes, servers left out and held tools.
 
 Arguments and results are recorded only when the host opts in (:func:`configure`),
-as one-line printable text (wire/text.py), cut to CONTENT_LIMIT characters. Sign-in,
+as one-line printable text (wire/text.py), with the server's secret values (its env's
+and headers' values) replaced by ``***``, cut to CONTENT_LIMIT characters. Sign-in,
 token refresh and discovery spans carry the server and the method only: never a token,
 secret or assertion.
 """
@@ -181,16 +182,41 @@ def _target(method: str, params: Mapping[str, Any] | None) -> tuple[str, dict[st
     return method, attributes
 
 
-def _content(value: Any) -> str:
-    return printable(json_text(value, indent=None), one_line=True, limit=CONTENT_LIMIT)
+REDACTED = "***"
+MIN_SECRET = 4  # shorter values are not redacted (they would blank ordinary text)
+
+
+def _content(value: Any, secrets: tuple[str, ...] = ()) -> str:
+    """An argument or result as one line of printable text, with the server's secret
+    values replaced (longest first), then cut to CONTENT_LIMIT."""
+    text = json_text(value, indent=None)
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= MIN_SECRET:
+            text = text.replace(secret, REDACTED)
+    return printable(text, one_line=True, limit=CONTENT_LIMIT)
+
+
+def header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The secret values of an HTTP server's headers: each value, and a credential
+    after its scheme (``Bearer TOKEN``: the token too)."""
+    found: list[str] = []
+    for value in headers.values():
+        if not isinstance(value, str) or not value:
+            continue
+        found.append(value)
+        scheme, _, credential = value.partition(" ")
+        if credential.strip() and scheme.isalpha():
+            found.append(credential.strip())
+    return tuple(found)
 
 
 class RequestSpan:
     """One request's span and its duration; :meth:`end` once, from any thread."""
 
-    __slots__ = ("_api", "_span", "_own", "_attributes", "_start", "_ended", "_record", "_held")
+    __slots__ = ("_api", "_span", "_own", "_attributes", "_start", "_ended", "_record", "_held", "_secrets")
 
-    def __init__(self, loaded: _Api, span: Any, own: bool, attributes: dict[str, Any]) -> None:
+    def __init__(self, loaded: _Api, span: Any, own: bool, attributes: dict[str, Any], secrets: tuple[str, ...] = ()) -> None:
+        self._secrets = secrets
         self._api = loaded
         self._span = span
         self._own = own  # False: the host's span, which the host ends
@@ -230,9 +256,10 @@ class RequestSpan:
             error_type = "tool_error"
             span.set_status(self._api.error)
             if self._record:
-                span.set_attribute("gen_ai.tool.call.result", _content(result.get("content")))
+                span.set_attribute("gen_ai.tool.call.result", _content(result.get("content"), self._secrets))
         elif result is not None and self._record and "gen_ai.tool.name" in self._attributes:
-            span.set_attribute("gen_ai.tool.call.result", _content(result.get("structuredContent", result.get("content"))))
+            span.set_attribute("gen_ai.tool.call.result",
+                               _content(result.get("structuredContent", result.get("content")), self._secrets))
         if error_type is not None:
             span.set_attribute("error.type", error_type)
             self._attributes["error.type"] = error_type
@@ -243,18 +270,19 @@ class RequestSpan:
 
 
 def start_request(method: str, params: dict[str, Any] | None, base: Callable[[], Mapping[str, Any]],
-                  request_id: int) -> tuple[RequestSpan | None, dict[str, Any] | None]:
+                  request_id: int, *, secrets: tuple[str, ...] = ()) -> tuple[RequestSpan | None, dict[str, Any] | None]:
     """Start the span of one request (:func:`_start_request`); never raises: a failing
-    SDK or propagator costs the request its span, never the request."""
+    SDK or propagator costs the request its span, never the request. ``secrets``: the
+    server's secret values, redacted from recorded arguments and results."""
     try:
-        return _start_request(method, params, base, request_id)
+        return _start_request(method, params, base, request_id, secrets)
     except Exception as exc:  # noqa: BLE001 - the request goes out as it would without telemetry
         _log.debug("the span of %s could not be started: %s", method, type(exc).__name__)
         return None, params
 
 
 def _start_request(method: str, params: dict[str, Any] | None, base: Callable[[], Mapping[str, Any]],
-                   request_id: int) -> tuple[RequestSpan | None, dict[str, Any] | None]:
+                   request_id: int, secrets: tuple[str, ...] = ()) -> tuple[RequestSpan | None, dict[str, Any] | None]:
     """Start the span of one request; return it and the params to send.
 
     ``base``: gives the connection's attributes (``network.transport``, ``server.address``,
@@ -277,7 +305,8 @@ def _start_request(method: str, params: dict[str, Any] | None, base: Callable[[]
     if SETTINGS.record_content and params is not None and method in ("tools/call", "prompts/get"):
         arguments = params.get("arguments")
         if arguments is not None:
-            span_attributes["gen_ai.tool.call.arguments" if method == "tools/call" else "mcp.prompt.arguments"] = _content(arguments)
+            span_attributes["gen_ai.tool.call.arguments" if method == "tools/call" else "mcp.prompt.arguments"] = \
+                _content(arguments, secrets)
     span = None
     if SETTINGS.merge_tool_span and method == "tools/call":
         current = loaded.trace.get_current_span()
@@ -287,9 +316,14 @@ def _start_request(method: str, params: dict[str, Any] | None, base: Callable[[]
     if span is None:
         span = loaded.tracer.start_span(name, kind=loaded.kind, attributes=span_attributes)
         own = True
-    params = _with_context(loaded, params, loaded.trace.set_span_in_context(span))
+    try:
+        params = _with_context(loaded, params, loaded.trace.set_span_in_context(span))
+    except BaseException:
+        if own:  # a failing propagator: the span ends here, never left open
+            span.end()
+        raise
     metric = {key: value for key, value in attributes.items() if key != "mcp.session.id"}
-    return RequestSpan(loaded, span, own, metric), params
+    return RequestSpan(loaded, span, own, metric, secrets), params
 
 
 def _with_context(loaded: _Api, params: dict[str, Any] | None, context: Any) -> dict[str, Any] | None:
