@@ -201,6 +201,43 @@ def test_over_http_the_trace_context_is_in_meta_and_in_the_headers(otel, clients
         assert listen.json()["params"]["_meta"]["traceparent"] == listen.header("traceparent")
 
 
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_nothing_a_server_sends_is_ever_read_as_a_trace_carrier(otel, clients, http_fault, tmp_path, era):
+    """Our trace context only goes out: no header, ``_meta`` or ``Mcp-Param-*`` value of a
+    server's is ever extracted (the global propagator's extract is never called)."""
+    from opentelemetry import propagate
+    from opentelemetry.propagators.textmap import TextMapPropagator
+
+    kept = propagate.get_global_textmap()
+    calls = {"inject": 0, "extract": 0}
+
+    class Watching(TextMapPropagator):
+        def inject(self, carrier, context=None, setter=None):
+            calls["inject"] += 1
+            kept.inject(carrier, context=context)
+
+        def extract(self, carrier, context=None, getter=None):
+            calls["extract"] += 1
+            return kept.extract(carrier, context=context)
+
+        @property
+        def fields(self):
+            return kept.fields
+
+    propagate.set_global_textmap(Watching())
+    try:
+        server = http_fault(era=era)
+        over_http = clients.start(ServerConfig(name="h", type="http", url=server.url))
+        over_stdio = clients.start(fault_config("f", "--era", era))
+        for handle in (over_http, over_stdio):
+            assert handle.connect().era == era
+            with host_span():
+                assert text_of(handle.call_tool("echo", {"text": "hi"})) == "hi"
+    finally:
+        propagate.set_global_textmap(kept)
+    assert calls["inject"] >= 4 and calls["extract"] == 0, calls
+
+
 def test_the_operation_duration_histogram_has_data_points(otel, clients):
     handle = clients.start(fault_config("f"))
     handle.connect()
