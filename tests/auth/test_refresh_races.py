@@ -296,8 +296,11 @@ def test_threads_finding_the_token_expiring_make_one_refresh(oauth_server, store
     headers = at_once(n, lambda i: auths[i].header())
 
     assert counting.asks == n
-    # All joined the one in flight: every reply holds the very record that one refresh made.
-    assert len(counting.futures) == n and len({id(f.result(timeout=0)) for f in counting.futures}) == 1
+    # One refresh: every reply holds the token it made. (An ask the actor reaches after the
+    # worker resolved the flight, but before the actor heard so, starts a second worker,
+    # which finds that token stored and answers with it without a token request: the
+    # same token in another record object. Seen once under a doubly loaded machine.)
+    assert len(counting.futures) == n and len({f.result(timeout=0).access_token for f in counting.futures}) == 1
     assert refreshes(server) == 1 and http.requests == 1
     new = stored(store)
     assert new.state == "signed_in" and not new.expiring()
