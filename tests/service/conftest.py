@@ -230,3 +230,36 @@ def other_listener():
     listener = OtherUserListener()
     yield listener
     listener.close()
+
+
+# -- the settings pane's browser tests (test_pane_browser*.py) -----------------------------
+# ``serve()``: ``albedo-mcp serve`` on the test module's ``home``; ``driver``: headless
+# Chromium (tests/service/browser.py).
+
+@pytest.fixture
+def serve(home):
+    """``serve()`` starts ``albedo-mcp serve`` on the home (set it up first); it is
+    stopped afterwards with SIGTERM and must end cleanly."""
+    import browser  # tests/service/browser.py: selenium, loaded by the browser tests only
+
+    started: list = []
+
+    def start():
+        browser.mcp_on(home)  # the user turned MCP on (a fresh home has it off)
+        running = browser.Serve(home)
+        running.start()
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        assert running.stop(), f"serve did not end cleanly on SIGTERM: {running.stderr()}"
+        assert "Traceback" not in running.stderr(), running.stderr()
+
+
+@pytest.fixture
+def driver(tmp_path):
+    import browser
+
+    with browser.chromium(str(tmp_path / "chromium-profile")) as started:
+        yield started

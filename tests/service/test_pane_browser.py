@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from browser import (By, Keys, Serve, chromium, data_state, extensions_bytes, mcp_on, open_page, opened_store, press,
+from browser import (By, Keys, data_state, extensions_bytes, open_page, opened_store, press,
                      read_extensions, ready_in_row, row, visible_button, visible_text, wait_for)
 from helpers import FAULT_SERVER, SdkHttpServer
 
@@ -26,8 +26,6 @@ BEARER = "tok-first-7f3a"  # secrets typed into the page: never in a page, an an
 ENV_SECRET = "env-secret-91c2"
 IMPORTED_SECRET = "imported-literal-5d0e"
 
-
-# -- fixtures -----------------------------------------------------------------------------
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
@@ -37,30 +35,7 @@ def home(tmp_path, monkeypatch):
     return str(path)
 
 
-@pytest.fixture
-def serve(home):
-    """``serve()`` starts ``albedo-mcp serve`` on the home (set it up first); it is
-    stopped afterwards with SIGTERM and must end cleanly."""
-    started: list[Serve] = []
-
-    def start() -> Serve:
-        mcp_on(home)  # the user turned MCP on (a fresh home has it off)
-        running = Serve(home)
-        running.start()
-        started.append(running)
-        return running
-
-    yield start
-    for running in started:
-        assert running.stop(), f"serve did not end cleanly on SIGTERM: {running.stderr()}"
-        assert "Traceback" not in running.stderr(), running.stderr()
-
-
-@pytest.fixture
-def driver(tmp_path):
-    with chromium(str(tmp_path / "chromium-profile")) as started:
-        yield started
-
+# -- fixtures -----------------------------------------------------------------------------
 
 @pytest.fixture
 def sdk_http(tmp_path):

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from browser import (By, Serve, albedo, chromium, data_state, go, mcp_on, open_page, opened_store, read_extensions,
+from browser import (By, albedo, data_state, go, open_page, opened_store, read_extensions,
                      row, visible_text, wait_for)
 from helpers import FAULT_SERVER, RugStdio
 from servers.hostile_text_server import MARKUP
@@ -35,29 +35,6 @@ def home(tmp_path, monkeypatch):
     path = tmp_path / "home"
     path.mkdir(mode=0o700)
     return str(path)
-
-
-@pytest.fixture
-def serve(home):
-    started: list[Serve] = []
-
-    def start() -> Serve:
-        mcp_on(home)  # the user turned MCP on (a fresh home has it off)
-        running = Serve(home)
-        running.start()
-        started.append(running)
-        return running
-
-    yield start
-    for running in started:
-        assert running.stop(), f"serve did not end cleanly on SIGTERM: {running.stderr()}"
-        assert "Traceback" not in running.stderr(), running.stderr()
-
-
-@pytest.fixture
-def driver(tmp_path):
-    with chromium(str(tmp_path / "chromium-profile")) as started:
-        yield started
 
 
 def configure(home: str, **servers: dict) -> None:

@@ -20,8 +20,8 @@ import sys
 import pytest
 
 from albedo_actors.settings import ServerSpec, Settings
-from browser import (DESKTOP, PHONE, By, Keys, Serve, albedo, assert_accessible, assert_no_horizontal_scroll,
-                     chromium, color_scheme, data_state, focus_by_keyboard, go, mcp_on, open_page, opened_store,
+from browser import (DESKTOP, PHONE, By, Keys, albedo, assert_accessible, assert_no_horizontal_scroll,
+                     color_scheme, data_state, focus_by_keyboard, go, mcp_on, open_page, opened_store,
                      press, read_extensions, ready_in_row, row, screenshot, set_width, shown_views,
                      sign_in_completes_in_new_tab, visible_button, visible_text, wait_for)
 from helpers import FAULT_SERVER, OAuthServer, RugStdio
@@ -35,29 +35,6 @@ def home(tmp_path, monkeypatch):
     path = tmp_path / "home"
     path.mkdir(mode=0o700)
     return str(path)
-
-
-@pytest.fixture
-def serve(home):
-    started: list[Serve] = []
-
-    def start() -> Serve:
-        mcp_on(home)  # the user turned MCP on (a fresh home has it off)
-        running = Serve(home)
-        running.start()
-        started.append(running)
-        return running
-
-    yield start
-    for running in started:
-        assert running.stop(), f"serve did not end cleanly on SIGTERM: {running.stderr()}"
-        assert "Traceback" not in running.stderr(), running.stderr()
-
-
-@pytest.fixture
-def driver(tmp_path):
-    with chromium(str(tmp_path / "chromium-profile")) as started:
-        yield started
 
 
 @pytest.fixture
