@@ -140,11 +140,13 @@ class Mcp:
     warnings of a composition's operations go to ``warn`` once per composition.
     """
 
-    def __init__(self, composer: pykka.ActorRef, warn: Any = None) -> None:
+    def __init__(self, composer: pykka.ActorRef, warn: Any = None, *, session: Any = None) -> None:
+        # ``session``: the runtime's Session, which keeps tasks (None: a binding without them).
         try:
             self._composer = composer.proxy()
         except pykka.ActorDeadError:
             raise SessionClosed(CLOSED) from None
+        self._session = session
         self._ref = composer
         self._warn = warn or (lambda message: None)
         self._warned: Composition | None = None
@@ -165,6 +167,34 @@ class Mcp:
         """
         composition = self._composition()
         return _describe(composition.resolve(name)[0], composition)
+
+    def tasks(self, pending_only: bool = True) -> list[dict[str, Any]]:
+        """The tool calls that ran as tasks and are kept in the store, those not ended by
+        default, newest first (see README "Long tool calls as tasks"); each a dict with
+        ``id``, ``server``, ``tool``, ``state``, ``message``, ``age``, ``expiresIn``."""
+        return self._tasks().tasks(pending_only)
+
+    def task_result(self, task_id: str, /, *, timeout: float | None = None,
+                    on_progress: Callable[[ProgressReport], None] | None = None) -> Record:
+        """The result of a stored task (an id from :meth:`tasks`, or ``SERVER/ID``), polled
+        from here until it ends; within ``timeout`` seconds (None: the server's
+        callTimeoutMs, moved by each change of status up to maxCallTimeoutMs). A task
+        still running then goes on (TimedOut says so; ask again).
+
+        Raises:
+            ConfigError: no such task; no store; its server is off for this session.
+            TimedOut, UnknownOutcome (lost, cancelled, expired), RemoteError (it failed).
+        """
+        return Record(self._tasks().task_result(task_id, timeout, on_progress))
+
+    def cancel_task(self, task_id: str, /) -> str:
+        """Cancel a stored task (``tasks/cancel``); one line saying what happened."""
+        return self._tasks().cancel_task(task_id)
+
+    def _tasks(self) -> Any:
+        if self._session is None:
+            raise ConfigError("this binding was made without a session, so it keeps no tasks; use session.mcp()")
+        return self._session
 
     def __getitem__(self, server: str) -> _ServerNamespace:
         """``mcp["server-everything"].echo(...)``: the namespace of any server name.
@@ -352,8 +382,9 @@ class AsyncMcp:
     HTTP: ``notifications/cancelled``; modern HTTP: its stream is closed).
     :meth:`close` (a Session does it) ends the lanes' threads."""
 
-    def __init__(self, composer: pykka.ActorRef, warn: Any = None, *, calls_per_server: int = CALLS_PER_SERVER) -> None:
-        self._sync = Mcp(composer, warn)
+    def __init__(self, composer: pykka.ActorRef, warn: Any = None, *, calls_per_server: int = CALLS_PER_SERVER,
+                 session: Any = None) -> None:
+        self._sync = Mcp(composer, warn, session=session)
         self._lanes = Lanes(calls_per_server)
 
     async def tools(self) -> list[dict[str, Any]]:
@@ -363,6 +394,25 @@ class AsyncMcp:
     async def describe(self, name: str) -> dict[str, Any]:
         """One operation and its parameter schema (see :meth:`Mcp.describe`)."""
         return self._sync.describe(name)
+
+    async def tasks(self, pending_only: bool = True) -> list[dict[str, Any]]:
+        """The stored tasks (see :meth:`Mcp.tasks`), read on a worker thread."""
+        import asyncio  # only an async host gets here: it has asyncio loaded
+
+        return await asyncio.to_thread(self._sync.tasks, pending_only)
+
+    async def task_result(self, task_id: str, /, *, timeout: float | None = None,
+                          on_progress: Callable[[ProgressReport], None] | None = None) -> Record:
+        """A stored task's result (see :meth:`Mcp.task_result`), awaited off the event loop."""
+        import asyncio
+
+        return await asyncio.to_thread(self._sync.task_result, task_id, timeout=timeout, on_progress=on_progress)
+
+    async def cancel_task(self, task_id: str, /) -> str:
+        """Cancel a stored task (see :meth:`Mcp.cancel_task`)."""
+        import asyncio
+
+        return await asyncio.to_thread(self._sync.cancel_task, task_id)
 
     def __getitem__(self, server: str) -> _ServerNamespace:
         """``await amcp["server-everything"].echo(...)`` (see :meth:`Mcp.__getitem__`)."""

@@ -54,7 +54,9 @@ OWN_VARIABLE = ("one of albedo's own variables (ALBEDO_*: the store key, the dat
 SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_COMMON_KEYS = {"type", "enabled", "enabledTools", "disabledTools", "startupTimeoutMs", "callTimeoutMs", "maxCallTimeoutMs", "trust"}
+_COMMON_KEYS = {"type", "enabled", "enabledTools", "disabledTools", "startupTimeoutMs", "callTimeoutMs", "maxCallTimeoutMs", "trust",
+                "tasks"}
+TASK_MODES = ("auto", "always", "never")
 _STDIO_KEYS = _COMMON_KEYS | {"command", "args", "cwd", "env"}
 _HTTP_KEYS = _COMMON_KEYS | {"url", "bearerTokenEnvVar", "headers", "caFile", "oauth"}
 _OAUTH_KEYS = {"grant", "clientId", "clientSecretEnvVar", "privateKeyEnvVar", "signingAlgorithm", "tokenEndpointAuthMethod", "clientMetadataUrl", "scope", "dpop"}
@@ -129,6 +131,10 @@ class ServerConfig:
     max_call_timeout_ms: int | None = None
     # "trust": "pinned" holds every change of its tools (catalogue/trust.py); "default" the usual rules.
     trust: str = "default"
+    # "tasks": when a tool call runs as an MCP task (connection/tasks.py): "auto" when the
+    # tool requires one, or allows one and ran long before; "always" whenever the tool
+    # allows one; "never" (a tool that requires one is then left out).
+    tasks: str = "auto"
 
     @property
     def startup_timeout(self) -> float:
@@ -354,6 +360,11 @@ def _server(name: str, entry: Any, home: str, source: str) -> ServerConfig:
         if entry["trust"] not in ("pinned", "default"):
             raise ConfigError(f'{where}: "trust" must be "pinned" (hold every change of its tools) or "default"')
         common["trust"] = entry["trust"]
+    if "tasks" in entry:
+        if entry["tasks"] not in TASK_MODES:
+            raise ConfigError(f'{where}: "tasks" must be "auto" (a task when the tool requires one, or allows one and '
+                              'ran long before), "always" (whenever the tool allows one) or "never"')
+        common["tasks"] = entry["tasks"]
     if "maxCallTimeoutMs" in entry:
         cap = _timeout(entry, "maxCallTimeoutMs", 0, where)
         if cap < common["call_timeout_ms"]:

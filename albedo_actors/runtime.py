@@ -93,7 +93,11 @@ class Daemon:
     ``on_held(server, holds)``: told each new hold of tool integrity (a tuple of
     catalogue/trust.py's ``HeldTool``: a tool that changed since it was trusted, a new
     one, or changed instructions), on the daemon's event thread, so a host can show its
-    own approval prompt and answer with :meth:`Session.approve`.
+    own approval prompt and answer with :meth:`Session.approve`. ``handlers``: the host's
+    answers to what a server asks of it, by kind (``{"elicitation": fn}``: ``fn(params)``
+    returns an ElicitResult such as ``{"action": "accept", "content": {...}}``); the
+    client declares exactly these capabilities. ``keep_task_arguments``: a tool call that
+    runs as a task keeps its arguments in the store with it (else only their digest).
     """
 
     def __init__(
@@ -108,9 +112,15 @@ class Daemon:
         machine_grants: bool = True,
         watch: bool = True,
         on_held: Callable[[str, tuple[HeldTool, ...]], None] | None = None,
+        handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+        keep_task_arguments: bool = False,
     ) -> None:
         self.home = home
         self._on_held = on_held
+        self._handlers = handlers
+        self._keep_task_arguments = keep_task_arguments
+        self._auth: Any = None
+        self._task_book: Any = None
         self._store = store
         if config is None:
             self._source: Callable[[], McpConfig] = lambda: load(home)
@@ -163,7 +173,13 @@ class Daemon:
             self._refresher = TokenRefresher.start(self._store)
             auth = (server_auth_factory(self._store, self._refresher, self._id_token) if self._machine_grants
                     else oauth_for(self._store, self._refresher))
-        self._registry = ServerRegistry.start(self.home, auth=auth)
+        self._auth = auth
+        if self._store is not None:
+            from .actors.tasks import StoreTaskBook  # tasks are kept only with a store
+
+            self._task_book = StoreTaskBook(self._store)
+        self._registry = ServerRegistry.start(self.home, auth=auth, handlers=self._handlers, task_book=self._task_book,
+                                              keep_task_arguments=self._keep_task_arguments)
         held = None
         if self._on_held is not None:
             on_held, events = self._on_held, self._events
@@ -330,10 +346,10 @@ class Session:
             SessionClosed: the session has closed.
         """
         if warn is not None:
-            return Mcp(self._composer, warn)
+            return Mcp(self._composer, warn, session=self)
         with self._lock:
             if self._mcp is None:
-                self._mcp = Mcp(self._composer, self._warn)
+                self._mcp = Mcp(self._composer, self._warn, session=self)
             return self._mcp
 
     def amcp(self) -> AsyncMcp:
@@ -345,7 +361,7 @@ class Session:
         """
         with self._lock:
             if self._amcp is None:
-                self._amcp = AsyncMcp(self._composer, self._warn)
+                self._amcp = AsyncMcp(self._composer, self._warn, session=self)
             return self._amcp
 
     def composition(self) -> Composition:
@@ -460,6 +476,46 @@ class Session:
         """The latest progress of each running tool call that reported some."""
         return ask(self._proxy.progress)
 
+    # -- tasks (issue 29: actors/tasks.py) ------------------------------------------------------
+
+    def tasks(self, pending_only: bool = True) -> list[dict[str, Any]]:
+        """The stored tasks (those not ended, by default), newest first: ``id``, ``server``,
+        ``tool``, ``state``, ``message``, ``age`` and ``expiresIn`` (seconds), and more.
+        Without a store none is kept: an empty list."""
+        desk = self._desk(needed=False)
+        return [] if desk is None else desk.list(pending_only)
+
+    def task_result(self, task_id: str, timeout: float | None = None,
+                    on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
+        """The tool result of a stored task (``id`` or ``SERVER/ID``), polling it from this
+        process until it ends or ``timeout`` seconds pass (a task still running then goes
+        on; ask again). See actors/tasks.py's TaskDesk.result.
+
+        Raises:
+            ConfigError: no such task, no store, or its server is off for this session.
+            TimedOut, UnknownOutcome, RemoteError: as a tool call.
+        """
+        desk = self._desk()
+        assert desk is not None
+        return desk.result(task_id, timeout, on_progress)
+
+    def cancel_task(self, task_id: str) -> str:
+        """Cancel a stored task; one line saying what happened (see :meth:`task_result`)."""
+        desk = self._desk()
+        assert desk is not None
+        return desk.cancel(task_id)
+
+    def _desk(self, needed: bool = True) -> Any:
+        daemon = self._daemon
+        if daemon._store is None or daemon._task_book is None:
+            if needed:
+                raise ConfigError("tasks are kept in the store, and this runtime has none: give it one (open_store)")
+            return None
+        from .actors.tasks import TaskDesk
+
+        return TaskDesk(daemon._store, lambda server: self.composition().handles.get(server), daemon._auth,
+                        daemon._handlers, daemon._task_book)
+
     # -- the composer's requests, for what has no method ---------------------------------------------
 
     def request(self, message: Request, timeout: float = OPEN_TIMEOUT) -> Any:
@@ -531,9 +587,12 @@ class Runtime(Daemon):
         on_changed: Callable[[Session], None] | None = None,
         warn: Callable[[str], None] | None = None,
         on_held: Callable[[str, tuple[HeldTool, ...]], None] | None = None,
+        handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+        keep_task_arguments: bool = False,
     ) -> None:
         super().__init__(home, store, config=config, background=background, clock=clock, id_token=id_token,
-                         machine_grants=machine_grants, watch=watch, on_held=on_held)
+                         machine_grants=machine_grants, watch=watch, on_held=on_held, handlers=handlers,
+                         keep_task_arguments=keep_task_arguments)
         self._choice = (enabled, overlays_enabled)
         self._on_changed = on_changed
         self._warn = warn
@@ -610,6 +669,16 @@ class Runtime(Daemon):
 
     def approve(self, server: str, tools: Iterable[str] | None = None, timeout: float = OPEN_TIMEOUT) -> list[str]:
         return self.session.approve(server, tools, timeout)
+
+    def tasks(self, pending_only: bool = True) -> list[dict[str, Any]]:
+        return self.session.tasks(pending_only)
+
+    def task_result(self, task_id: str, timeout: float | None = None,
+                    on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
+        return self.session.task_result(task_id, timeout, on_progress)
+
+    def cancel_task(self, task_id: str) -> str:
+        return self.session.cancel_task(task_id)
 
     def request(self, message: Request, timeout: float = OPEN_TIMEOUT) -> Any:
         return self.session.request(message, timeout)

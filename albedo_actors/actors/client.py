@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -44,6 +45,7 @@ from ..connection.channel import Link, Pending
 from ..connection.progress import CallProgress, Cancel, ProgressReport, Reporter, new_token
 from ..transport.stdio import LaunchSpec
 from ..wire import mcp
+from ..wire import tasks as wire_tasks
 from ..wire.deadline import Deadline
 from .reply import Message, Request, chain, fail, fail_queued, resolve, set_field
 from ..wire import telemetry
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 
 logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
+LONG_CALL = 10.0  # seconds: a plain call of a tool that allows tasks this long runs as a task next time ("auto")
 ASK_TIMEOUT = 5.0  # for the actor's own bookkeeping answers; it never blocks on I/O
 STOP_TIMEOUT = 10.0
 
@@ -581,6 +584,11 @@ class ServerHandle:
         self.config = config
         self.name = config.name
         self._live: Connection | None = None  # last connection seen; checked before each use
+        # Tasks (connection/tasks.py): where running tasks are kept (the registry sets it),
+        # whether their arguments are kept too, and the tools allowing tasks that ran long.
+        self.task_book: Any = None
+        self.keep_task_arguments = False
+        self._long_tools: set[str] = set()
 
     @classmethod
     def start(cls, config: ServerConfig, home: str, owner: pykka.ActorRef | None = None, **kwargs: Any) -> ServerHandle:
@@ -704,11 +712,17 @@ class ServerHandle:
 
     def call_tool_and_deadline(self, tool: str, arguments: dict[str, Any] | None = None, timeout: float | None = None,
                                on_progress: Callable[[ProgressReport], None] | None = None, *,
-                               deadline: Deadline | None = None, cancel: Cancel | None = None) -> tuple[dict[str, Any], float]:
+                               deadline: Deadline | None = None, cancel: Cancel | None = None,
+                               task: str | None = None) -> tuple[dict[str, Any], float]:
         """:meth:`call_tool`, and the call's deadline (``time.monotonic()``) as it stood
         when the answer came: ``callTimeoutMs`` from the start or from the last progress,
         never past the cap. What is done with the result on the call's behalf (checking
         it against the tool's outputSchema, catalogue/schemas.py) ends by then (issue 23).
+
+        ``task``: the tool's ``execution.taskSupport`` when it is "optional" or
+        "required" (the catalogue's ``task_tools``); the call may then run as an MCP task
+        (connection/tasks.py), followed to its result here, its status reported as
+        progress, and kept in the task book while it runs.
 
         Raises:
             The same as :meth:`call_tool`.
@@ -725,10 +739,44 @@ class ServerHandle:
         if reporter is not None:
             reporter.progress = progress
         try:
+            if task is not None and self._as_task(connection, tool, task):
+                return self._call_as_task(connection, tool, params, progress), progress.deadline
+            if task == "optional":
+                return self._timed_plain(connection, tool, params, progress), progress.deadline
             return connection.request("tools/call", params, progress=progress), progress.deadline
         finally:
             if reporter is not None:
                 reporter.close()
+
+    # -- tool calls as tasks (connection/tasks.py) ------------------------------------------
+
+    def _as_task(self, connection: Connection, tool: str, support: str) -> bool:
+        """Whether this call of a tool with task ``support`` is sent as a task: never when
+        the server runs none or the setting is "never"; when the tool requires one; when
+        it allows one and the setting is "always", or "auto" and the tool ran long before."""
+        mode = self.config.tasks
+        if mode == "never" or not wire_tasks.server_runs_tool_tasks(connection.capabilities, connection.modern):
+            return False
+        return support == "required" or mode == "always" or tool in self._long_tools
+
+    def _call_as_task(self, connection: Connection, tool: str, params: dict[str, Any], progress: CallProgress) -> dict[str, Any]:
+        from ..connection.tasks import call_as_task  # the first task call loads it
+
+        return call_as_task(connection, tool, params, progress, self.task_book, self.keep_task_arguments)
+
+    def _timed_plain(self, connection: Connection, tool: str, params: dict[str, Any], progress: CallProgress) -> dict[str, Any]:
+        """A plain call of a tool that allows tasks: one that runs long (LONG_CALL, or
+        half its timeout) or times out runs as a task next time under "auto"."""
+        started = time.monotonic()
+        try:
+            return connection.request("tools/call", params, progress=progress)
+        except TimedOut as exc:
+            if exc.sent:
+                self._long_tools.add(tool)
+            raise
+        finally:
+            if time.monotonic() - started >= min(LONG_CALL, progress.seconds / 2):
+                self._long_tools.add(tool)
 
     def read_resource(self, uri: str, timeout: float | None = None, *, deadline: Deadline | None = None) -> dict[str, Any]:
         return self.request("resources/read", {"uri": uri}, timeout, deadline=deadline)

@@ -102,9 +102,14 @@ class ServerRegistry(pykka.ThreadingActor):
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         auth: Callable[[ServerConfig], LinkAuth | None] | None = None,
+        task_book: Any = None,
+        keep_task_arguments: bool = False,
     ) -> None:
         # ``auth(server)``: the OAuth face of an HTTP server's client (refresher.oauth_for).
+        # ``task_book``: where each client keeps the tasks its calls run (actors/tasks.py).
         super().__init__()
+        self._task_book = task_book
+        self._keep_task_arguments = keep_task_arguments
         self._home = home
         self._auth = auth
         self._handlers = handlers
@@ -256,6 +261,8 @@ class ServerRegistry(pykka.ThreadingActor):
     def _start(self, server: ServerConfig, creds: Credentials | None) -> ServerHandle:
         auth = self._auth(server) if self._auth is not None else None
         handle = ServerHandle.start(server, self._home, self._owner, credentials=creds, handlers=self._handlers, auth=auth)
+        handle.task_book = self._task_book
+        handle.keep_task_arguments = self._keep_task_arguments
         if self._closing:
             handle.close()  # the runtime is stopping: its dials fail at once instead of running
         return handle

@@ -47,7 +47,8 @@ class Handle(Protocol):
 
     def call_tool_and_deadline(self, tool: str, arguments: dict[str, Any] | None = None, timeout: float | None = None,
                                on_progress: Callable[[ProgressReport], None] | None = None, *,
-                               deadline: Deadline | None = None, cancel: Any = None) -> tuple[dict[str, Any], float]: ...
+                               deadline: Deadline | None = None, cancel: Any = None,
+                               task: str | None = None) -> tuple[dict[str, Any], float]: ...
 
     def read_resource(self, uri: str, timeout: float | None = None, *, deadline: Deadline | None = None) -> dict[str, Any]: ...
 
@@ -513,10 +514,16 @@ def perform(composition: Composition, item: Advertised, handle: Handle, argument
     if usage is not None:
         usage.used(item.name)  # recently used: in the next turn's set when over budget
     if kind == "tool":  # the hot path first: every step here is paid by each call (bench_binding.py)
-        result, ends = handle.call_tool_and_deadline(item.operation, arguments, None, on_progress, deadline=deadline,
-                                                     cancel=cancel)
+        catalogue = composition.catalogues.get(item.server)
+        task = catalogue.task_tools.get(item.operation) if catalogue is not None else None  # issue 29
+        if task is None:
+            result, ends = handle.call_tool_and_deadline(item.operation, arguments, None, on_progress, deadline=deadline,
+                                                         cancel=cancel)
+        else:
+            result, ends = handle.call_tool_and_deadline(item.operation, arguments, None, on_progress, deadline=deadline,
+                                                         cancel=cancel, task=task)
         # issue 16: checked against its outputSchema, never blocked; issue 23: by the call's deadline
-        checked = check_result(composition.catalogues.get(item.server), item.operation, result, ends)
+        checked = check_result(catalogue, item.operation, result, ends)
         if checked is NOTHING:
             return _unchecked((result, (), None))  # Performed(result), without the Python-level __new__
         return Performed(result, checked.errors, checked.warning)

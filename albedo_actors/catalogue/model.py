@@ -6,8 +6,11 @@ discovery; treat them as read-only.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..wire import tasks
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,17 @@ class Catalogue:
             and self.prompts == other.prompts
             and self.instructions == other.instructions
         )
+
+    @functools.cached_property
+    def task_tools(self) -> dict[str, str]:
+        """Tool name -> its ``execution.taskSupport`` ("optional" or "required"), for the
+        tools that may run as tasks (wire/tasks.py); built at first need, once."""
+        found = {}
+        for tool in self.tools:
+            support = tasks.support(tool) if isinstance(tool, dict) else "forbidden"
+            if support != "forbidden" and isinstance(tool.get("name"), str):
+                found[tool["name"]] = support
+        return found
 
     def tool(self, name: str) -> dict[str, Any] | None:
         for tool in self.tools:

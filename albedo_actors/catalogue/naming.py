@@ -105,6 +105,7 @@ from .model import Catalogue
 from .schemas import compile_warning as output_schema_compile_warning
 from .schemas import load_problem as output_schema_problem
 from ..config import ServerConfig
+from ..wire import tasks
 from ..wire.text import printable
 
 MAX_NAME = 64
@@ -516,7 +517,7 @@ def advertise(
     out: list[Advertised] = []
     for server, catalogue in catalogues.items():
         config = configs.get(server)
-        depends = None if config is None else (config.enabled_tools, config.disabled_tools)
+        depends = None if config is None else (config.enabled_tools, config.disabled_tools, config.tasks)
         built = _BUILT.get(server)
         if built is None or built[0] is not catalogue or built[1] != depends:
             warnings: list[str] = []
@@ -540,12 +541,25 @@ _BUILT: dict[str, tuple[Catalogue, Any, tuple[Advertised, ...], tuple[str, ...]]
 _BUILT_LIMIT = 4096
 
 
+def _no_tasks(catalogue: Catalogue, config: ServerConfig | None) -> str:
+    """Why a tool that requires a task cannot run as one here ("": it can)."""
+    if config is not None and config.tasks == "never":
+        return 'the server\'s "tasks" setting is "never"'
+    if not tasks.server_runs_tool_tasks(catalogue.capabilities, catalogue.era == "modern"):
+        if catalogue.era == "modern":
+            return f"the server does not offer the {tasks.EXTENSION} extension"
+        return "the server does not declare that it runs tool calls as tasks (capabilities.tasks.requests.tools.call)"
+    return ""
+
+
 def _advertise_one(server: str, catalogue: Catalogue, config: ServerConfig | None,
                    warn: Callable[[str], None]) -> list[Advertised]:
     """:func:`advertise` of one server."""
     out: list[Advertised] = []
     enabled = config.tool_enabled if config is not None else (lambda _name: True)
     offered: set[str] = set()
+    # Tools that must run as tasks, when we cannot run them so: left out, not advertised and failed.
+    no_tasks = catalogue.task_tools and _no_tasks(catalogue, config)
     for tool in catalogue.tools:
         operation = tool.get("name") if isinstance(tool, dict) else None
         if not isinstance(operation, str):
@@ -556,6 +570,9 @@ def _advertise_one(server: str, catalogue: Catalogue, config: ServerConfig | Non
             continue
         offered.add(operation)
         if not enabled(operation):
+            continue
+        if no_tasks and catalogue.task_tools.get(operation) == "required":
+            warn(f"server {server!r}: tool {operation!r} left out: it runs only as a task, and {no_tasks}")
             continue
         try:
             schema, size, text = _bounded(tool.get("inputSchema"))

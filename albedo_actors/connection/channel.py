@@ -46,6 +46,10 @@ HANDLER_WORKERS = 2  # threads answering a server's requests for host capabiliti
 HANDLER_BACKLOG = 16  # of those requests, at most this many running or waiting
 
 
+# Task status notifications: 2025-11-25's, and the 2026 extension's on a listen stream.
+TASK_NOTIFICATIONS = frozenset({"notifications/tasks/status", "notifications/tasks"})
+
+
 class LinkClosed(Exception):
     """Raised by a link when a message could not be sent at all."""
 
@@ -178,6 +182,8 @@ class RpcChannel:
         self._ids = itertools.count(1)
         self._pending: dict[int, Pending] = {}
         self._progress: dict[str, CallProgress] = {}  # progress token -> its running call
+        # task id -> the running task call that hears its status notifications (connection/tasks.py)
+        self._tasks: dict[str, Callable[[dict[str, Any]], None]] = {}
         self._closed_reason: str | None = None
         self._poisoned = False
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -415,8 +421,11 @@ class RpcChannel:
             elif kind is jsonrpc.NOTIFICATION:
                 params = message.get("params")
                 params = params if isinstance(params, dict) else {}
-                if message["method"] == "notifications/progress":
+                method = message["method"]
+                if method == "notifications/progress":
                     self._on_progress(params)
+                elif method in TASK_NOTIFICATIONS:
+                    self._on_task(params)
                 else:
                     self._on_notification(message["method"], params)
             else:
@@ -475,6 +484,21 @@ class RpcChannel:
         report = parse_report(self.server, params)
         if report is not None:
             progress.note(report)
+
+    def watch_task(self, task_id: str, hear: Callable[[dict[str, Any]], None] | None) -> None:
+        """From now on a task status notification naming ``task_id`` reaches ``hear``
+        (on the reader thread: it must be O(1)); None: no longer."""
+        if hear is None:
+            self._tasks.pop(task_id, None)
+        else:
+            self._tasks[task_id] = hear
+
+    def _on_task(self, params: dict[str, Any]) -> None:
+        """A task's status notification: O(1), and only for a task call that is running."""
+        task_id = params.get("taskId")
+        hear = self._tasks.get(task_id) if isinstance(task_id, str) else None
+        if hear is not None:
+            hear(params)
 
     def _on_request(self, message: dict[str, Any]) -> None:
         method = message["method"]

@@ -40,7 +40,7 @@ from .channel import Link, Pending, RpcChannel
 from .progress import CallProgress
 from .stdio_link import StdioLink
 from ..transport.stdio import LaunchFailed, LaunchSpec, StdioTransport
-from ..wire import jsonrpc, mcp
+from ..wire import jsonrpc, mcp, tasks
 from ..wire.deadline import Bound, Deadline
 from ..wire.mcp import Negotiated, Verdict
 from ..wire import telemetry
@@ -99,12 +99,22 @@ class Connection:
     def alive(self) -> bool:
         return self.channel.closed_reason is None
 
-    def params(self, params: dict[str, Any] | None) -> dict[str, Any] | None:
-        """Era-correct params: modern requests carry the per-request ``_meta``."""
-        return mcp.modern_params(params, self.version, self.channel.capabilities) if self.modern else params
+    @property
+    def transport(self) -> str:
+        """``"http"`` or ``"stdio"``."""
+        return "http" if hasattr(self.link, "session_id") else "stdio"
+
+    def params(self, params: dict[str, Any] | None, task: bool = False) -> dict[str, Any] | None:
+        """Era-correct params: modern requests carry the per-request ``_meta``; ``task``
+        asks for the call to run as a task (wire/tasks.py: 2026 names the extension in
+        the request's capabilities, 2025-11-25 adds ``params.task``)."""
+        if self.modern:
+            capabilities = tasks.opt_in(self.channel.capabilities) if task else self.channel.capabilities
+            return mcp.modern_params(params, self.version, capabilities)
+        return tasks.augment(params or {}, False) if task else params
 
     def request(self, method: str, params: dict[str, Any] | None, timeout: float | None = None, sizes: list[int] | None = None,
-                progress: CallProgress | None = None, deadline: Bound | None = None) -> dict[str, Any]:
+                progress: CallProgress | None = None, deadline: Bound | None = None, task: bool = False) -> dict[str, Any]:
         """Send one request and return its complete result.
 
         ``deadline``: the call's one deadline (else ``timeout`` seconds from now); every
@@ -112,6 +122,8 @@ class Connection:
         ``sizes``, when given, gets the wire size in bytes of every answer read.
         ``progress``: its token goes in ``_meta.progressToken``, and each progress
         notification for it moves the deadline (it is then the call's deadline).
+        ``task``: ask for the call to run as a task; a CreateTaskResult is then returned
+        as it came (connection/tasks.py follows it).
 
         A modern ``input_required`` result is retried under a new id with its
         ``requestState``, at most MAX_STATE_ROUNDS times (2026-07-28
@@ -129,18 +141,18 @@ class Connection:
             params["_meta"] = {**(params.get("_meta") or {}), "progressToken": progress.token}
             self.channel.track(progress)
             try:
-                return self._request(method, params, progress, sizes, progress)
+                return self._request(method, params, progress, sizes, progress, task)
             finally:
                 self.channel.untrack(progress)
         if deadline is None:
             if timeout is None:
                 raise TypeError("a request needs a timeout or a deadline")
             deadline = Deadline.after(timeout)
-        return self._request(method, params, deadline, sizes, None)
+        return self._request(method, params, deadline, sizes, None, task)
 
     def _request(self, method: str, params: dict[str, Any] | None, deadline: Bound, sizes: list[int] | None,
-                 progress: CallProgress | None) -> dict[str, Any]:
-        params = self.params(params)
+                 progress: CallProgress | None, task: bool = False) -> dict[str, Any]:
+        params = self.params(params, task)
         for _round in range(MAX_STATE_ROUNDS + 1):
             pending = self.channel.start(method, params, deadline=deadline, progress=progress)
             try:
@@ -154,7 +166,7 @@ class Connection:
             if not self.modern:
                 return result
             kind = result.get("resultType", "complete")
-            if kind == "complete":
+            if kind == "complete" or (kind == "task" and task):
                 return result
             if kind != "input_required":
                 raise ProtocolViolation(self.server, f"{method} returned an unknown resultType {str(kind)[:40]!r}")
@@ -508,6 +520,46 @@ def open_http(
         raise
     opened_event.set()
     return Connection(channel, link, negotiated, opened)
+
+
+def resume_http(
+    config: ServerConfig,
+    session_id: str,
+    version: str,
+    on_closed: ClosedSink,
+    *,
+    environ: Mapping[str, str] = os.environ,
+    handlers: Handlers | None = None,
+    credentials: Credentials | None = None,
+    auth: LinkAuth | None = None,
+) -> Connection:
+    """A connection to a 2025-11-25 HTTP server inside a session opened before, by
+    another process (a stored task's): no handshake, the session's id and protocol
+    version on every request, no listening stream, and the session is not ended when
+    this connection closes (its tasks may still be polled by others).
+
+    Raises:
+        ConfigError: a credential it names is not set, or the version is not one we speak.
+    """
+    server = config.name
+    if config.url is None:
+        raise ConfigError(f"server {server!r}: an http server needs a \"url\"")
+    if version not in mcp.LEGACY_VERSIONS:
+        raise ConfigError(f"server {server!r}: a stored session speaks {version!r}, which this client does not")
+    headers = http_headers(config, environ, credentials)
+    from ..transport.http import HttpTransport
+    from .http.link import HttpLink
+
+    channel = RpcChannel(server, lambda method, params: None, on_closed, handlers)
+    channel.telemetry = _http_attributes(config.url)
+    channel.secrets = telemetry.header_secrets(headers)
+    link = HttpLink(channel, HttpTransport(config.url, verify=config.ca_file or True), server, headers, auth=auth)
+    channel.attach(link)
+    negotiated = Negotiated("legacy", version)
+    link.use(negotiated)
+    link.session_id = session_id
+    link.keep_session = True
+    return Connection(channel, link, negotiated, {"capabilities": {"tasks": {"cancel": {}}}})
 
 
 def _http_attributes(url: str) -> dict[str, Any]:

@@ -39,7 +39,9 @@ PARAM_HEADER_PREFIX = "Mcp-Param-"
 X_MCP_HEADER = "x-mcp-header"
 
 # Method -> the params key mirrored into Mcp-Name.
-NAME_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAME_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri",
+               # the tasks extension (io.modelcontextprotocol/tasks): the task's id
+               "tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}
 
 SENTINEL_PREFIX = "=?base64?"
 SENTINEL_SUFFIX = "?="

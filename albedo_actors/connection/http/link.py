@@ -57,6 +57,11 @@ class HttpLink:
         self.url = transport.url  # a DPoP proof's htu
         self._negotiated: mcp.Negotiated | None = None  # the connection's (use()); None: probing, modern headers
         self.session_id: str | None = None
+        # Tasks running in this 2025-11-25 session (connection/tasks.py): while there are
+        # some, or the session was borrowed from a stored task (``keep_session``), closing
+        # does not end the session, so that another process can still poll them.
+        self.pending_tasks: set[str] = set()
+        self.keep_session = False
         self._tool_headers: http_headers.ToolHeaders = {}
         self._exchanges: dict[int, Exchange] = {}
         self._others: set[Exchange] = set()  # notifications and responses being POSTed
@@ -161,7 +166,7 @@ class HttpLink:
     def wait_closed(self, timeout: float | None = None) -> bool:
         """End the session (DELETE) and wait for the workers and the listener (``timeout``: 5 s)."""
         timeout = 5.0 if timeout is None else timeout
-        if self.session_id is not None and self.era == "legacy":
+        if self.session_id is not None and self.era == "legacy" and not self.pending_tasks and not self.keep_session:
             self._delete_session(self.session_id, Deadline.after(min(timeout, DELETE_TIMEOUT)))
         ended = self._listener is None or self._listener.join(timeout)
         self._pool.shutdown(wait=True)
