@@ -30,6 +30,7 @@ from .output import PrintableFormatter, closed_pipe, failure
 from .run import call_command, search_command, seconds, tools_command
 from .serve import open_command, serve_command, serve_parsers
 from .store_keys import store_command, store_parsers
+from .tasks import tasks_command, tasks_parser
 from .trust import approve_command, approve_parser
 
 
@@ -95,12 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parsers(commands)
     store_parsers(commands)
     approve_parser(commands)
+    tasks_parser(commands)
     return parser
 
 
 # The commands whose last positional takes many words, and its name: argparse stops
 # filling it at the first option, so the words after one are added here.
-TRAILING = {"call": "arguments", "tools": "servers", "search": "query"}
+TRAILING = {"call": "arguments", "tools": "servers", "search": "query", "tasks": "words"}
 
 
 def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -190,6 +192,8 @@ def run_command_line(argv: Sequence[str] | None) -> int:
             return store_command(args)
         if args.command == "approve":
             return approve_command(args)
+        if args.command == "tasks":
+            return tasks_command(args)
         if args.command == "import":
             return import_command(args)
         if args.command == "export":
@@ -197,7 +201,7 @@ def run_command_line(argv: Sequence[str] | None) -> int:
         if args.command in ADMIN:
             return admin_command(args)
         return failure(Usage(f"a command is required: tools, call, search, demo, doctor, servers, add, edit, remove, enable, disable, "
-                             f"sign-in, sign-out, extension, approve, import, export, serve, open, store or completion (see {PROG} --help)"),
+                             f"sign-in, sign-out, extension, approve, tasks, import, export, serve, open, store or completion (see {PROG} --help)"),
                        EXIT_USAGE)
     except BrokenPipeError:
         raise  # main ends the run quietly

@@ -146,6 +146,7 @@ class _Follower:
         self.answered = list(answered)
         self.heard = _Heard()
         self.reports = 0
+        self.ended = False  # the book was told the task's end (or that this process let it go)
 
     @property
     def tid(self) -> str:
@@ -164,6 +165,10 @@ class _Follower:
             else:
                 self._report()
             return self._run()
+        except BaseException:
+            if not self.ended:  # interrupted (KeyboardInterrupt) or lost the connection: another may resume it
+                self._release()
+            raise
         finally:
             channel.watch_task(self.tid, None)
             channel.untrack(self.progress)
@@ -205,7 +210,7 @@ class _Follower:
                           caller=True)
         if progress.expired:
             if self.resumed:
-                _tell(self.book, "release", self.server, self.tid)
+                self._release()
                 raise TimedOut(self.server, f"task {self.tid} was still {self.state.status.replace('_', ' ')} after "
                                             f"{progress.seconds:g} s; it goes on: ask for its result again later")
             self._give_up(progress.timed_out(self.server, f"tools/call (task {self.tid})").replace(
@@ -283,7 +288,7 @@ class _Follower:
         state = self.state
         if state.status == tasks.CANCELLED:
             why = f"task {self.tid} was cancelled by the server" + (f": {state.message}" if state.message else "")
-            _tell(self.book, "end", self.server, self.tid, tasks.CANCELLED, None, why)
+            self._end(tasks.CANCELLED, None, why)
             raise UnknownOutcome(self.server, f"tools/call ran as {why}")
         if not self.modern:
             return self._read_result()
@@ -293,7 +298,7 @@ class _Follower:
             code = found if isinstance(found, int) and not isinstance(found, bool) else -32603
             said = error.get("message")
             line = printable(said if isinstance(said, str) else (state.message or "the task failed"), one_line=True, limit=300)
-            _tell(self.book, "end", self.server, self.tid, tasks.FAILED, None, line)
+            self._end(tasks.FAILED, None, line)
             raise RemoteError(self.server, code, f"task {self.tid} failed: {line}", error.get("data"))
         result = state.result
         if result is None:
@@ -301,7 +306,7 @@ class _Follower:
             result = got.result if got is not None else None
             if result is None:
                 raise ProtocolViolation(self.server, f"said task {self.tid} completed but gave no result")
-        _tell(self.book, "end", self.server, self.tid, tasks.COMPLETED, result, None)
+        self._end(tasks.COMPLETED, result, None)
         return result
 
     def _read_result(self) -> dict[str, Any]:
@@ -309,16 +314,16 @@ class _Follower:
         try:
             result = self._request("tasks/result", {"taskId": self.tid}, None)
         except RemoteError as exc:
-            _tell(self.book, "end", self.server, self.tid, tasks.FAILED, None, str(exc))
+            self._end(tasks.FAILED, None, str(exc))
             raise
         except TimedOut:
             if self.resumed:
-                _tell(self.book, "release", self.server, self.tid)
+                self._release()
                 raise TimedOut(self.server, f"task {self.tid} had not ended after {self.progress.seconds:g} s; it goes "
                                             "on: ask for its result again later") from None
             self._give_up(self.progress.timed_out(self.server, f"tools/call (task {self.tid})").replace(
                 "; it was cancelled", "; the task was cancelled"))
-        _tell(self.book, "end", self.server, self.tid, tasks.COMPLETED, result, None)
+        self._end(tasks.COMPLETED, result, None)
         return result
 
     def _give_up(self, why: str, caller: bool = False) -> None:
@@ -328,7 +333,7 @@ class _Follower:
                 self._request("tasks/cancel", {"taskId": self.tid}, Deadline.after(CANCEL_TIMEOUT), quiet=True)
             except ServerError as exc:
                 logger.info("server %r: tasks/cancel of task %s failed: %s", self.server, self.tid, exc)
-        _tell(self.book, "end", self.server, self.tid, tasks.CANCELLED, None, why)
+        self._end(tasks.CANCELLED, None, why)
         raise TimedOut(self.server, why)
 
     def _request(self, method: str, params: dict[str, Any], deadline: Any, quiet: bool = False) -> dict[str, Any]:
@@ -354,9 +359,17 @@ class _Follower:
                                               f"`albedo-mcp tasks result {self.tid}` resumes it") from None
         raise AssertionError("unreachable")
 
+    def _end(self, status: str, result: dict[str, Any] | None, error: str | None) -> None:
+        self.ended = True
+        _tell(self.book, "end", self.server, self.tid, status, result, error)
+
+    def _release(self) -> None:
+        self.ended = True
+        _tell(self.book, "release", self.server, self.tid)
+
     def _lost(self, why: str) -> None:
         line = f"task {self.tid} is lost: {why}"
-        _tell(self.book, "end", self.server, self.tid, tasks.LOST, None, line)
+        self._end(tasks.LOST, None, line)
         raise UnknownOutcome(self.server, f"{line}; it may or may not have run")
 
 
