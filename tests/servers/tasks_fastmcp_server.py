@@ -32,7 +32,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
+import threading
+import types
 from datetime import timedelta
 
 import mcp_types
@@ -109,9 +112,21 @@ async def forever(ctx: Context) -> str:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn, printing the endpoint once the socket is bound and the app has started."""
+    """uvicorn, printing the endpoint once the socket is bound and the app has started.
+
+    On SIGTERM/SIGINT it shuts down as usual but exits within EXIT_GRACE seconds
+    regardless: the task worker's shutdown waits for running tasks, so with ``forever()``
+    running a graceful exit would never come.
+    """
 
     url = ""
+    EXIT_GRACE = 2.0
+
+    def handle_exit(self, sig: int, frame: types.FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        timer = threading.Timer(self.EXIT_GRACE, os._exit, args=(0,))
+        timer.daemon = True
+        timer.start()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
