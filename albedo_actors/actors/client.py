@@ -40,7 +40,7 @@ from ..catalogue import Catalogue
 from ..config import ServerConfig
 from ..connection.stdio_link import launch_spec
 from ..connection import Connection, Handlers, discover, open_http, open_stdio
-from ..errors import AlbedoError, SessionExpired, TimedOut, Unavailable, UnknownOutcome
+from ..errors import AlbedoError, RemoteError, SessionExpired, TimedOut, Unavailable, UnknownOutcome
 from ..connection.channel import Link, Pending
 from ..connection.progress import CallProgress, Cancel, ProgressReport, Reporter, new_token
 from ..transport.stdio import LaunchSpec
@@ -589,6 +589,7 @@ class ServerHandle:
         self.task_book: Any = None
         self.keep_task_arguments = False
         self._long_tools: set[str] = set()
+        self._task_required: set[str] = set()  # 2026: tools that refused a plain call (-32021)
 
     @classmethod
     def start(cls, config: ServerConfig, home: str, owner: pykka.ActorRef | None = None, **kwargs: Any) -> ServerHandle:
@@ -739,34 +740,43 @@ class ServerHandle:
         if reporter is not None:
             reporter.progress = progress
         try:
-            if task is not None and self._as_task(connection, tool, task):
+            if task is None and not (connection.modern and self.config.tasks != "never"
+                                     and wire_tasks.server_runs_tool_tasks(connection.capabilities, True)):
+                # the hot path: a tool that lists no task support, on a server that could not say otherwise
+                return connection.request("tools/call", params, progress=progress), progress.deadline
+            if self._as_task(connection, tool, task):
                 return self._call_as_task(connection, tool, params, progress), progress.deadline
-            if task == "optional":
-                return self._timed_plain(connection, tool, params, progress), progress.deadline
-            return connection.request("tools/call", params, progress=progress), progress.deadline
+            return self._plain(connection, tool, params, progress, task), progress.deadline
         finally:
             if reporter is not None:
                 reporter.close()
 
     # -- tool calls as tasks (connection/tasks.py) ------------------------------------------
 
-    def _as_task(self, connection: Connection, tool: str, support: str) -> bool:
-        """Whether this call of a tool with task ``support`` is sent as a task: never when
-        the server runs none or the setting is "never"; when the tool requires one; when
-        it allows one and the setting is "always", or "auto" and the tool ran long before."""
+    def _as_task(self, connection: Connection, tool: str, support: str | None) -> bool:
+        """Whether this call is sent as a task. Never when the setting is "never" or the
+        server runs no tasks. Else when the tool requires one (2026 lists no task support:
+        a tool that refused a plain call for want of the extension is known to); when the
+        setting is "always" (in 2026 the server then decides, per tool); and under "auto"
+        when the tool may run as one and ran long before."""
         mode = self.config.tasks
         if mode == "never" or not wire_tasks.server_runs_tool_tasks(connection.capabilities, connection.modern):
             return False
-        return support == "required" or mode == "always" or tool in self._long_tools
+        if support == "required" or tool in self._task_required or mode == "always":
+            return True
+        return (support == "optional" or connection.modern) and tool in self._long_tools
 
     def _call_as_task(self, connection: Connection, tool: str, params: dict[str, Any], progress: CallProgress) -> dict[str, Any]:
         from ..connection.tasks import call_as_task  # the first task call loads it
 
         return call_as_task(connection, tool, params, progress, self.task_book, self.keep_task_arguments)
 
-    def _timed_plain(self, connection: Connection, tool: str, params: dict[str, Any], progress: CallProgress) -> dict[str, Any]:
-        """A plain call of a tool that allows tasks: one that runs long (LONG_CALL, or
-        half its timeout) or times out runs as a task next time under "auto"."""
+    def _plain(self, connection: Connection, tool: str, params: dict[str, Any], progress: CallProgress,
+               support: str | None) -> dict[str, Any]:
+        """A plain call of a tool that may run as a task. One that runs long (LONG_CALL, or
+        half its timeout) or times out runs as a task next time under "auto". In 2026 a
+        refusal for want of the tasks extension (-32021, before anything ran) is the news
+        that the tool runs only as a task: it is sent again as one at once."""
         started = time.monotonic()
         try:
             return connection.request("tools/call", params, progress=progress)
@@ -774,9 +784,18 @@ class ServerHandle:
             if exc.sent:
                 self._long_tools.add(tool)
             raise
+        except RemoteError as exc:
+            if not (connection.modern and wire_tasks.needs_extension(exc.code, exc.data)):
+                raise
+            if self.config.tasks == "never":
+                raise RemoteError(self.name, exc.code, f"tool {tool!r} runs only as a task, and this server's "
+                                                       '"tasks" setting is "never"', exc.data) from None
+            self._task_required.add(tool)
+            return self._call_as_task(connection, tool, params, progress)
         finally:
-            if time.monotonic() - started >= min(LONG_CALL, progress.seconds / 2):
-                self._long_tools.add(tool)
+            if support is not None or connection.modern:
+                if time.monotonic() - started >= min(LONG_CALL, progress.seconds / 2):
+                    self._long_tools.add(tool)
 
     def read_resource(self, uri: str, timeout: float | None = None, *, deadline: Deadline | None = None) -> dict[str, Any]:
         return self.request("resources/read", {"uri": uri}, timeout, deadline=deadline)

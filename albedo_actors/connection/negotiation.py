@@ -104,14 +104,15 @@ class Connection:
         """``"http"`` or ``"stdio"``."""
         return "http" if hasattr(self.link, "session_id") else "stdio"
 
-    def params(self, params: dict[str, Any] | None, task: bool = False) -> dict[str, Any] | None:
-        """Era-correct params: modern requests carry the per-request ``_meta``; ``task``
-        asks for the call to run as a task (wire/tasks.py: 2026 names the extension in
-        the request's capabilities, 2025-11-25 adds ``params.task``)."""
+    def params(self, params: dict[str, Any] | None, task: bool = False, method: str = "") -> dict[str, Any] | None:
+        """Era-correct params: modern requests carry the per-request ``_meta``. ``task``:
+        the request belongs to a task (wire/tasks.py): in 2026 every such request names
+        the extension in its capabilities; in 2025-11-25 a ``tools/call`` asking for one
+        carries ``params.task``."""
         if self.modern:
             capabilities = tasks.opt_in(self.channel.capabilities) if task else self.channel.capabilities
             return mcp.modern_params(params, self.version, capabilities)
-        return tasks.augment(params or {}, False) if task else params
+        return tasks.augment(params or {}, False) if task and method == "tools/call" else params
 
     def request(self, method: str, params: dict[str, Any] | None, timeout: float | None = None, sizes: list[int] | None = None,
                 progress: CallProgress | None = None, deadline: Bound | None = None, task: bool = False) -> dict[str, Any]:
@@ -122,8 +123,9 @@ class Connection:
         ``sizes``, when given, gets the wire size in bytes of every answer read.
         ``progress``: its token goes in ``_meta.progressToken``, and each progress
         notification for it moves the deadline (it is then the call's deadline).
-        ``task``: ask for the call to run as a task; a CreateTaskResult is then returned
-        as it came (connection/tasks.py follows it).
+        ``task``: the request belongs to a task: a ``tools/call`` asks to run as one (a
+        CreateTaskResult is then returned as it came: connection/tasks.py follows it),
+        and in 2026 every ``tasks/*`` request opts in to the extension too.
 
         A modern ``input_required`` result is retried under a new id with its
         ``requestState``, at most MAX_STATE_ROUNDS times (2026-07-28
@@ -152,7 +154,7 @@ class Connection:
 
     def _request(self, method: str, params: dict[str, Any] | None, deadline: Bound, sizes: list[int] | None,
                  progress: CallProgress | None, task: bool = False) -> dict[str, Any]:
-        params = self.params(params, task)
+        params = self.params(params, task, method)
         for _round in range(MAX_STATE_ROUNDS + 1):
             pending = self.channel.start(method, params, deadline=deadline, progress=progress)
             try:

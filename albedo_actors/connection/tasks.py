@@ -340,8 +340,8 @@ class _Follower:
         """One tasks/* request; a task or session the server forgot ends the task as lost."""
         try:
             if deadline is None:  # tasks/result: the call's own moving deadline
-                return self.connection.request(method, params, progress=self.progress)
-            return self.connection.request(method, params, deadline=deadline)
+                return self.connection.request(method, params, progress=self.progress, task=True)
+            return self.connection.request(method, params, deadline=deadline, task=True)
         except SessionExpired:
             self._lost("the server ended the session the task ran in (HTTP 404)")
         except RemoteError as exc:

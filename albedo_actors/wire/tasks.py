@@ -92,6 +92,18 @@ def server_cancels(capabilities: dict[str, Any], modern: bool) -> bool:
     return isinstance(tasks, dict) and isinstance(tasks.get("cancel"), dict)
 
 
+MISSING_CAPABILITY = -32021  # 2026: the request needs a client capability it did not declare
+
+
+def needs_extension(code: int, data: Any) -> bool:
+    """Whether a 2026 error refuses a request for want of the tasks extension."""
+    if code != MISSING_CAPABILITY:
+        return False
+    required = data.get("requiredCapabilities") if isinstance(data, dict) else None
+    extensions = required.get("extensions") if isinstance(required, dict) else None
+    return isinstance(extensions, dict) and EXTENSION in extensions
+
+
 def augment(params: dict[str, Any], modern: bool) -> dict[str, Any]:
     """``tools/call`` params asking for a task (2025-11-25: ``params.task``). In 2026 the
     ask is the extension in the request's client capabilities (:func:`opt_in`)."""
@@ -181,6 +193,6 @@ def status_line(state: TaskState) -> str:
 
 __all__ = [
     "BadTask", "CANCELLED", "COMPLETED", "EXTENSION", "FAILED", "INPUT_REQUIRED", "LOST", "MAX_POLL", "MIN_POLL", "RELATED_TASK",
-    "STATUSES", "TERMINAL", "TaskState", "WORKING", "augment", "created", "is_created", "opt_in", "parse",
+    "STATUSES", "TERMINAL", "TaskState", "WORKING", "augment", "created", "is_created", "needs_extension", "opt_in", "parse",
     "poll_seconds", "server_cancels", "server_runs_tool_tasks", "status_line", "support", "task_id",
 ]
