@@ -58,8 +58,7 @@ import threading
 import time
 from typing import Any, Callable
 
-import _common  # benchmarks/_common.py; it also puts the checkout first on sys.path
-from _common import META, MODERN_VERSION, REPO, processes_running, progress, ratio, report_leftovers, timed_calls
+from _common import META, MODERN_VERSION, REPO, processes_running, progress, ratio, report_leftovers, timed_calls  # first: puts the checkout on sys.path
 from _plain import threaded_throughput
 from bench_http import NODELAY_SHIM
 
