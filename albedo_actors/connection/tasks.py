@@ -43,10 +43,11 @@ if TYPE_CHECKING:
 logger = telemetry.logger(__name__)
 
 CANCEL_TIMEOUT = 5.0  # seconds a tasks/cancel may take
-# The first polls of a new task come sooner than the server's interval, each RAMP times
-# the last, from FIRST_POLL: a task that ends at once costs tens of milliseconds, not a
-# whole interval, and a long one a few polls more (25, 100, 400 ms, then the interval).
-FIRST_POLL = 0.025
+# The first polls of a new task come sooner than the server's interval: the first at
+# once, then after FIRST_STEP, each wait RAMP times the last: a task that ends at once
+# costs a round trip, not a whole interval, and a long one a few polls more (0, 25, 100,
+# 400 ms, then the interval).
+FIRST_STEP = 0.025
 RAMP = 4.0
 UPDATE_LIMIT = 64  # inputRequests keys answered per task, at most
 MAX_ROUNDS = 10_000  # polls of one task, at most (a cap beside the deadline's)
@@ -152,7 +153,7 @@ class _Follower:
         self.heard = _Heard()
         self.reports = 0
         self.ended = False  # the book was told the task's end (or that this process let it go)
-        self.ramp = FIRST_POLL  # the next wait, while it is below the server's interval
+        self.ramp = 0.0  # the next wait, while it is below the server's interval
 
     @property
     def tid(self) -> str:
@@ -208,7 +209,7 @@ class _Follower:
             if heard.latest is None:
                 interval = self.state.poll
                 if self.ramp < interval:
-                    interval, self.ramp = self.ramp, self.ramp * RAMP
+                    interval, self.ramp = self.ramp, max(FIRST_STEP, self.ramp * RAMP)
                 heard.wake.wait(max(0.0, min(interval, progress.remaining())))
             heard.wake.clear()
         finally:
