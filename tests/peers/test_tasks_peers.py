@@ -33,6 +33,7 @@ import otel_kit
 from albedo_actors.config import McpConfig, ServerConfig
 from albedo_actors.errors import ConfigError, RemoteError, TimedOut
 from albedo_actors.runtime import Runtime
+from albedo_actors.store import records as store_records
 from helpers import FASTMCP_TASKS_SERVER, PEERS, FastMCPTasksServer, require_everything, schema_validate, text_of
 from test_cli import albedo, write_config
 from test_fastmcp_tasks_peer import rpc, tasks_python
@@ -237,8 +238,9 @@ def test_fastmcp_quick_runs_inline_under_auto_and_as_a_task_under_always(tmp_pat
     # "always": opted in, the server made it a task, polled to its end.
     assert tasked_spans[0] == "tools/call quick" and tasked_spans.count("tools/call quick") == 1
     assert tasked_spans[1:] and set(tasked_spans[1:]) == {"tasks/get"}
-    assert [report.message for report in task_reports][-1] == "task completed"
-    assert task_reports[0].message == "task working"
+    # (the latest report at most ten times a second, and always the last)
+    assert task_reports[-1].message == "task completed"
+    assert {report.message for report in task_reports} <= {"task working", "task completed"}
     # The same content either way.
     assert inline["content"] == tasked["content"] == [{"type": "text", "text": "quick a"}]
     assert inline["structuredContent"] == tasked["structuredContent"] == {"x": "a"}
@@ -372,15 +374,18 @@ def test_an_awaited_task_call_returns_and_cancelling_it_cancels_the_task(tmp_pat
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
-        return done.as_dict(), time.monotonic() - started
+        return done.as_dict(), started, time.monotonic() - started
 
     with runtime(tmp_path, config) as rt:
-        done, took = asyncio.run(main(rt))
-        # The peer hears tasks/cancel for the task it was polled about (from the call's own thread).
+        done, started, took = asyncio.run(main(rt))
+        # The peer hears tasks/cancel for the task (sent from the call's own thread, which
+        # the cancel wakes from its wait between polls).
         cancel = until(lambda: record.read("tasks/cancel"), "tasks/cancel reaching the peer")[0]
+        reached = time.monotonic() - started
         answer = until(lambda: record.answer(cancel), "the peer's answer to tasks/cancel")
 
-    assert took < 1.0
+    assert took < 1.0  # the awaiting task ends at once
+    assert reached < 2.0  # and the task is cancelled on the peer promptly (a bound, not a measure)
     if peer == "fastmcp":
         assert done["structuredContent"] == {"result": "slept 0.2"}
         assert answer["result"]["resultType"] == "complete"
@@ -395,6 +400,10 @@ def test_an_awaited_task_call_returns_and_cancelling_it_cancels_the_task(tmp_pat
 # -- the CLI -------------------------------------------------------------------------------------
 
 
+# The CLI opens a store, and a store keeps tasks (actors/tasks.py) only once store/records.py
+# has its TaskRecord (branch i29-store): until then the command fails on that import.
+@pytest.mark.xfail(not hasattr(store_records, "TaskRecord"), reason="the store's tasks (TaskRecord) are not merged yet",
+                   raises=AssertionError, strict=True)
 def test_the_cli_calls_a_task_tool_and_prints_its_report(tmp_path):
     require_everything()
     command = os.path.join(PEERS, ".bin", "mcp-server-everything")
