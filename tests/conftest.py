@@ -212,3 +212,14 @@ def oauth_server(server_processes):
     from helpers import OAuthServer
 
     return functools.partial(server_processes, OAuthServer)
+
+
+@pytest.fixture(scope="module")
+def everything_http(tmp_path_factory):
+    """The npm server-everything's streamableHttp transport, one per module; yields (url,
+    path of its stdout log, where it logs every request and session)."""
+    from helpers import everything_http_server
+
+    log_path = tmp_path_factory.mktemp("everything") / "stdout.log"
+    with everything_http_server(log_path) as url:
+        yield url, log_path

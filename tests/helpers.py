@@ -495,3 +495,59 @@ class RugHttpServer(_Rug, _ServerProcess):
     def publish(self) -> None:
         """The running server serves the spec as it is now (and announces it)."""
         self.pull()
+
+
+PEERS = os.environ.get("ALBEDO_PEERS") or os.path.join(os.path.dirname(HERE), ".peers", "peers", "node_modules")
+EVERYTHING = os.path.join(PEERS, "@modelcontextprotocol", "server-everything", "dist", "index.js")
+
+
+def require_everything() -> str:
+    """The path of server-everything's ``dist/index.js``; the test fails when it is missing."""
+    import pytest
+
+    if not os.path.isfile(EVERYTHING):
+        pytest.fail(
+            f"the npm test peer is not installed: {EVERYTHING} is missing; run scripts/test, "
+            "which installs .peers/peers/node_modules and sets ALBEDO_PEERS",
+            pytrace=False,
+        )
+    return EVERYTHING
+
+
+@contextlib.contextmanager
+def everything_http_server(log_path):
+    """server-everything's streamableHttp transport on a free port; yields its URL. Its
+    stdout (it logs every request and session) goes to ``log_path``."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            ["node", require_everything(), "streamableHttp"],
+            env={**os.environ, "PORT": str(port)},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.PIPE,
+        )
+    try:
+        # It says on stderr when it listens.
+        deadline = time.monotonic() + 30
+        seen = b""
+        while b"listening on port" not in seen:
+            if not select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise RuntimeError("server-everything did not start listening within 30 s")
+            chunk = os.read(proc.stderr.fileno(), 4096)
+            if not chunk:
+                raise RuntimeError(f"server-everything exited ({proc.wait()}): {seen.decode(errors='replace')}")
+            seen += chunk
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()

@@ -740,9 +740,9 @@ class ServerHandle:
         if reporter is not None:
             reporter.progress = progress
         try:
-            if task is None and not (connection.modern and self.config.tasks != "never"
-                                     and wire_tasks.server_runs_tool_tasks(connection.capabilities, True)):
+            if task is None and not (connection.modern and wire_tasks.server_runs_tool_tasks(connection.capabilities, True)):
                 # the hot path: a tool that lists no task support, on a server that could not say otherwise
+                # (a 2026 task server goes through _plain even under "never": its -32021 is explained there)
                 return connection.request("tools/call", params, progress=progress), progress.deadline
             if self._as_task(connection, tool, task):
                 return self._call_as_task(connection, tool, params, progress), progress.deadline

@@ -13,21 +13,12 @@ pre-2026 server does (HTTP 400, -32600), so the client must open a legacy sessio
 from __future__ import annotations
 
 import json
-import os
-import select
-import socket
-import subprocess
-import time
 
 import pytest
 import requests
 
 from albedo_actors.config import ServerConfig
-from helpers import HERE, SdkHttpServer, schema_validate, text_of
-
-PEERS = os.environ.get("ALBEDO_PEERS") or os.path.join(os.path.dirname(HERE), ".peers", "peers", "node_modules")
-EVERYTHING = os.path.join(PEERS, "@modelcontextprotocol", "server-everything", "dist", "index.js")
-
+from helpers import SdkHttpServer, schema_validate, text_of
 
 def http_config(url: str, name: str = "peer", **overrides) -> ServerConfig:
     return ServerConfig(name=name, type="http", url=url, **overrides)
@@ -196,51 +187,7 @@ def test_a_tool_call_whose_stream_the_sdk_server_closes_is_resumed_with_last_eve
 # -- server-everything over HTTP ---------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def everything_http(tmp_path_factory):
-    """server-everything's streamableHttp transport; yields (url, path of its stdout log)."""
-    if not os.path.isfile(EVERYTHING):
-        pytest.fail(
-            f"the npm test peer is not installed: {EVERYTHING} is missing; run scripts/test, "
-            "which installs .peers/peers/node_modules and sets ALBEDO_PEERS",
-            pytrace=False,
-        )
-    log_path = tmp_path_factory.mktemp("everything") / "stdout.log"
-    port = _free_port()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            ["node", EVERYTHING, "streamableHttp"],
-            env={**os.environ, "PORT": str(port)},
-            stdin=subprocess.DEVNULL,
-            stdout=log,  # it logs every request and session to stdout
-            stderr=subprocess.PIPE,
-        )
-    try:
-        # It says on stderr when it listens.
-        deadline = time.monotonic() + 30
-        seen = b""
-        while b"listening on port" not in seen:
-            if not select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                raise RuntimeError("server-everything did not start listening within 30 s")
-            chunk = os.read(proc.stderr.fileno(), 4096)
-            if not chunk:
-                raise RuntimeError(f"server-everything exited ({proc.wait()}): {seen.decode(errors='replace')}")
-            seen += chunk
-        yield f"http://127.0.0.1:{port}/mcp", log_path
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
+# ``everything_http`` (tests/conftest.py): server-everything's streamableHttp transport.
 
 
 def test_server_everything_over_http_is_legacy_with_a_session_that_stop_ends(clients, everything_http):
