@@ -139,17 +139,30 @@ def task_id(value: Any) -> str:
     raise BadTask(f"sent a task id that is not 1-{MAX_TASK_ID} printable ASCII characters without spaces ({shown})")
 
 
+def _number(value: Any) -> int | float | None:
+    """A JSON number, finite; None for anything else. An integer is kept as it is: JSON
+    allows ones (thousands of digits) that no float holds, so it is compared, never
+    converted, until it is bounded."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def poll_seconds(value: Any) -> float:
     """A poll interval in milliseconds as seconds, clamped to [MIN_POLL, MAX_POLL]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    number = _number(value)
+    if number is None:
         return DEFAULT_POLL
-    return min(MAX_POLL, max(MIN_POLL, value / 1000))
+    return min(MAX_POLL, max(MIN_POLL, min(number, MAX_POLL * 1000) / 1000))
 
 
 def _ttl(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    number = _number(value)
+    if number is None or number < 0:
         return None
-    return int(min(value, 10 * 365 * 24 * 3600 * 1000))
+    return int(min(number, 10 * 365 * 24 * 3600 * 1000))
 
 
 def parse(value: Any, modern: bool, what: str) -> TaskState:
@@ -163,7 +176,7 @@ def parse(value: Any, modern: bool, what: str) -> TaskState:
         raise BadTask(f"sent {what} that is not a task object")
     tid = task_id(value.get("taskId"))
     status = value.get("status")
-    if status not in STATUSES:
+    if not isinstance(status, str) or status not in STATUSES:  # a list or an object is not hashable
         raise BadTask(f"sent {what} giving task {tid} an unknown status {printable(str(status), one_line=True, limit=40)!r}")
     message = value.get("statusMessage")
     text = printable(message, one_line=True, limit=MESSAGE_LIMIT) if isinstance(message, str) and message else None
