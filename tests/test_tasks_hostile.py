@@ -125,6 +125,14 @@ def test_a_poll_interval_of_an_hour_is_not_waited_when_the_task_says_it_ended(st
     assert received(tmp_path, "tasks/result")
 
 
+def test_a_poll_interval_and_ttl_no_float_holds_are_clamped_too(start, tmp_path):
+    handle = start(call_timeout_ms=8000)
+    result = call(handle, "poll_hours", {"huge": True})
+    assert text_of(result) == "an hour was not waited"
+    begun = handle.book.steps[0]
+    assert begun[:2] == ("begin", "task-1")
+
+
 def test_a_poll_interval_of_an_hour_is_lowered_to_the_maximum(start, tmp_path, monkeypatch):
     # MAX_POLL lowered so that the test runs in seconds; the clamp is poll_seconds' own.
     monkeypatch.setattr(wire_tasks, "MAX_POLL", 0.5)
@@ -273,10 +281,11 @@ def test_a_bad_task_id_is_a_protocol_violation_and_is_never_kept_or_sent(start, 
 
 
 @pytest.mark.parametrize("where", ["create", "get"])
-def test_an_unknown_status_is_a_protocol_violation_in_one_line(start, where):
+@pytest.mark.parametrize("as_list", [False, True], ids=["exploded", "list"])
+def test_an_unknown_status_is_a_protocol_violation_in_one_line(start, where, as_list):
     handle = start(call_timeout_ms=5000)
     with pytest.raises(ProtocolViolation, match="unknown status") as info:
-        call(handle, "bad_status", {"where": where})
+        call(handle, "bad_status", {"where": where, "list": as_list})
     one_line(str(info.value))
     if where == "create":
         assert handle.book.steps == []

@@ -16,9 +16,11 @@ Flags:
 Tools (all but ``maybe`` and ``echo`` require a task; called without one: -32601):
 
 poll_zero {polls}        pollInterval 0; completes at the ``polls``-th tasks/get
-poll_hours {notify}      pollInterval 3,600,000 (an hour); completes 2 s after it was
+poll_hours {notify, huge}
+                         pollInterval 3,600,000 (an hour); completes 2 s after it was
                          created; with ``notify`` (default true) it then sends
-                         ``notifications/tasks/status`` saying so
+                         ``notifications/tasks/status`` saying so; ``huge``: pollInterval
+                         and ttl are 10**400 (an integer JSON allows, no float holds)
 never_ends {changing}    stays "working" forever; ``changing``: its statusMessage
                          changes at every tasks/get (pollInterval 250)
 flood {count}            after the CreateTaskResult, ``count`` (default 100,000)
@@ -29,8 +31,10 @@ flood {count}            after the CreateTaskResult, ``count`` (default 100,000)
 bad_id {kind}            a CreateTaskResult whose taskId is bad: long (10,000 chars),
                          control (ESC sequences, BEL, CR, LF), number, empty,
                          surrogate (the JSON escape ``\\ud800``)
-bad_status {where}       ``"status": "exploded\\x1b[2J\\n"``: in the CreateTaskResult
-                         (``where`` "create", the default) or in the first tasks/get
+bad_status {where, list}
+                         ``"status": "exploded\\x1b[2J\\n"`` (``list``: ``["working"]``):
+                         in the CreateTaskResult (``where`` "create", the default) or in
+                         the first tasks/get
 crash                    the process exits at the first tasks/get, without answering
 forget                   tasks/get answers -32602 "unknown task"
 fail                     tasks/get says "failed"; tasks/result answers a JSON-RPC error
@@ -89,7 +93,8 @@ class Task:
 
     def view(self) -> dict:
         task: dict[str, Any] = {"taskId": self.id, "status": self.status, "createdAt": "2026-01-01T00:00:00Z",
-                                "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": 3_600_000, "pollInterval": self.poll}
+                                "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": 10**400 if self.poll == 10**400 else 3_600_000,
+                                "pollInterval": self.poll}
         if self.message is not None:
             task["statusMessage"] = self.message
         return task
@@ -203,14 +208,14 @@ class Server:
         if name == "poll_zero":
             task.poll = 0
         elif name == "poll_hours":
-            task.poll = 3_600_000
+            task.poll = 10**400 if args.get("huge") else 3_600_000
             threading.Thread(target=self.later, args=(task,), daemon=True).start()
         elif name == "never_ends":
             task.poll = 250
             task.message = "still at it"
         elif name == "bad_status" and args.get("where", "create") == "create":
             view = task.view()
-            view["status"] = "exploded\x1b[2J\n"
+            view["status"] = ["working"] if task.args.get("list") else "exploded\x1b[2J\n"
             self.answer(id, {"task": view})
             return
         self.answer(id, {"task": task.view()})
@@ -238,7 +243,7 @@ class Server:
                 task.message = f"poll {task.polls}"
             elif name == "bad_status":
                 view = task.view()
-                view["status"] = "exploded\x1b[2J\n"
+                view["status"] = ["working"] if task.args.get("list") else "exploded\x1b[2J\n"
                 self.answer(id, view)
                 return
             elif name == "crash":
