@@ -21,6 +21,7 @@ import time
 import pytest
 
 from albedo_actors.config import McpConfig, ServerConfig
+from albedo_actors.connection import tasks as task_follower
 from albedo_actors.connection.progress import REPORTS_PER_SECOND, Cancel, ProgressReport
 from albedo_actors.errors import ProtocolViolation, RemoteError, TimedOut, UnknownOutcome
 from albedo_actors.runtime import Runtime
@@ -148,6 +149,15 @@ def test_a_poll_interval_of_an_hour_is_lowered_to_the_maximum(start, tmp_path, m
     assert gets[-1]["at"] >= completed
 
 
+def test_a_task_that_takes_more_polls_than_the_cap_is_given_up_and_cancelled(start, tmp_path, monkeypatch):
+    monkeypatch.setattr(task_follower, "MAX_ROUNDS", 3)
+    handle = start(call_timeout_ms=WAIT * 1000)
+    with pytest.raises(TimedOut, match="task task-1 did not end after 3 polls"):
+        call(handle, "poll_zero", {"polls": 10})
+    assert len(received(tmp_path, "tasks/get")) == 3
+    assert [c["params"]["taskId"] for c in received(tmp_path, "tasks/cancel")] == ["task-1"]
+
+
 # -- deadlines and cancellation ----------------------------------------------------------------------
 
 
@@ -213,7 +223,9 @@ def test_a_caller_that_gives_up_gets_timed_out_at_once_and_the_task_is_cancelled
 # -- a flood of status notifications ---------------------------------------------------------------
 
 
-def test_a_flood_of_status_notifications_is_coalesced_and_others_calls_still_answer(start, tmp_path):
+def test_a_flood_of_status_notifications_is_coalesced_and_others_calls_still_answer(start, tmp_path, monkeypatch):
+    # Notifications heard are not polls: a flood of 100,000 never uses up even 100 polls.
+    monkeypatch.setattr(task_follower, "MAX_ROUNDS", 100)
     handle = start(call_timeout_ms=WAIT * 1000)
     reports: list[ProgressReport] = []
     first = threading.Event()
@@ -250,8 +262,11 @@ def test_a_flood_of_status_notifications_is_coalesced_and_others_calls_still_ans
     assert len(reports) <= elapsed * REPORTS_PER_SECOND + 5
     for report in reports:
         one_line(report.message or "")
-    # A handful of polls, not one per notification.
-    assert len(received(tmp_path, "tasks/get")) < 1000
+    # A handful of polls, not one per notification, and the book (the store's, a write
+    # each) told of a changing message no more often than the minimum poll interval.
+    assert len(received(tmp_path, "tasks/get")) < 100
+    notes = handle.book.kinds().count("note")
+    assert notes <= elapsed / wire_tasks.MIN_POLL + 5, notes
 
 
 # -- what the server says of a task is not a task --------------------------------------------------

@@ -27,6 +27,7 @@ fails is logged once and never fails the call.
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from ..errors import AlbedoError, ProtocolViolation, RemoteError, ServerError, SessionExpired, TimedOut, Unavailable, UnknownOutcome
@@ -50,7 +51,8 @@ CANCEL_TIMEOUT = 5.0  # seconds a tasks/cancel may take
 FIRST_STEP = 0.025
 RAMP = 4.0
 UPDATE_LIMIT = 64  # inputRequests keys answered per task, at most
-MAX_ROUNDS = 10_000  # polls of one task, at most (a cap beside the deadline's)
+MAX_ROUNDS = 10_000  # tasks/get polls of one task, at most (a cap beside the deadline's)
+NOTE_EVERY = tasks.MIN_POLL  # seconds: a changing status message is told to the book at most this often
 
 
 class TaskStart(NamedTuple):
@@ -152,6 +154,8 @@ class _Follower:
         self.answered = list(answered)
         self.heard = _Heard()
         self.reports = 0
+        self.polls = 0  # tasks/get requests made (status notifications heard are not polls)
+        self.noted = 0.0  # when the book was last told of a change (time.monotonic())
         self.ended = False  # the book was told the task's end (or that this process let it go)
         self.ramp = 0.0  # the next wait, while it is below the server's interval
 
@@ -183,7 +187,10 @@ class _Follower:
                 pending_tasks.discard(self.tid)
 
     def _run(self) -> dict[str, Any]:
-        for _ in range(MAX_ROUNDS):
+        # Bounded by MAX_ROUNDS polls and by the deadline, which _wait checks every round:
+        # a round woken by a status notification is no poll (a flood of them must not
+        # use the polls up), and only a change moves the deadline, never past the cap.
+        while self.polls < MAX_ROUNDS:
             status = self.state.status
             if status in (tasks.COMPLETED, tasks.FAILED, tasks.CANCELLED):
                 return self._finish()
@@ -247,6 +254,7 @@ class _Follower:
         self._moved(new)
 
     def _get(self) -> TaskState | None:
+        self.polls += 1
         try:
             result = self._request("tasks/get", {"taskId": self.tid}, Deadline.after(self._poll_timeout()))
         except TimedOut:
@@ -268,7 +276,12 @@ class _Follower:
         self.state = new
         if new.status != old.status or new.message != old.message:
             self._report()
-        if new.status != old.status or new.message != old.message or new.poll != old.poll:
+        # The book (a store write) hears a new status or poll interval at once, and a
+        # status message that keeps changing (a flood of notifications) at most every NOTE_EVERY.
+        now = time.monotonic()
+        if (new.status != old.status or new.poll != old.poll
+                or (new.message != old.message and now - self.noted >= NOTE_EVERY)):
+            self.noted = now
             _tell(self.book, "note", self.server, new, tuple(self.answered))
 
     def _report(self) -> None:
