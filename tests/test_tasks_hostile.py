@@ -191,6 +191,10 @@ def test_a_task_whose_message_keeps_changing_ends_at_the_cap(start, tmp_path):
     assert gets[-1]["at"] - received(tmp_path, "tools/call")[0]["at"] > 1.0  # it ran past callTimeoutMs
     assert [c["params"]["taskId"] for c in received(tmp_path, "tasks/cancel")] == ["task-1"]
     assert reports and all(r.message and r.message.startswith("task working") for r in reports)
+    assert any("poll " in (r.message or "") for r in reports)
+    for report in reports:  # the server's status message, escaped and bounded
+        one_line(report.message or "")
+        assert "\u202e" not in (report.message or "") and len(report.message or "") <= wire_tasks.MESSAGE_LIMIT + 20
 
 
 def test_a_caller_that_gives_up_gets_timed_out_at_once_and_the_task_is_cancelled(start, tmp_path):
@@ -311,7 +315,7 @@ def test_an_unknown_status_is_a_protocol_violation_in_one_line(start, where, as_
 
 def test_a_server_that_crashes_mid_task_loses_it(start, tmp_path):
     handle = start(call_timeout_ms=5000)
-    with pytest.raises(UnknownOutcome, match="task task-1 is lost") as info:
+    with pytest.raises(UnknownOutcome, match="task task-1 is lost: the server process it ran in has ended") as info:
         call(handle, "crash")
     one_line(str(info.value))
     assert any(e.get("event") == "crash" for e in server_log(tmp_path))

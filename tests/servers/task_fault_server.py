@@ -22,7 +22,8 @@ poll_hours {notify, huge}
                          ``notifications/tasks/status`` saying so; ``huge``: pollInterval
                          and ttl are 10**400 (an integer JSON allows, no float holds)
 never_ends {changing}    stays "working" forever; ``changing``: its statusMessage
-                         changes at every tasks/get (pollInterval 250)
+                         changes at every tasks/get (pollInterval 250), and holds
+                         terminal controls and 10,000 characters
 flood {count}            after the CreateTaskResult, ``count`` (default 100,000)
                          ``notifications/tasks/status`` (working, a new message each)
                          as fast as they can be written; half way it waits (at most
@@ -240,7 +241,7 @@ class Server:
             if name == "poll_zero" and task.polls >= int(task.args.get("polls", 5)):
                 task.end("completed", text_result(f"polled {task.polls}"))
             elif name == "never_ends" and task.args.get("changing"):
-                task.message = f"poll {task.polls}"
+                task.message = f"poll {task.polls}\x1b]0;pwned\x07\u202e\r\n" + "A" * 10_000
             elif name == "bad_status":
                 view = task.view()
                 view["status"] = ["working"] if task.args.get("list") else "exploded\x1b[2J\n"
