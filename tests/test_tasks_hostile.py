@@ -101,17 +101,29 @@ def one_line(text: str) -> None:
 # -- poll intervals -------------------------------------------------------------------------------
 
 
+def ramp_polls() -> int:
+    """The first polls of a new task that come sooner than MIN_POLL (connection/tasks.py's
+    ramp: at once, then FIRST_STEP, each wait RAMP times the last)."""
+    steps, wait = 0, 0.0
+    while wait < wire_tasks.MIN_POLL:
+        steps, wait = steps + 1, max(task_follower.FIRST_STEP, wait * task_follower.RAMP)
+    return steps
+
+
 def test_a_poll_interval_of_zero_is_raised_to_the_minimum(start, tmp_path):
     handle = start()
     began = time.monotonic()
-    result = call(handle, "poll_zero", {"polls": 6})
+    result = call(handle, "poll_zero", {"polls": 8})
     elapsed = time.monotonic() - began
-    assert text_of(result) == "polled 6"
+    assert text_of(result) == "polled 8"
     gets = received(tmp_path, "tasks/get")
-    assert len(gets) == 6
-    # Loosely: no more polls than MIN_POLL allows in the time the call took.
-    assert len(gets) <= elapsed / wire_tasks.MIN_POLL + 2
-    assert gets[-1]["at"] - gets[0]["at"] >= (len(gets) - 1) * wire_tasks.MIN_POLL * 0.9
+    assert len(gets) == 8
+    ramp = ramp_polls()
+    # Loosely: no more polls than the ramp and MIN_POLL allow in the time the call took,
+    # and once the ramp is over, polls at least MIN_POLL apart (a little less: two clocks' reads).
+    assert len(gets) <= elapsed / wire_tasks.MIN_POLL + ramp + 1
+    steady = [b["at"] - a["at"] for a, b in zip(gets[ramp - 1:], gets[ramp:])]
+    assert len(steady) >= 4 and min(steady) >= wire_tasks.MIN_POLL * 0.9, steady
     assert handle.book.kinds()[0] == "begin" and handle.book.steps[-1][:3] == ("end", "task-1", "completed")
 
 

@@ -278,3 +278,15 @@ def test_status_line():
     assert tasks.status_line(TaskState("t", "working", "half way", 1.0, None)) == "task working: half way"
     assert tasks.status_line(TaskState("t", "input_required", None, 1.0, None)) == "task input required"
     assert tasks.status_line(TaskState("t", "completed", None, 1.0, None)) == "task completed"
+
+
+def test_needs_extension():
+    needs = {"requiredCapabilities": {"extensions": {tasks.EXTENSION: {}}}}
+    assert tasks.needs_extension(tasks.MISSING_CAPABILITY, needs) is True
+    assert tasks.needs_extension(-32602, needs) is False
+    assert tasks.needs_extension(tasks.MISSING_CAPABILITY, {"requiredCapabilities": {"extensions": {"other": {}}}}) is False
+    assert tasks.needs_extension(tasks.MISSING_CAPABILITY, {"requiredCapabilities": {"elicitation": {}}}) is False
+    assert tasks.needs_extension(tasks.MISSING_CAPABILITY, {"requiredCapabilities": {"extensions": [tasks.EXTENSION]}}) is False
+    assert tasks.needs_extension(tasks.MISSING_CAPABILITY, {"requiredCapabilities": "extensions"}) is False
+    assert tasks.needs_extension(tasks.MISSING_CAPABILITY, None) is False
+    assert tasks.needs_extension(tasks.MISSING_CAPABILITY, "tasks") is False
