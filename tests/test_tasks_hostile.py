@@ -373,6 +373,16 @@ def test_an_optional_tool_under_never_is_called_plainly(start, tmp_path):
     assert handle.book.steps == []
 
 
+def test_a_required_tool_under_never_is_never_sent_as_a_task(start, tmp_path):
+    # Not advertised under "never" (below); called by its handle all the same, it goes plain.
+    handle = start(tasks="never")
+    with pytest.raises(RemoteError, match="runs only as a task"):
+        call(handle, "poll_zero", {"polls": 1})
+    params = tool_calls(tmp_path)
+    assert len(params) == 1 and "task" not in params[0]
+    assert received(tmp_path, "tasks/get") == [] and handle.book.steps == []
+
+
 def test_an_optional_tool_under_always_is_called_as_a_task(start, tmp_path):
     handle = start(tasks="always")
     assert text_of(call(handle, "maybe", {"text": "as a task"}, support="optional")) == "as a task"
