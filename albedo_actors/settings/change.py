@@ -26,7 +26,7 @@ command line sends one to a running service: all three are this one :func:`apply
 4. on any failure restores the file and every credential it wrote or deleted (each
    only if still as it wrote it: tokens a connect rotated stay) and raises
    :class:`~albedo_actors.errors.SettingsConflict` naming the server;
-5. saves the catalogues it discovered, and deletes a removed server's catalogue.
+5. saves the catalogues it discovered, and deletes a removed server's catalogue (and tasks).
 """
 
 from __future__ import annotations
