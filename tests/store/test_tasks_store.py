@@ -187,8 +187,13 @@ def test_a_sealed_value_moved_to_another_task_does_not_open(open_):
     store.add_task(task(task_id="t-2", result=None))
     sealed = raw(store)["result"]
     TaskRow.update(result=sealed).where(TaskRow.task_id == "t-2").execute(store._db)
+    assert store.get_task("docs", "t-1") == task()  # where it was sealed, it opens
     with pytest.raises(StoreError, match="do not decrypt"):
         store.get_task("docs", "t-2")
+    # nor in another column of its own row
+    TaskRow.update(session_id=sealed).where(TaskRow.task_id == "t-1").execute(store._db)
+    with pytest.raises(StoreError, match="do not decrypt"):
+        store.get_task("docs", "t-1")
 
 
 def test_a_row_sealed_under_another_key_does_not_break_the_listing(open_):
@@ -232,12 +237,15 @@ def test_update_changes_only_the_given_fields(open_):
     store = open_(a_key())
     store.add_task(task(state="working", result=None, error=None, delivered=False, message=None))
     before = store.get_task("docs", "t-1")
+    sealed = raw(store)
     later = time.time() + 5
     got = store.update_task("docs", "t-1", state="input_required", message="need a date", updated_at=later,
                             answered=("ask-1",))
     assert got == dataclasses.replace(before, state="input_required", message="need a date", updated_at=later,
                                       answered=("ask-1",))
     assert store.get_task("docs", "t-1") == got
+    after = raw(store)
+    assert after["session_id"] == sealed["session_id"] and after["arguments"] == sealed["arguments"]  # not rewritten
     assert store.update_task("docs", "t-1") == got  # nothing given: nothing changes
     with pytest.raises(TypeError):
         store.update_task("docs", "t-1", owner="x")
