@@ -1,6 +1,9 @@
 """The store: credentials, saved catalogues, OAuth client registrations, the revision,
-the last state ``albedo-mcp doctor`` saw of each server, and tool integrity's trusted
-definitions, holds and history (catalogue/trust.py; migration 0005).
+the last state ``albedo-mcp doctor`` saw of each server, tool integrity's trusted
+definitions, holds and history (catalogue/trust.py; migration 0005), and MCP tasks, the
+long-running tool calls a server runs as tasks (migration 0006): a row per task, so a
+process started after a SIGKILL finds them again, with a lease so that one process (of
+any host sharing a PostgreSQL database) polls a task at a time.
 
 Owns one peewee database (SQLite at ``$ALBEDO_HOME/albedo.db`` by default, or PostgreSQL
 by URL) and every connection to it: one connection per thread that uses the store,
@@ -24,7 +27,7 @@ server's secrets or sign-in changed (:func:`visible`); a token refresh that only
 the tokens does not (every running session would reload for nothing). The settings bump
 it after each write of ``extensions.json`` (:meth:`Store.bump_revision`). Saved
 catalogues, the states doctor saw, OAuth client registrations, refresh leases,
-re-sealing, trusting a first catalogue and recording a hold never bump it; approving a
+re-sealing, tasks, trusting a first catalogue and recording a hold never bump it; approving a
 held tool does (:meth:`Store.approve_held`).
 
 Every failure of the database or its driver becomes :class:`StoreError` with a
@@ -1070,12 +1073,17 @@ class Store:
         try:
             with self._op("compacting the credentials tables"):
                 conn = self._db.connection()  # type: ignore[no-untyped-call]
-                conn.autocommit = True  # VACUUM runs outside any transaction block
+                # VACUUM runs outside any transaction block. peewee runs its connections in
+                # autocommit already; whatever the mode was, it is put back (left off, every
+                # later read of this connection would stay "idle in transaction", holding
+                # its locks: another store's VACUUM FULL would wait out the lock timeout).
+                was = conn.autocommit
+                conn.autocommit = True
                 try:
                     with conn.cursor() as cursor:
                         cursor.execute("VACUUM FULL credentials, oauth_clients, tasks")
                 finally:
-                    conn.autocommit = False
+                    conn.autocommit = was
         except StoreError as exc:
             log.warning("the old row versions were not compacted away (run VACUUM FULL credentials, "
                         "oauth_clients, tasks as their owner): %s", exc)
