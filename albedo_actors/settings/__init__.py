@@ -315,7 +315,7 @@ class Settings:
         return self._view(name)
 
     def remove(self, name: str) -> None:
-        """Delete a server, its credentials, its saved catalogue and the state doctor saw of it."""
+        """Delete a server, its credentials, its saved catalogue, the state doctor saw of it and its tasks."""
         self.apply(Change(servers={name: None}))
         logger.info("server %r removed", name)
 

@@ -26,7 +26,7 @@ command line sends one to a running service: all three are this one :func:`apply
 4. on any failure restores the file and every credential it wrote or deleted (each
    only if still as it wrote it: tokens a connect rotated stay) and raises
    :class:`~albedo_actors.errors.SettingsConflict` naming the server;
-5. saves the catalogues it discovered, and deletes a removed server's catalogue.
+5. saves the catalogues it discovered, and deletes a removed server's catalogue (and tasks).
 """
 
 from __future__ import annotations
@@ -272,12 +272,13 @@ def apply_locked(change: Change, document: Document, store: Store) -> bool:
         save_catalogue(store, by_name[name], catalogue, config)
     for name in removed:
         try:
-            for what in ("delete_catalogue", "delete_server_state"):  # and the state doctor saw of it
+            # and the state doctor saw of it, and its tasks
+            for what in ("delete_catalogue", "delete_server_state", "delete_server_tasks"):
                 delete = getattr(store, what, None)
                 if delete is not None:
                     delete(name)
-        except StoreError as exc:  # removed all the same; only its saved catalogue (or state) stays
-            logger.warning("server %r: its saved catalogue or last state was not deleted (%s)", name, exc)
+        except StoreError as exc:  # removed all the same; only its saved catalogue (state, tasks) stays
+            logger.warning("server %r: its saved catalogue, last state or tasks were not deleted (%s)", name, exc)
     for name in catalogues:
         logger.info("server %r saved and connected", name)
     logger.info("settings saved: %s", ", ".join(change.names) or "defaults")

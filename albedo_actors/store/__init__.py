@@ -10,7 +10,7 @@
     store.close()
 """
 
-from .records import Credentials, SavedCatalogue, ServerState
+from .records import Credentials, SavedCatalogue, ServerState, TaskRecord
 from .store import MAX_CATALOGUE_BYTES, Store, open_store
 
-__all__ = ["open_store", "Store", "Credentials", "SavedCatalogue", "ServerState", "MAX_CATALOGUE_BYTES"]
+__all__ = ["open_store", "Store", "Credentials", "SavedCatalogue", "ServerState", "TaskRecord", "MAX_CATALOGUE_BYTES"]

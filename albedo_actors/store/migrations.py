@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from peewee import AutoField, BigIntegerField, CompositeKey, Database, DoubleField, IntegerField, Model, PostgresqlDatabase, TextField
+from peewee import AutoField, BigIntegerField, BooleanField, CompositeKey, Database, DoubleField, IntegerField, Model, PostgresqlDatabase, TextField
 
 __all__ = ["MIGRATIONS", "migrate", "applied_versions"]
 
@@ -192,8 +192,52 @@ def m0005_trust(db: Database) -> None:
     db.create_tables([Trusted, Held, History], safe=False)
 
 
+def m0006_tasks(db: Database) -> None:
+    """MCP tasks (``tasks``): one row per task a server created for a task-augmented
+    ``tools/call``, keyed by (server, task id), with an index on the task id alone (the
+    CLI names a task by its id). A host killed mid-call finds its tasks again here, and
+    on PostgreSQL any host may resume one while the lease (``lease_owner`` until
+    ``lease_until``, as the credentials' refresh lease) lets one poll at a time.
+
+    ``session_id``, ``arguments`` and ``result`` hold secrets: sealed when the store has
+    a key, as the credentials are. ``arguments``, ``result`` (objects) and ``answered``
+    (an array) are JSON text. Never bumps the revision.
+    """
+
+    class Tasks(Model):
+        server = TextField()
+        task_id = TextField(index=True)
+        tool = TextField()
+        era = TextField()
+        version = TextField()
+        transport = TextField()
+        session_id = TextField(null=True)
+        arguments_digest = TextField()
+        arguments = TextField(null=True)
+        state = TextField()
+        message = TextField(null=True)
+        poll_ms = BigIntegerField()
+        ttl_ms = BigIntegerField(null=True)
+        created_at = DoubleField()
+        updated_at = DoubleField()
+        expires_at = DoubleField(null=True)
+        answered = TextField(default="[]")
+        result = TextField(null=True)
+        error = TextField(null=True)
+        delivered = BooleanField(default=False)
+        lease_owner = TextField(null=True)
+        lease_until = DoubleField(null=True)
+
+        class Meta:
+            database = db
+            table_name = "tasks"
+            primary_key = CompositeKey("server", "task_id")
+
+    db.create_tables([Tasks], safe=False)
+
+
 MIGRATIONS: list[Callable[[Database], None]] = [m0001_initial, m0002_refresh_lease, m0003_revision, m0004_server_states,
-                                                m0005_trust]
+                                                m0005_trust, m0006_tasks]
 
 
 def migrate(db: Database) -> list[int]:

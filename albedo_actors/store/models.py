@@ -10,10 +10,10 @@ classes globally.
 
 from __future__ import annotations
 
-from peewee import AutoField, BigIntegerField, CompositeKey, DoubleField, IntegerField, Model, TextField
+from peewee import AutoField, BigIntegerField, BooleanField, CompositeKey, DoubleField, IntegerField, Model, TextField
 
 __all__ = ["BaseModel", "CredentialRow", "CatalogueRow", "OAuthClientRow", "RevisionRow", "ServerStateRow", "TrustedRow",
-           "HoldRow", "TrustEventRow", "ALL"]
+           "HoldRow", "TrustEventRow", "TaskRow", "ALL"]
 
 
 class BaseModel(Model):
@@ -140,4 +140,35 @@ class TrustEventRow(BaseModel):
         table_name = "trust_history"
 
 
-ALL = (CredentialRow, CatalogueRow, OAuthClientRow, RevisionRow, ServerStateRow, TrustedRow, HoldRow, TrustEventRow)
+class TaskRow(BaseModel):
+    """An MCP task a server created for a task-augmented tools/call (migration 0006)."""
+
+    server = TextField()
+    task_id = TextField(index=True)
+    tool = TextField()
+    era = TextField()  # "legacy" or "modern"
+    version = TextField()  # the protocol version
+    transport = TextField()  # "stdio" or "http"
+    session_id = TextField(null=True)  # legacy HTTP Mcp-Session-Id; sealed with a key
+    arguments_digest = TextField()
+    arguments = TextField(null=True)  # JSON object, kept only when the host asked; sealed with a key
+    state = TextField()  # working, input_required, completed, failed, cancelled or lost
+    message = TextField(null=True)
+    poll_ms = BigIntegerField()
+    ttl_ms = BigIntegerField(null=True)
+    created_at = DoubleField()
+    updated_at = DoubleField()
+    expires_at = DoubleField(null=True)
+    answered = TextField(default="[]")  # JSON array of the inputRequests keys answered
+    result = TextField(null=True)  # JSON object: the CallToolResult once read; sealed with a key
+    error = TextField(null=True)
+    delivered = BooleanField(default=False)
+    lease_owner = TextField(null=True)  # who polls it, until when
+    lease_until = DoubleField(null=True)
+
+    class Meta:
+        table_name = "tasks"
+        primary_key = CompositeKey("server", "task_id")
+
+
+ALL = (CredentialRow, CatalogueRow, OAuthClientRow, RevisionRow, ServerStateRow, TrustedRow, HoldRow, TrustEventRow, TaskRow)

@@ -1,16 +1,18 @@
 """The frozen records the store hands out; plain immutable data, safe to share between threads.
 
-Secret values (bearer token, header value, env values, the OAuth record) never appear in
-a ``repr``: it shows only which of them are set.
+Secret values (bearer token, header value, env values, the OAuth record; a task's session
+id, arguments and result) never appear in a ``repr``: it shows only which of them are set.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-__all__ = ["Credentials", "HeldDefinition", "SavedCatalogue", "ServerState", "TrustEvent", "TrustedDefinition", "freeze", "thaw"]
+__all__ = ["Credentials", "HeldDefinition", "SavedCatalogue", "ServerState", "TaskRecord", "TrustEvent", "TrustedDefinition",
+           "freeze", "thaw", "TASK_STATES", "TASK_ACTIVE", "TASK_TERMINAL"]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -199,3 +201,124 @@ class TrustEvent:
     changes: tuple[str, ...]
     who: str | None
     at: float
+
+
+# The states of a task (MCP tasks; "lost": the server no longer knows it).
+TASK_ACTIVE = frozenset({"working", "input_required"})
+TASK_TERMINAL = frozenset({"completed", "failed", "cancelled", "lost"})
+TASK_STATES = TASK_ACTIVE | TASK_TERMINAL
+
+
+@dataclass(frozen=True, repr=False)
+class TaskRecord:
+    """One MCP task a server created for a task-augmented ``tools/call`` (the store's
+    ``tasks`` table): enough to find it again from another process, or another host.
+
+    ``server`` and ``task_id`` together are the key. ``era`` is "legacy" or "modern",
+    ``version`` the protocol version, ``transport`` "stdio" or "http"; ``session_id`` the
+    legacy HTTP ``Mcp-Session-Id`` (a secret). ``arguments`` are kept only when the host
+    asked (a secret); ``arguments_digest`` always. ``state`` is one of
+    :data:`TASK_STATES`; ``message`` the status message (escaped by the caller).
+    ``answered`` holds the keys of the input requests already answered; ``result`` the
+    ``CallToolResult`` once read (a secret), ``error`` one line; ``delivered``: the
+    result (or error) reached a caller. ``lease_owner``/``lease_until``: who polls it,
+    until when (:meth:`Store.take_task_lease`). Times are Unix times.
+
+    Mappings are frozen (read-only), lists tuples. The ``repr`` never shows the session
+    id, the arguments or the result, only whether they are set.
+    """
+
+    server: str
+    task_id: str
+    tool: str
+    era: str
+    version: str
+    transport: str
+    session_id: str | None
+    arguments_digest: str
+    arguments: Mapping[str, Any] | None
+    state: str
+    message: str | None
+    poll_ms: int
+    ttl_ms: int | None
+    created_at: float
+    updated_at: float
+    expires_at: float | None
+    answered: tuple[str, ...] = ()
+    result: Mapping[str, Any] | None = None
+    error: str | None = None
+    delivered: bool = False
+    lease_owner: str | None = None
+    lease_until: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("server", "task_id", "tool", "era", "version", "transport", "arguments_digest", "state"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"TaskRecord.{name} must be a str")
+        for name in ("session_id", "message", "error", "lease_owner"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise TypeError(f"TaskRecord.{name} must be a str or None")
+        if self.era not in ("legacy", "modern"):
+            raise ValueError(f"TaskRecord.era must be 'legacy' or 'modern', not {self.era!r}")
+        if self.transport not in ("stdio", "http"):
+            raise ValueError(f"TaskRecord.transport must be 'stdio' or 'http', not {self.transport!r}")
+        if self.state not in TASK_STATES:
+            raise ValueError(f"TaskRecord.state must be one of {', '.join(sorted(TASK_STATES))}, not {self.state!r}")
+        if isinstance(self.poll_ms, bool) or not isinstance(self.poll_ms, int):
+            raise TypeError("TaskRecord.poll_ms must be an int")
+        if self.ttl_ms is not None and (isinstance(self.ttl_ms, bool) or not isinstance(self.ttl_ms, int)):
+            raise TypeError("TaskRecord.ttl_ms must be an int or None")
+        for name in ("created_at", "updated_at"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        for name in ("expires_at", "lease_until"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, float(getattr(self, name)))
+        for name in ("arguments", "result"):
+            value = getattr(self, name)
+            if value is not None:
+                if not isinstance(value, Mapping):
+                    raise TypeError(f"TaskRecord.{name} must be a mapping or None")
+                object.__setattr__(self, name, freeze(value))
+        if isinstance(self.answered, str) or not all(isinstance(key, str) for key in self.answered):
+            raise TypeError("TaskRecord.answered must be a sequence of str")
+        object.__setattr__(self, "answered", tuple(self.answered))
+        object.__setattr__(self, "delivered", bool(self.delivered))
+
+    __hash__ = None  # type: ignore[assignment]  # mappings inside: not hashable
+
+    @property
+    def terminal(self) -> bool:
+        """The task ended: completed, failed, cancelled or lost."""
+        return self.state in TASK_TERMINAL
+
+    @property
+    def pending(self) -> bool:
+        """Still someone's business: working or waiting for input, or ended with an
+        outcome (a result or error, read or still to read) that has not reached a caller."""
+        return self.state in TASK_ACTIVE or not self.delivered
+
+    def expired(self, now: float | None = None) -> bool:
+        """True once ``expires_at`` (the server's TTL from creation) is before ``now`` (default: now)."""
+        return self.expires_at is not None and self.expires_at < (time.time() if now is None else now)
+
+    def __repr__(self) -> str:
+        parts = [f"server={self.server!r}", f"task_id={self.task_id!r}", f"tool={self.tool!r}", f"state={self.state!r}",
+                 f"era={self.era!r}", f"version={self.version!r}", f"transport={self.transport!r}"]
+        if self.session_id is not None:
+            parts.append("session_id=<secret>")
+        parts.append(f"arguments_digest={self.arguments_digest!r}")
+        if self.arguments is not None:
+            parts.append("arguments=<secret>")
+        if self.message is not None:
+            parts.append(f"message={self.message!r}")
+        parts += [f"poll_ms={self.poll_ms!r}", f"ttl_ms={self.ttl_ms!r}", f"created_at={self.created_at!r}",
+                  f"updated_at={self.updated_at!r}", f"expires_at={self.expires_at!r}"]
+        if self.answered:
+            parts.append(f"answered={self.answered!r}")
+        parts.append("result=<set>" if self.result is not None else "result=None")
+        if self.error is not None:
+            parts.append(f"error={self.error!r}")
+        parts.append(f"delivered={self.delivered!r}")
+        if self.lease_owner is not None:
+            parts.append(f"lease_owner={self.lease_owner!r}, lease_until={self.lease_until!r}")
+        return "TaskRecord(" + ", ".join(parts) + ")"

@@ -280,8 +280,17 @@ class StoreKeys:
 REMOVE_AND_ADD = "remove the server and add it again (albedo-mcp remove NAME, then albedo-mcp add ...)"
 
 
+# What a user does about a task whose sealed values nothing can read: its result is lost to
+# this store; deleting the task (or waiting for it to expire) clears it.
+FORGET_TASK = "delete the task (it is deleted anyway when it expires or its server is removed) and call the tool again"
+
+
 def _remedy(what: str) -> str:
-    return REMOVE_AND_ADD if what.startswith("credentials") else "save them again (albedo-mcp edit NAME, or sign-in NAME)"
+    if what.startswith("credentials"):
+        return REMOVE_AND_ADD
+    if what.startswith("task"):
+        return FORGET_TASK
+    return "save them again (albedo-mcp edit NAME, or sign-in NAME)"
 
 
 def damaged(what: str) -> StoreError:

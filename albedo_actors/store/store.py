@@ -1,6 +1,9 @@
 """The store: credentials, saved catalogues, OAuth client registrations, the revision,
-the last state ``albedo-mcp doctor`` saw of each server, and tool integrity's trusted
-definitions, holds and history (catalogue/trust.py; migration 0005).
+the last state ``albedo-mcp doctor`` saw of each server, tool integrity's trusted
+definitions, holds and history (catalogue/trust.py; migration 0005), and MCP tasks, the
+long-running tool calls a server runs as tasks (migration 0006): a row per task, so a
+process started after a SIGKILL finds them again, with a lease so that one process (of
+any host sharing a PostgreSQL database) polls a task at a time.
 
 Owns one peewee database (SQLite at ``$ALBEDO_HOME/albedo.db`` by default, or PostgreSQL
 by URL) and every connection to it: one connection per thread that uses the store,
@@ -24,7 +27,7 @@ server's secrets or sign-in changed (:func:`visible`); a token refresh that only
 the tokens does not (every running session would reload for nothing). The settings bump
 it after each write of ``extensions.json`` (:meth:`Store.bump_revision`). Saved
 catalogues, the states doctor saw, OAuth client registrations, refresh leases,
-re-sealing, trusting a first catalogue and recording a hold never bump it; approving a
+re-sealing, tasks, trusting a first catalogue and recording a hold never bump it; approving a
 held tool does (:meth:`Store.approve_held`).
 
 Every failure of the database or its driver becomes :class:`StoreError` with a
@@ -52,8 +55,10 @@ from ..errors import StoreError
 from ..wire.jsonrpc import MAX_DEPTH, Json  # the wire's nesting bound (store may import wire: it is pure)
 from ..safefiles import FileRefused, check_not_link, make_private_dirs, open_private
 from . import migrations, sealing
-from .models import CatalogueRow, CredentialRow, HoldRow, OAuthClientRow, RevisionRow, ServerStateRow, TrustedRow, TrustEventRow
-from .records import Credentials, HeldDefinition, SavedCatalogue, ServerState, TrustEvent, TrustedDefinition, thaw
+from .models import (CatalogueRow, CredentialRow, HoldRow, OAuthClientRow, RevisionRow, ServerStateRow, TaskRow, TrustedRow,
+                     TrustEventRow)
+from .records import (TASK_ACTIVE, Credentials, HeldDefinition, SavedCatalogue, ServerState, TaskRecord, TrustEvent,
+                      TrustedDefinition, thaw)
 from .sealing import StoreKeys
 
 __all__ = ["open_store", "Store", "CredentialsWriter", "Lease", "MAX_CATALOGUE_BYTES", "DB_FILENAME", "BUSY_TIMEOUT_S",
@@ -607,6 +612,234 @@ class Store:
         if isinstance(row, int) and row % 64 == 0:  # now and then, not at every line
             TrustEventRow.delete().where(TrustEventRow.id <= row - TRUST_HISTORY).execute(self._db)
 
+    # --- tasks (MCP tasks: long-running tool calls; migration 0006) ----------------
+
+    def add_task(self, record: TaskRecord) -> None:
+        """Save ``record`` (a task a server just created), replacing a row with the same
+        key (server, task id); in the same transaction, delete every server's expired
+        tasks (``expires_at`` before now). The session id, arguments and result are
+        sealed when the store has a key. Never bumps the revision.
+
+        Raises:
+            StoreError: a value is not JSON, a plaintext session id starts with the
+                sealed prefix, or the database failed.
+        """
+        if not isinstance(record, TaskRecord):
+            raise TypeError("add_task takes a TaskRecord")
+        values = self._task_columns(record, _TASK_FIELDS)
+        with self._op(f"saving the task {_task_name(record.server, record.task_id)}"), self._write():
+            self._delete_expired_tasks(time.time())
+            TaskRow.insert(server=record.server, task_id=record.task_id, **values).on_conflict(
+                conflict_target=[TaskRow.server, TaskRow.task_id],
+                update={getattr(TaskRow, k): v for k, v in values.items()}).execute(self._db)
+
+    def update_task(self, server: str, task_id: str, **fields: Any) -> TaskRecord | None:
+        """Change only the given fields of a task (any :class:`TaskRecord` field but the
+        key and the lease, which :meth:`take_task_lease` and :meth:`drop_task_lease`
+        change), in one transaction that holds the row; the updated record, or None when
+        the row is gone. ``updated_at`` is the caller's to set (when the state changed).
+
+        Raises:
+            TypeError, ValueError: a field is unknown, or a value is not what the
+                record takes (nothing is written).
+            StoreError: the row's sealed values cannot be read under the key given (it
+                says what to do), a value is not JSON, or the database failed.
+        """
+        unknown = set(fields) - _TASK_UPDATABLE
+        if unknown:
+            raise TypeError(f"update_task: not a field it changes: {', '.join(sorted(unknown))}")
+        with self._op(f"updating the task {_task_name(server, task_id)}"), self._write():
+            row = self._task_row(server, task_id, lock=True)
+            if row is None:
+                return None
+            new = dataclasses.replace(self._task(row), **fields)
+            if fields:
+                TaskRow.update({getattr(TaskRow, k): v for k, v in self._task_columns(new, tuple(fields)).items()}) \
+                    .where(_task_key(server, task_id)).execute(self._db)
+            return new
+
+    def get_task(self, server: str, task_id: str) -> TaskRecord | None:
+        """The task, or None (an expired task not deleted yet is still given: see
+        :meth:`TaskRecord.expired`).
+
+        Raises:
+            StoreError: its sealed values cannot be read under the key given (the line
+                says what to do: set the key, or delete the task), or the database failed.
+        """
+        with self._op(f"reading the task {_task_name(server, task_id)}"):
+            row = self._task_row(server, task_id)
+            return None if row is None else self._task(row)
+
+    def find_tasks(self, task_id: str) -> list[TaskRecord]:
+        """Every server's task with this id, newest first (the CLI takes a bare id, and
+        ``SERVER/ID`` when two servers share one). A task whose sealed values cannot be
+        read is given as :meth:`list_tasks` gives it.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op(f"finding the task {task_id!r}"):
+            query = TaskRow.select().where(TaskRow.task_id == task_id).order_by(
+                TaskRow.created_at.desc(), TaskRow.server)
+            return self._tasks_readable(query.execute(self._db))
+
+    def list_tasks(self, pending_only: bool = True, server: str | None = None) -> list[TaskRecord]:
+        """The tasks (of ``server``, or of every server), newest first, after deleting the
+        expired ones; ``pending_only``: those still working or waiting for input, or ended
+        with an outcome no caller has had (:attr:`TaskRecord.pending`).
+
+        A task whose sealed values (session id, arguments, result) cannot be read under
+        the key given never fails the listing: it is listed without them (None), its
+        ``error`` the one line why; :meth:`get_task` of it raises that line.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op("listing the tasks"):
+            with self._write():
+                self._delete_expired_tasks(time.time())
+            query = TaskRow.select()
+            if server is not None:
+                query = query.where(TaskRow.server == server)
+            if pending_only:
+                query = query.where(TaskRow.state.in_(sorted(TASK_ACTIVE)) | (TaskRow.delivered == False))  # noqa: E712
+            query = query.order_by(TaskRow.created_at.desc(), TaskRow.server, TaskRow.task_id)
+            return self._tasks_readable(query.execute(self._db))
+
+    def take_task_lease(self, server: str, task_id: str, owner: str, until: float) -> TaskRecord | None:
+        """Take the task's lease for ``owner`` (an opaque id) until ``until`` (Unix time),
+        atomically: when nobody holds it, its holder's ran out (``lease_until`` at or
+        before now, by this host's clock), or ``owner`` holds it already (a renewal).
+        Returns the record with the lease taken, or None: another holds it, or the row is
+        gone (:meth:`get_task` tells them apart). One short transaction holding the row
+        (``FOR UPDATE`` on PostgreSQL, the write lock on SQLite): no network I/O in it;
+        the polling happens outside, under the lease.
+
+        Raises:
+            StoreError: the row's sealed values cannot be read under the key given, or
+                the database failed (or its lock was not had in time).
+        """
+        with self._op(f"taking the lease of the task {_task_name(server, task_id)}"), self._write():
+            row = self._task_row(server, task_id, lock=True)
+            if row is None:
+                return None
+            if row.lease_owner is not None and row.lease_until is not None and row.lease_owner != owner \
+                    and float(row.lease_until) > time.time():
+                return None
+            record = self._task(row)
+            TaskRow.update(lease_owner=owner, lease_until=float(until)).where(_task_key(server, task_id)) \
+                .execute(self._db)
+            return dataclasses.replace(record, lease_owner=owner, lease_until=float(until))
+
+    def drop_task_lease(self, server: str, task_id: str, owner: str) -> None:
+        """Clear the task's lease if ``owner`` holds it (another's, taken over after
+        ours ran out, stays).
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op(f"dropping the lease of the task {_task_name(server, task_id)}"), self._write():
+            TaskRow.update(lease_owner=None, lease_until=None).where(
+                _task_key(server, task_id) & (TaskRow.lease_owner == owner)).execute(self._db)
+
+    def delete_task(self, server: str, task_id: str) -> bool:
+        """Forget the task (its sealed values need no key to be deleted); True if there was one.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op(f"deleting the task {_task_name(server, task_id)}"), self._write():
+            return bool(TaskRow.delete().where(_task_key(server, task_id)).execute(self._db))
+
+    def delete_expired_tasks(self, now: float | None = None) -> int:
+        """Forget every server's tasks whose ``expires_at`` is before ``now`` (default:
+        now); how many.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op("deleting the expired tasks"), self._write():
+            return self._delete_expired_tasks(time.time() if now is None else now)
+
+    def delete_server_tasks(self, server: str) -> int:
+        """Forget every task of ``server`` (it was removed); how many.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        with self._op(f"deleting the tasks of {server!r}"), self._write():
+            return int(TaskRow.delete().where(TaskRow.server == server).execute(self._db))
+
+    def _delete_expired_tasks(self, now: float) -> int:
+        """Inside the caller's write transaction."""
+        return int(TaskRow.delete().where(TaskRow.expires_at.is_null(False) & (TaskRow.expires_at < now))
+                   .execute(self._db))
+
+    def _task_row(self, server: str, task_id: str, lock: bool = False) -> TaskRow | None:
+        query = TaskRow.select().where(_task_key(server, task_id))
+        if lock and self._pg:
+            query = query.for_update()
+        row: TaskRow | None = query.first(self._db)
+        return row
+
+    def _task(self, row: TaskRow, lenient: bool = False) -> TaskRecord:
+        """The row's record. ``lenient``: a sealed value that cannot be read is None and
+        ``error`` says why, instead of raising that StoreError."""
+        what = f"task values of {_task_name(row.server, row.task_id)}"
+        opened: dict[str, Any] = {}
+        problem: StoreError | None = None
+        for column in _SEALED_TASK:
+            try:
+                text = sealing.open_value(self._keys, ("tasks", row.server, row.task_id, column), getattr(row, column), what)
+                if text is not None and column != "session_id":
+                    opened[column] = _json_object(text, "task", _task_name(row.server, row.task_id))
+                else:
+                    opened[column] = text
+            except StoreError as exc:
+                if not lenient:
+                    raise
+                opened[column], problem = None, problem or exc
+        try:
+            return TaskRecord(
+                server=row.server, task_id=row.task_id, tool=row.tool, era=row.era, version=row.version,
+                transport=row.transport, session_id=opened["session_id"], arguments_digest=row.arguments_digest,
+                arguments=opened["arguments"], state=row.state, message=row.message, poll_ms=int(row.poll_ms),
+                ttl_ms=None if row.ttl_ms is None else int(row.ttl_ms), created_at=row.created_at,
+                updated_at=row.updated_at, expires_at=row.expires_at, answered=tuple(_json_list(row.answered)),
+                result=opened["result"], error=str(problem) if problem is not None else row.error,
+                delivered=bool(row.delivered), lease_owner=row.lease_owner, lease_until=row.lease_until)
+        except (TypeError, ValueError) as exc:  # a state (era, transport) this version does not know
+            raise StoreError(f"store: the saved task {_task_name(row.server, row.task_id)} is damaged or from a newer "
+                             f"albedo ({_line(exc)}); {sealing.FORGET_TASK}") from None
+
+    def _tasks_readable(self, rows: Iterable[TaskRow]) -> list[TaskRecord]:
+        """The records of ``rows``, leniently (:meth:`_task`); a row no record can be made
+        of (an unknown state) is left out, with a warning."""
+        found = []
+        for row in rows:
+            try:
+                found.append(self._task(row, lenient=True))
+            except StoreError as exc:
+                log.warning("%s", exc)
+        return found
+
+    def _task_columns(self, record: TaskRecord, names: Iterable[str]) -> dict[str, Any]:
+        """The columns of ``record``'s fields ``names``, as stored (JSON text, sealed with a key)."""
+        values: dict[str, Any] = {}
+        where = _task_name(record.server, record.task_id)
+        for name in names:
+            value = getattr(record, name)
+            if name in ("arguments", "result") and value is not None:
+                value = _json_value_text(value, f"the {name} of the task {where}")
+            elif name == "answered":
+                value = json.dumps(list(value))
+            elif name == "session_id":
+                sealing.refuse_prefix(value, f"the session id of the task {where}")
+            if name in _SEALED_TASK and value is not None and self._keys is not None:
+                value = self._keys.seal(("tasks", record.server, record.task_id, name), value)
+            values[name] = value
+        return values
+
     # --- OAuth client registrations -------------------------------------------
 
     def put_oauth_client(self, issuer: str, redirect_uri: str, client: dict[str, Any]) -> None:
@@ -681,10 +914,11 @@ class Store:
         return self._keys.digest_key if self._keys is not None else None
 
     def sealing_status(self) -> dict[str, int]:
-        """How many rows (credentials and OAuth clients) hold a secret in clear
+        """How many rows (credentials, OAuth clients and tasks) hold a secret in clear
         (``"plaintext"``), how many are sealed, by key id (``"key <id>"``), and how many
         hold a value that starts with the sealed prefix but is not one (``"damaged"``,
-        only when there is one). Needs no key.
+        only when there is one). A task row holding no secret (no session id, arguments
+        or result) is not counted. Needs no key.
 
         Raises:
             StoreError: the database failed.
@@ -693,8 +927,11 @@ class Store:
         with self._op("reading the store's encryption status"):
             rows = [values for values in CredentialRow.select(*_SEALED_CREDENTIAL_COLUMNS).tuples().execute(self._db)]
             rows += [values for values in OAuthClientRow.select(OAuthClientRow.client).tuples().execute(self._db)]
+            rows += [values for values in TaskRow.select(*_SEALED_TASK_COLUMNS).tuples().execute(self._db)]
         for values in rows:
             present = [v for v in values if v is not None]
+            if not present:
+                continue  # a task with no secret
             if any(sealing.is_sealed(v) and sealing.sealed_key_id(v) is None for v in present):
                 counts["damaged"] = counts.get("damaged", 0) + 1
                 continue
@@ -739,6 +976,7 @@ class Store:
             servers = [name for (name,) in CredentialRow.select(CredentialRow.server).tuples().execute(self._db)]
             clients = list(OAuthClientRow.select(OAuthClientRow.issuer, OAuthClientRow.redirect_uri)
                            .tuples().execute(self._db))
+            tasks = list(TaskRow.select(TaskRow.server, TaskRow.task_id).tuples().execute(self._db))
         for server in servers:
             with self._op(f"rewriting the credentials of {server!r}"), self._write():
                 query = CredentialRow.select(*_SEALED_CREDENTIAL_COLUMNS).where(CredentialRow.server == server)
@@ -787,6 +1025,31 @@ class Store:
                 counts["rewritten" if new != text else "kept"] += 1
                 if progress is not None:
                     progress("oauth_clients", (issuer, redirect_uri))
+        for server, task_id in tasks:
+            with self._op(f"rewriting the task {_task_name(server, task_id)}"), self._write():
+                task_query = TaskRow.select(*_SEALED_TASK_COLUMNS).where(_task_key(server, task_id))
+                if self._pg:
+                    task_query = task_query.for_update()
+                found = list(task_query.tuples().execute(self._db))
+                if not found or all(text is None for text in found[0]):
+                    continue  # deleted meanwhile (expired, or forgotten), or it holds no secret
+                task_changes = {}
+                try:
+                    for column, text in zip(_SEALED_TASK, found[0]):
+                        new = self._resealed(("tasks", server, task_id, column), text, to_plaintext,
+                                             f"task values of {_task_name(server, task_id)}")
+                        if new != text:
+                            task_changes[getattr(TaskRow, column)] = new
+                except StoreError as exc:
+                    problems.append(str(exc))
+                    if unreadable is not None:
+                        unreadable(str(exc))
+                    continue
+                if task_changes:
+                    TaskRow.update(task_changes).where(_task_key(server, task_id)).execute(self._db)
+                counts["rewritten" if task_changes else "kept"] += 1
+                if progress is not None:
+                    progress("tasks", (server, task_id))
         if counts["rewritten"]:
             self._compact()
         if problems and unreadable is None:
@@ -798,7 +1061,7 @@ class Store:
 
         SQLite: ``VACUUM`` builds the file afresh (free pages and the free space inside
         pages may still hold the values in clear), then the -wal is checkpointed and
-        truncated. PostgreSQL: ``VACUUM FULL`` of the two tables rewrites them without
+        truncated. PostgreSQL: ``VACUUM FULL`` of the three tables rewrites them without
         their dead row versions; it waits for other sessions' locks within the lock
         timeout, and if it cannot run (not the tables' owner) the rows are still sealed.
         """
@@ -810,15 +1073,20 @@ class Store:
         try:
             with self._op("compacting the credentials tables"):
                 conn = self._db.connection()  # type: ignore[no-untyped-call]
-                conn.autocommit = True  # VACUUM runs outside any transaction block
+                # VACUUM runs outside any transaction block. peewee runs its connections in
+                # autocommit already; whatever the mode was, it is put back (left off, every
+                # later read of this connection would stay "idle in transaction", holding
+                # its locks: another store's VACUUM FULL would wait out the lock timeout).
+                was = conn.autocommit
+                conn.autocommit = True
                 try:
                     with conn.cursor() as cursor:
-                        cursor.execute("VACUUM FULL credentials, oauth_clients")
+                        cursor.execute("VACUUM FULL credentials, oauth_clients, tasks")
                 finally:
-                    conn.autocommit = False
+                    conn.autocommit = was
         except StoreError as exc:
             log.warning("the old row versions were not compacted away (run VACUUM FULL credentials, "
-                        "oauth_clients as their owner): %s", exc)
+                        "oauth_clients, tasks as their owner): %s", exc)
 
     def _resealed(self, where: tuple[str, ...], text: str | None, to_plaintext: bool, what: str) -> str | None:
         if text is None:
@@ -1197,6 +1465,29 @@ def _line(exc: BaseException, limit: int = 200) -> str:
 # name, the timestamps and the refresh lease are not secret).
 _SEALED_CREDENTIALS = ("bearer_token", "header_value", "env", "oauth")
 _SEALED_CREDENTIAL_COLUMNS = tuple(getattr(CredentialRow, c) for c in _SEALED_CREDENTIALS)
+
+# The columns of a task row that hold secrets, sealed when a key is set; and the fields
+# of a TaskRecord a write sets (all but the key: server and task_id).
+_SEALED_TASK = ("session_id", "arguments", "result")
+_SEALED_TASK_COLUMNS = tuple(getattr(TaskRow, c) for c in _SEALED_TASK)
+_TASK_FIELDS = tuple(f.name for f in dataclasses.fields(TaskRecord) if f.name not in ("server", "task_id"))
+_TASK_UPDATABLE = frozenset(_TASK_FIELDS) - {"lease_owner", "lease_until"}  # update_task's
+
+
+def _task_name(server: str, task_id: str) -> str:
+    """How a task is named in a message: ``'SERVER/ID'``, quoted."""
+    return repr(f"{server}/{task_id}")
+
+
+def _task_key(server: str, task_id: str) -> Any:
+    return (TaskRow.server == server) & (TaskRow.task_id == task_id)
+
+
+def _json_value_text(value: Any, what: str) -> str:
+    try:
+        return json.dumps(thaw(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise StoreError(f"store: {what} is not JSON: {_line(exc)}") from None
 
 
 def _credentials(row: CredentialRow | None, keys: StoreKeys | None) -> Credentials:

@@ -291,7 +291,7 @@ def test_a_version_1_database_gains_the_lease_columns_and_keeps_its_rows(home):
         db.close()
     opened = open_store(home)
     try:
-        assert opened.migrations_applied == (2, 3, 4, 5)
+        assert opened.migrations_applied == (2, 3, 4, 5, 6)
         credentials, lease = opened.credentials_and_lease("old")
         assert credentials.bearer_token == "old-token" and lease is None
     finally:

@@ -135,11 +135,11 @@ def test_oauth_client_round_trip_per_issuer_and_redirect(stores):
 
 def test_migrations_run_once_and_are_recorded(stores):
     first = stores()
-    assert first.migrations_applied == (1, 2, 3, 4, 5)
-    assert first.schema_versions() == [1, 2, 3, 4, 5]
+    assert first.migrations_applied == (1, 2, 3, 4, 5, 6)
+    assert first.schema_versions() == [1, 2, 3, 4, 5, 6]
     second = stores()
     assert second.migrations_applied == ()
-    assert second.schema_versions() == [1, 2, 3, 4, 5]
+    assert second.schema_versions() == [1, 2, 3, 4, 5, 6]
 
 
 def test_secrets_never_in_repr_or_errors(stores):
