@@ -121,10 +121,31 @@ class StoreTaskBook:
         self._store.drop_task_lease(server, task_id, self.owner)
 
 
+def _ended_here(owner: str | None) -> bool:
+    """Whether a lease owner is a process of this machine that no longer runs."""
+    if owner is None:
+        return False
+    host, _, rest = owner.partition(":")
+    pid_text, _, _nonce = rest.partition(":")
+    if host != OWNER.partition(":")[0] or not pid_text.isdigit() or owner == OWNER:
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False  # this process under another nonce: not ended
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # it runs (as another user): not ours to take over
+    return False
+
+
 def task_summary(record: TaskRecord, now: float | None = None) -> dict[str, Any]:
     """One task as the host and the command line list it (no arguments, no result)."""
     now = time.time() if now is None else now
-    polled = record.lease_owner is not None and record.lease_until is not None and record.lease_until > now
+    polled = (record.lease_owner is not None and record.lease_until is not None and record.lease_until > now
+              and not _ended_here(record.lease_owner))
     return {
         "id": record.task_id,
         "server": record.server,
@@ -210,7 +231,8 @@ class TaskDesk:
         seconds = timeout if timeout is not None else config.call_timeout
         deadline = Deadline.after(seconds)
         while True:
-            took = self._store.take_task_lease(record.server, record.task_id, self.book.owner, time.time() + LEASE)
+            took = self._store.take_task_lease(record.server, record.task_id, self.book.owner, time.time() + LEASE,
+                                               gone=record.lease_owner if _ended_here(record.lease_owner) else None)
             if took is not None:
                 record = took
                 break
@@ -222,6 +244,7 @@ class TaskDesk:
             done = self._ended(current)
             if done is not None:
                 return done
+            record = current
             if deadline.expired:
                 raise TimedOut(record.server, f"task {record.task_id} is being polled by another host; it goes on: ask "
                                               "for its result again later")

@@ -706,10 +706,13 @@ class Store:
             query = query.order_by(TaskRow.created_at.desc(), TaskRow.server, TaskRow.task_id)
             return self._tasks_readable(query.execute(self._db))
 
-    def take_task_lease(self, server: str, task_id: str, owner: str, until: float) -> TaskRecord | None:
+    def take_task_lease(self, server: str, task_id: str, owner: str, until: float,
+                        gone: str | None = None) -> TaskRecord | None:
         """Take the task's lease for ``owner`` (an opaque id) until ``until`` (Unix time),
         atomically: when nobody holds it, its holder's ran out (``lease_until`` at or
-        before now, by this host's clock), or ``owner`` holds it already (a renewal).
+        before now, by this host's clock), ``owner`` holds it already (a renewal), or its
+        holder is ``gone`` (an owner the caller knows has ended: a process of its machine
+        that no longer runs).
         Returns the record with the lease taken, or None: another holds it, or the row is
         gone (:meth:`get_task` tells them apart). One short transaction holding the row
         (``FOR UPDATE`` on PostgreSQL, the write lock on SQLite): no network I/O in it;
@@ -724,7 +727,7 @@ class Store:
             if row is None:
                 return None
             if row.lease_owner is not None and row.lease_until is not None and row.lease_owner != owner \
-                    and float(row.lease_until) > time.time():
+                    and row.lease_owner != gone and float(row.lease_until) > time.time():
                 return None
             record = self._task(row)
             TaskRow.update(lease_owner=owner, lease_until=float(until)).where(_task_key(server, task_id)) \

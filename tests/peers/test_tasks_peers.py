@@ -33,7 +33,6 @@ import otel_kit
 from albedo_actors.config import McpConfig, ServerConfig
 from albedo_actors.errors import ConfigError, RemoteError, TimedOut
 from albedo_actors.runtime import Runtime
-from albedo_actors.store import records as store_records
 from helpers import FASTMCP_TASKS_SERVER, PEERS, FastMCPTasksServer, require_everything, schema_validate, text_of
 from test_cli import albedo, write_config
 from test_fastmcp_tasks_peer import rpc, tasks_python
@@ -400,10 +399,6 @@ def test_an_awaited_task_call_returns_and_cancelling_it_cancels_the_task(tmp_pat
 # -- the CLI -------------------------------------------------------------------------------------
 
 
-# The CLI opens a store, and a store keeps tasks (actors/tasks.py) only once store/records.py
-# has its TaskRecord (branch i29-store): until then the command fails on that import.
-@pytest.mark.xfail(not hasattr(store_records, "TaskRecord"), reason="the store's tasks (TaskRecord) are not merged yet",
-                   raises=AssertionError, strict=True)
 def test_the_cli_calls_a_task_tool_and_prints_its_report(tmp_path):
     require_everything()
     command = os.path.join(PEERS, ".bin", "mcp-server-everything")
