@@ -32,7 +32,7 @@ Each way: ``--warmup`` calls, then ``--calls`` sequential calls timed one by one
 and p90, ms), then ``--total`` calls with ``--inflight`` outstanding, in calls/s (ours:
 threads sharing the handle; raw over HTTP: threads with a session each; FastMCP: asyncio
 tasks; raw over stdio is sequential only). ours-task makes at most ``--task-calls``
-sequential calls: each waits a poll interval before its first ``tasks/get`` (README).
+sequential calls (each polls at once, then after 25, 100, 400 ms: README).
 
 Printed: a table, the ratios ours-task/ours-plain, ours-task/raw-task,
 ours-task/fastmcp-task and ours-plain/fastmcp-plain (medians, lower is better), the
