@@ -287,7 +287,8 @@ class TaskDesk:
         try:
             connection, borrowed = self._connection(record, handle, Deadline.after(handle.config.startup_timeout + 1))
             if tasks.server_cancels(connection.capabilities, connection.modern) or borrowed:
-                connection.request("tasks/cancel", {"taskId": record.task_id}, deadline=Deadline.after(CANCEL_TIMEOUT))
+                connection.request("tasks/cancel", {"taskId": record.task_id}, deadline=Deadline.after(CANCEL_TIMEOUT),
+                                   task=True)  # 2026: a tasks/* request opts in to the extension
         except RemoteError as exc:
             line = printable(exc.remote_message, one_line=True, limit=120)
             self.book.end(record.server, record.task_id, tasks.LOST, None, f"task {record.task_id} is lost: {line}")
