@@ -254,8 +254,9 @@ class TaskDesk:
             from .client import _FirstReport
 
             reporter = _FirstReport(on_progress, record.server)
-        progress = CallProgress(new_token(), seconds, max(config.max_call_timeout, seconds), reporter,  # type: ignore[arg-type]
-                                start=deadline)
+        # A timeout the caller gave is "at most this long": changes of status do not move it.
+        cap = seconds if timeout is not None else max(config.max_call_timeout, seconds)
+        progress = CallProgress(new_token(), seconds, cap, reporter, start=deadline)  # type: ignore[arg-type]
         if reporter is not None:
             reporter.progress = progress
         connection, borrowed = None, False
