@@ -370,6 +370,12 @@ class _Follower:
         except RemoteError as exc:
             if method != "tasks/result" and exc.code in (-32602, -32002) and not quiet:
                 self._lost(f"the server no longer knows it ({printable(exc.remote_message, one_line=True, limit=120)})")
+            if (not self.modern and not quiet and exc.code == -32000 and "session" in exc.remote_message.lower()
+                    and getattr(self.connection.link, "session_id", None) is not None):
+                # The TypeScript SDK answers a session id it does not know (a restarted
+                # server) with HTTP 400 and -32000 "No valid session ID provided", not 404.
+                self._lost("the server no longer knows the session it ran in "
+                           f"({printable(exc.remote_message, one_line=True, limit=120)})")
             raise
         except (Unavailable, UnknownOutcome) as exc:
             if quiet:
