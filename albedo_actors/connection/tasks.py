@@ -157,6 +157,7 @@ class _Follower:
         self.polls = 0  # tasks/get requests made (status notifications heard are not polls)
         self.noted = 0.0  # when the book was last told of a change (time.monotonic())
         self.ended = False  # the book was told the task's end (or that this process let it go)
+        self.over = False  # the task itself ended (completed, failed, cancelled, lost)
         self.ramp = 0.0  # the next wait, while it is below the server's interval
 
     @property
@@ -183,7 +184,9 @@ class _Follower:
         finally:
             channel.watch_task(self.tid, None)
             channel.untrack(self.progress)
-            if pending_tasks is not None:
+            if pending_tasks is not None and self.over:
+                # Only a task that ended leaves the session free to end: one interrupted
+                # (the host closing) stays pending, or the close could DELETE its session.
                 pending_tasks.discard(self.tid)
 
     def _run(self) -> dict[str, Any]:
@@ -389,7 +392,7 @@ class _Follower:
         raise AssertionError("unreachable")
 
     def _end(self, status: str, result: dict[str, Any] | None, error: str | None) -> None:
-        self.ended = True
+        self.ended = self.over = True
         _tell(self.book, "end", self.server, self.tid, status, result, error)
 
     def _release(self) -> None:
