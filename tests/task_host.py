@@ -95,7 +95,7 @@ def main() -> int:
                 elif mode == "result":
                     try:
                         result = mcp.task_result(spec["task"], timeout=spec.get("timeout"))
-                        say({"result": result, "gets": gets(exporter)})
+                        say({"result": result.as_dict(), "gets": gets(exporter)})
                     except Exception as exc:  # noqa: BLE001 - reported to the test
                         say({"error": type(exc).__name__, "line": str(exc), "gets": gets(exporter)})
             if mode == "close":
