@@ -14,7 +14,7 @@ Usage: python tests/task_host.py SPEC_JSON, where the spec says:
   - ``"close"``: the call on another thread; when ``at`` arrives, print the id and leave
     ``with Runtime`` (a normal close while the task runs); print ``{"closed": true, "call": LINE}``.
   - ``"result"``: ``mcp.task_result(task, timeout=timeout)``; print ``{"result": ..., "gets": N}``
-    or ``{"error": TYPE, "line": ...}``.
+    or ``{"error": TYPE, "line": ...}``, each with ``asked_at`` (the Unix time it asked).
 Each printed line is one JSON object, flushed at once.
 """
 
@@ -26,6 +26,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 spec = json.loads(sys.argv[1])
 if spec.get("hostname"):
@@ -93,11 +94,12 @@ def main() -> int:
                         return 1
                     # leaving `with runtime` closes it while the call runs
                 elif mode == "result":
+                    asked_at = time.time()
                     try:
                         result = mcp.task_result(spec["task"], timeout=spec.get("timeout"))
-                        say({"result": result.as_dict(), "gets": gets(exporter)})
+                        say({"result": result.as_dict(), "gets": gets(exporter), "asked_at": asked_at})
                     except Exception as exc:  # noqa: BLE001 - reported to the test
-                        say({"error": type(exc).__name__, "line": str(exc), "gets": gets(exporter)})
+                        say({"error": type(exc).__name__, "line": str(exc), "gets": gets(exporter), "asked_at": asked_at})
             if mode == "close":
                 thread.join(30)
                 say({"closed": True, "call": outcome[0] if outcome else "still running"})

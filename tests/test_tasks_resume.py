@@ -351,6 +351,8 @@ def test_two_hosts_on_postgresql_only_one_polls_and_the_other_takes_over_a_lease
     assert got_b.get("result") == got_a["result"], got_b
     assert got_a["gets"] > 0
     assert got_b["gets"] == 0  # B never polled: A held the lease until the task ended
+    record = row(home_b, "fast", task_id, database)
+    assert record.state == "completed" and got_b["asked_at"] < record.updated_at  # B asked while A polled
 
     # The takeover: A, on "another machine" with a 2 s lease, is killed mid-task.
     task_id = killed(home_a, "fast/slow", "step ", arguments={"seconds": 4}, database=database,
