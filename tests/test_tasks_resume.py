@@ -30,6 +30,7 @@ import uuid
 
 import pytest
 
+from albedo_actors.actors.tasks import arguments_digest
 from albedo_actors.errors import UnknownOutcome
 from albedo_actors.runtime import Runtime
 from albedo_actors.store import open_store
@@ -456,6 +457,8 @@ def test_arguments_are_kept_only_when_asked_and_the_digest_is_keyed_under_a_stor
         store = open_store(str(home), environ=environ)
         try:
             [rows[name]] = store.list_tasks(pending_only=False)
+            assert rows[name].arguments_digest == arguments_digest({"seconds": 0.2}, store.digest_key)
+            assert (store.digest_key is None) == (name == "plain")
         finally:
             store.close()
 
