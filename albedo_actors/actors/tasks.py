@@ -254,8 +254,9 @@ class TaskDesk:
             from .client import _FirstReport
 
             reporter = _FirstReport(on_progress, record.server)
-        progress = CallProgress(new_token(), seconds, max(config.max_call_timeout, seconds), reporter,  # type: ignore[arg-type]
-                                start=deadline)
+        # A timeout the caller gave is "at most this long": changes of status do not move it.
+        cap = seconds if timeout is not None else max(config.max_call_timeout, seconds)
+        progress = CallProgress(new_token(), seconds, cap, reporter, start=deadline)  # type: ignore[arg-type]
         if reporter is not None:
             reporter.progress = progress
         connection, borrowed = None, False
@@ -287,7 +288,8 @@ class TaskDesk:
         try:
             connection, borrowed = self._connection(record, handle, Deadline.after(handle.config.startup_timeout + 1))
             if tasks.server_cancels(connection.capabilities, connection.modern) or borrowed:
-                connection.request("tasks/cancel", {"taskId": record.task_id}, deadline=Deadline.after(CANCEL_TIMEOUT))
+                connection.request("tasks/cancel", {"taskId": record.task_id}, deadline=Deadline.after(CANCEL_TIMEOUT),
+                                   task=True)  # 2026: a tasks/* request opts in to the extension
         except RemoteError as exc:
             line = printable(exc.remote_message, one_line=True, limit=120)
             self.book.end(record.server, record.task_id, tasks.LOST, None, f"task {record.task_id} is lost: {line}")

@@ -157,6 +157,7 @@ class _Follower:
         self.polls = 0  # tasks/get requests made (status notifications heard are not polls)
         self.noted = 0.0  # when the book was last told of a change (time.monotonic())
         self.ended = False  # the book was told the task's end (or that this process let it go)
+        self.over = False  # the task itself ended (completed, failed, cancelled, lost)
         self.ramp = 0.0  # the next wait, while it is below the server's interval
 
     @property
@@ -183,7 +184,9 @@ class _Follower:
         finally:
             channel.watch_task(self.tid, None)
             channel.untrack(self.progress)
-            if pending_tasks is not None:
+            if pending_tasks is not None and self.over:
+                # Only a task that ended leaves the session free to end: one interrupted
+                # (the host closing) stays pending, or the close could DELETE its session.
                 pending_tasks.discard(self.tid)
 
     def _run(self) -> dict[str, Any]:
@@ -370,6 +373,12 @@ class _Follower:
         except RemoteError as exc:
             if method != "tasks/result" and exc.code in (-32602, -32002) and not quiet:
                 self._lost(f"the server no longer knows it ({printable(exc.remote_message, one_line=True, limit=120)})")
+            if (not self.modern and not quiet and exc.code == -32000 and "session" in exc.remote_message.lower()
+                    and getattr(self.connection.link, "session_id", None) is not None):
+                # The TypeScript SDK answers a session id it does not know (a restarted
+                # server) with HTTP 400 and -32000 "No valid session ID provided", not 404.
+                self._lost("the server no longer knows the session it ran in "
+                           f"({printable(exc.remote_message, one_line=True, limit=120)})")
             raise
         except (Unavailable, UnknownOutcome) as exc:
             if quiet:
@@ -383,7 +392,7 @@ class _Follower:
         raise AssertionError("unreachable")
 
     def _end(self, status: str, result: dict[str, Any] | None, error: str | None) -> None:
-        self.ended = True
+        self.ended = self.over = True
         _tell(self.book, "end", self.server, self.tid, status, result, error)
 
     def _release(self) -> None:
