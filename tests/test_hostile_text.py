@@ -427,7 +427,11 @@ def test_the_real_tool_lists_are_offered_to_the_model_unchanged():
     for name in ("everything", "filesystem", "sdk"):
         with open(os.path.join(HERE, "fixtures", f"tools_{name}.json"), encoding="utf-8") as f:
             tools = json.load(f)["tools"]
-        catalogue = Catalogue(server=name, era="legacy", protocol_version="2025-06-18", tools=tuple(tools))
+        # server-everything runs tool calls as tasks (its research tool requires one): it says
+        # so in its capabilities, without which that tool would be left out (issue 29).
+        capabilities = {"tasks": {"requests": {"tools": {"call": {}}}}} if name == "everything" else {}
+        catalogue = Catalogue(server=name, era="legacy", protocol_version="2025-11-25", tools=tuple(tools),
+                              capabilities=capabilities)
         warnings: list[str] = []
         offered = advertise({name: catalogue}, {}, warnings.append)
         assert warnings == [] and len(offered) == len(tools)

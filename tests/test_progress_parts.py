@@ -96,10 +96,10 @@ def test_a_reporter_without_reports_starts_no_thread():
 
 
 def test_a_call_makes_its_reporter_at_its_first_report_and_none_after_it_ended():
-    from albedo_actors.actors.client import _FirstReport
+    from albedo_actors.actors.client import FirstReport
 
     got, delivered = [], threading.Event()
-    first = _FirstReport(lambda report: (got.append(report.progress), delivered.set()), "s")
+    first = FirstReport(lambda report: (got.append(report.progress), delivered.set()), "s")
     progress = CallProgress(new_token(), 60.0, 600.0, first)  # type: ignore[arg-type]
     first.progress = progress
     assert first._made is None  # a call without progress: no Reporter, no lock, no thread
@@ -111,7 +111,7 @@ def test_a_call_makes_its_reporter_at_its_first_report_and_none_after_it_ended()
     assert first._made is made and got[-1] == 2.0
 
     before = threading.active_count()
-    late = _FirstReport(got.append, "s")
+    late = FirstReport(got.append, "s")
     late.progress = CallProgress(new_token(), 60.0, 600.0, late)  # type: ignore[arg-type]
     late.close()
     late.progress.note(ProgressReport("s", 3.0, None, None))  # after the answer: dropped

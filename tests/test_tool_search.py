@@ -57,7 +57,10 @@ def fixture_catalogues() -> dict[str, Catalogue]:
     for name in ("everything", "filesystem", "sdk"):
         with open(os.path.join(FIXTURES, f"tools_{name}.json"), encoding="utf-8") as f:
             data = json.load(f)
-        catalogues[name] = Catalogue(server=name, era="legacy", protocol_version="2025-06-18", tools=tuple(data["tools"]))
+        # server-everything declares that it runs tool calls as tasks (issue 29): its research tool requires one.
+        capabilities = {"tasks": {"requests": {"tools": {"call": {}}}}} if name == "everything" else {}
+        catalogues[name] = Catalogue(server=name, era="legacy", protocol_version="2025-11-25", tools=tuple(data["tools"]),
+                                     capabilities=capabilities)
     return catalogues
 
 

@@ -733,7 +733,7 @@ class ServerHandle:
             params["arguments"] = arguments
         connection, deadline = self._dialled("tools/call", timeout, deadline)
         limit = deadline.seconds
-        reporter = _FirstReport(on_progress, self.name) if on_progress is not None else None
+        reporter = FirstReport(on_progress, self.name) if on_progress is not None else None
         # The call's deadline from here on, moved by progress; the cap: at least ``limit``.
         progress = CallProgress(new_token(), limit, self.config.max_call_timeout, reporter,  # type: ignore[arg-type]  # poke() is all it uses
                                 start=deadline, cancel=cancel)
@@ -911,7 +911,7 @@ class ServerHandle:
             raise Unavailable(self.name, "the client did not answer in time") from None
 
 
-class _FirstReport:
+class FirstReport:
     """A call's progress :class:`Reporter`, made at the call's first report.
 
     Most calls hear no progress: for them the call path makes only this small object

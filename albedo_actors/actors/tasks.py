@@ -251,9 +251,9 @@ class TaskDesk:
         state = TaskState(record.task_id, record.state, record.message, record.poll_ms / 1000, record.ttl_ms)
         reporter = None
         if on_progress is not None:
-            from .client import _FirstReport
+            from .client import FirstReport
 
-            reporter = _FirstReport(on_progress, record.server)
+            reporter = FirstReport(on_progress, record.server)
         # A timeout the caller gave is "at most this long": changes of status do not move it.
         cap = seconds if timeout is not None else max(config.max_call_timeout, seconds)
         progress = CallProgress(new_token(), seconds, cap, reporter, start=deadline)  # type: ignore[arg-type]
