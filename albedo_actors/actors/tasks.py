@@ -74,7 +74,23 @@ class StoreTaskBook:
         self.owner = owner
         self._clock = clock
         self._renewed: dict[tuple[str, str], float] = {}
+        # Each running task's TTL (ms): its row expires that long after the last news of
+        # it, so a task that runs longer than its TTL is not deleted under its poller
+        # (2026's ttlMs counts from the task's end; 2025-11-25 servers keep theirs longer).
+        self._ttl: dict[tuple[str, str], int | None] = {}
         self._lock = threading.Lock()
+
+    def follows(self, server: str, task_id: str, ttl_ms: int | None) -> None:
+        """A stored task is polled from here now (a resumed one): its TTL, for its expiry."""
+        with self._lock:
+            self._ttl[(server, task_id)] = ttl_ms
+
+    def _expires(self, server: str, task_id: str, now: float) -> dict[str, Any]:
+        with self._lock:
+            if (server, task_id) not in self._ttl:
+                return {}
+            ttl = self._ttl[(server, task_id)]
+        return {"expires_at": None if ttl is None else now + ttl / 1000}
 
     def begin(self, start: TaskStart) -> None:
         now = self._clock()
@@ -92,11 +108,15 @@ class StoreTaskBook:
         self._store.add_task(record)
         with self._lock:
             self._renewed[(start.server, state.task_id)] = now
+            self._ttl[(start.server, state.task_id)] = state.ttl_ms
 
     def note(self, server: str, state: TaskState, answered: tuple[str, ...]) -> None:
         now = self._clock()
+        if state.ttl_ms is not None:
+            self.follows(server, state.task_id, state.ttl_ms)
         self._store.update_task(server, state.task_id, state=state.status, message=state.message,
-                                poll_ms=int(state.poll * 1000), answered=tuple(answered), updated_at=now)
+                                poll_ms=int(state.poll * 1000), answered=tuple(answered), updated_at=now,
+                                **self._expires(server, state.task_id, now))
         self.alive(server, state.task_id)
 
     def alive(self, server: str, task_id: str) -> None:
@@ -108,16 +128,21 @@ class StoreTaskBook:
             self._renewed[(server, task_id)] = now
         if self._store.take_task_lease(server, task_id, self.owner, now + LEASE) is None:
             logger.warning("server %r: task %s is polled by another host now (this one's lease ran out)", server, task_id)
+            return
+        expires = self._expires(server, task_id, now)
+        if expires:
+            self._store.update_task(server, task_id, **expires)
 
     def end(self, server: str, task_id: str, status: str, result: dict[str, Any] | None, error: str | None) -> None:
         now = self._clock()
         self._store.update_task(server, task_id, state=status, result=result, error=error, updated_at=now,
-                                delivered=result is not None or error is not None)
+                                delivered=result is not None or error is not None, **self._expires(server, task_id, now))
         self.release(server, task_id)
 
     def release(self, server: str, task_id: str) -> None:
         with self._lock:
             self._renewed.pop((server, task_id), None)
+            self._ttl.pop((server, task_id), None)
         self._store.drop_task_lease(server, task_id, self.owner)
 
 
@@ -235,6 +260,7 @@ class TaskDesk:
                                                gone=record.lease_owner if _ended_here(record.lease_owner) else None)
             if took is not None:
                 record = took
+                self.book.follows(record.server, record.task_id, record.ttl_ms)
                 break
             # Another host polls it: its row will say when it ends, or its lease will run out.
             threading.Event().wait(min(STORE_WAIT, max(0.0, deadline.remaining())))
