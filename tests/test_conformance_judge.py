@@ -101,3 +101,31 @@ def test_nested_scenario_folders_are_named_by_their_path(tmp_path):
     # auth/... scenarios live in results/auth/<name>-<time>/
     results = {"auth/metadata-var1": ["FAILURE"]}
     assert run(tmp_path, ["auth/metadata-var1 # no OAuth yet"], results) == 0
+
+
+def test_with_rules_a_suite_check_that_proves_a_client_rule_must_pass(tmp_path, capsys):
+    # issue 30: the rules tests/rules/rules.json says the suite proves are judged by their
+    # check ids: each must pass in the run and fail nowhere.
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "rules"))
+    import rulebook
+
+    proved = rulebook.suite_checks()
+    assert proved
+
+    def judged(statuses):
+        case = tmp_path / str(len(os.listdir(tmp_path)))
+        case.mkdir()
+        (case / "expected.txt").write_text("")
+        out = str(case / "out")
+        write_run(out, "2025-11-25", ["s"], results=None)
+        folder = os.path.join(out, "2025-11-25", "results", "s" + STAMP)
+        os.makedirs(folder)
+        with open(os.path.join(folder, "checks.json"), "w") as f:
+            json.dump([{"id": check, "status": statuses.get(check, "SUCCESS"), "description": "d"} for check in proved], f)
+        write_run(out, "2026-07-28", ["s"])
+        return judge.judge(str(case / "expected.txt"), out, rules=True)
+
+    assert judged({}) == 0
+    capsys.readouterr()
+    assert judged({proved[0]: "FAILURE"}) == 1
+    assert f"client rule {proved[0]}" in capsys.readouterr().out

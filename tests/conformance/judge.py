@@ -82,7 +82,8 @@ def client_says(folder: str) -> str:
     return lines[-1] if lines else ""
 
 
-def judge(expected_path: str, out_dir: str) -> int:
+def judge(expected_path: str, out_dir: str, rules: bool = False) -> int:
+    """``rules``: also fail unless every suite check that proves a client rule passed (issue 30)."""
     expected = load_expected(expected_path)
     revisions = sorted(d for d in os.listdir(out_dir) if os.path.isfile(os.path.join(out_dir, d, "requirements.json")))
     scored: dict[str, set[str]] = {}
@@ -92,6 +93,7 @@ def judge(expected_path: str, out_dir: str) -> int:
     counts = {"pass": 0, "FAIL": 0, "xfail": 0, "XPASS": 0}
     extension_counts = dict(counts)
     run = []
+    statuses: dict[str, set[str]] = {}  # check id -> its statuses in every scenario that ran it
     for rev in revisions:
         with open(os.path.join(out_dir, rev, "requirements.json"), encoding="utf-8") as f:
             requirements = json.load(f)
@@ -102,6 +104,9 @@ def judge(expected_path: str, out_dir: str) -> int:
             continue
         run.append(rev)
         results = load_results(results_dir)
+        for _folder, scenario_checks in results.values():
+            for check in scenario_checks or []:
+                statuses.setdefault(str(check.get("id")), set()).add(str(check.get("status")))
         for name in requirements["client"] + requirements["not_scored"]:
             folder, checks = results.get(name, ("", None))
             passed, why = verdict(checks)
@@ -127,6 +132,8 @@ def judge(expected_path: str, out_dir: str) -> int:
     if not run:
         print(f"judge: no results under {out_dir}", file=sys.stderr)
         return 1
+    if rules:
+        problems += rule_checks(statuses)
 
     # Scored scenarios first, in the suite's order, then those only run for show.
     rows = sorted(table, key=lambda name: all(table[name][r].startswith("ext") for r in table[name]))
@@ -146,7 +153,26 @@ def judge(expected_path: str, out_dir: str) -> int:
     return 1 if problems else 0
 
 
+def rule_checks(statuses: dict[str, set[str]]) -> list[str]:
+    """The client rules (tests/rules/rules.json) that the suite's own checks prove: each
+    such check must have passed in this run, and failed nowhere (issue 30)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "rules"))
+    import rulebook  # tests/rules/rulebook.py
+
+    out = []
+    for check in rulebook.suite_checks():
+        seen = statuses.get(check, set())
+        if "SUCCESS" not in seen or seen & set(BAD):
+            shown = ", ".join(sorted(seen)) or "never run"
+            out.append(f"client rule {check} is proved by the suite's check of that id, which did not pass ({shown}): "
+                       "fix it, or prove the rule with a test under tests/rules")
+    return out
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: judge.py EXPECTED_FILE OUT_DIR")
-    sys.exit(judge(sys.argv[1], sys.argv[2]))
+    argv = sys.argv[1:]
+    with_rules = "--rules" in argv
+    argv = [a for a in argv if a != "--rules"]
+    if len(argv) != 2:
+        raise SystemExit("usage: judge.py [--rules] EXPECTED_FILE OUT_DIR")
+    sys.exit(judge(argv[0], argv[1], rules=with_rules))
