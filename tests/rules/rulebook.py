@@ -136,8 +136,13 @@ def counts() -> dict[str, int]:
     return tally
 
 
-def _cell(text: str, width: int = 0) -> str:
-    return " ".join(text.replace("|", "/").split())
+def _cell(text: str) -> str:
+    """``text`` on one line, every reStructuredText markup character escaped: the words
+    and behaviours are shown as written, never read as markup."""
+    line = " ".join(text.split()).replace("\\", "\\\\")
+    for mark in "`*_|[]<>":
+        line = line.replace(mark, "\\" + mark)
+    return line
 
 
 def table() -> str:
@@ -178,15 +183,16 @@ def table() -> str:
             out.append("")
             if standing.tests:
                 for node, behaviour in standing.tests:
-                    out += ["    " + line for line in textwrap.wrap(f"**Tested.** {behaviour} (``{node}``)", 88)]
+                    out += ["    " + line for line in textwrap.wrap(f"**Tested.** {_cell(behaviour)} (``{node}``)", 88,
+                                                                     break_on_hyphens=False)]
             elif rule.get("suite_proves"):
                 out += ["    " + line for line in textwrap.wrap(
                     f"**Checked by the official suite** (check ``{rule['check']}``; scripts/conformance fails unless "
                     "it passed).", 88)]
             elif standing.declined:
-                out += ["    " + line for line in textwrap.wrap(f"**Declined.** {standing.declined}", 88)]
+                out += ["    " + line for line in textwrap.wrap(f"**Declined.** {_cell(standing.declined)}", 88)]
             elif standing.open:
-                out += ["    " + line for line in textwrap.wrap(f"**Open.** {standing.open}", 88)]
+                out += ["    " + line for line in textwrap.wrap(f"**Open.** {_cell(standing.open)}", 88)]
             else:
                 out.append("    **No standing yet.**")
             out.append("")
