@@ -27,6 +27,7 @@ Tools:
 - ``shape``: returns ``structuredContent`` ``arguments["content"]``; its outputSchema
   wants ``{"n": integer}``.
 - ``deep``: an outputSchema 40 levels deep.
+- ``typed``: its inputSchema wants ``{"count": integer}``; returns its arguments as JSON text.
 
 ``resources/read`` of ``missing://x`` is refused with -32002 (the older not-found code).
 """
@@ -66,6 +67,8 @@ def main() -> None:
         listed.append({"name": "shape", "inputSchema": {"type": "object"},
                        "outputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}})
         listed.append({"name": "deep", "inputSchema": {"type": "object"}, "outputSchema": deep})
+        listed.append({"name": "typed", "inputSchema": {"type": "object", "properties": {"count": {"type": "integer"}},
+                                                        "required": ["count"]}})
         if state["added"]:
             listed.append({"name": "added", "inputSchema": {"type": "object"}})
         return listed
@@ -143,6 +146,8 @@ def main() -> None:
                       "params": {"_meta": {SUB: sid}} if sid is not None else {}})
             elif name == "shape":
                 result(id_, {"content": [{"type": "text", "text": "shaped"}], "structuredContent": arguments.get("content")})
+            elif name == "typed":
+                result(id_, {"content": [{"type": "text", "text": json.dumps(arguments)}]})
             elif name == "deep":
                 result(id_, {"content": [{"type": "text", "text": "deep"}], "structuredContent": {"a": "not checked"}})
             else:
