@@ -26,6 +26,8 @@
      │    │    └── HttpServerFailed  4   an HTTP 5xx without a JSON-RPC error
      │    ├── ProtocolViolation   4   the server sent something that is not valid MCP
      │    └── RemoteError         1   the server's own JSON-RPC error (code, message, data)
+     │         └── ResourceNotFound  1   resources/read: no resource at that URI (-32602, or
+     │                                   the older -32002)
      └── AuthError                3   a sign-in could not be done (discovery, registration,
           │                           the authorization response, the token request)
           └── ClientRefused       3   the authorization server refused the client albedo
@@ -74,6 +76,7 @@ __all__ = [
     "UnknownOutcome",
     "ProtocolViolation",
     "RemoteError",
+    "ResourceNotFound",
     "AuthError",
     "ClientRefused",
     "RefreshDeferred",
@@ -229,6 +232,19 @@ class RemoteError(ServerError):
         self.data = data
 
 
+class ResourceNotFound(RemoteError):
+    """``resources/read`` found no resource at ``uri``: the server's -32602 (2026-07-28)
+    or -32002, the code of 2025-11-25 and older, which a client SHOULD still accept as
+    "not found" (SEP-2164) whatever era the server speaks."""
+
+    def __init__(self, server: str, uri: str, code: int, message: str, data: Json = None) -> None:
+        ServerError.__init__(self, server, f"resource {_one_line(uri, 200)!r} not found (error {code}: {_one_line(message)})")
+        self.code = code
+        self.remote_message = message
+        self.data = data
+        self.uri = uri
+
+
 class AuthError(AlbedoError):
     """A sign-in could not be done; ``server`` names the server, the message says why."""
 
@@ -287,6 +303,7 @@ EXIT_CODES: dict[type[AlbedoError], int] = {
     HttpServerFailed: EXIT_UNKNOWN_OUTCOME,
     ProtocolViolation: EXIT_UNKNOWN_OUTCOME,
     RemoteError: EXIT_TOOL_ERROR,
+    ResourceNotFound: EXIT_TOOL_ERROR,
     AuthError: EXIT_UNAVAILABLE,  # a sign-in that failed is like a server that could not be reached
     ClientRefused: EXIT_UNAVAILABLE,
 }

@@ -169,8 +169,9 @@ def test_a_call_meeting_invalid_text_over_stdio_ends_at_once_and_the_next_call_r
             assert message.startswith("server 'h': ") and "\n" not in message
             assert "lone UTF-16 surrogate" in message
             attempts.append(handle.status()["attempt"])
-        # The first connection ended with the first call; the second call dialled again.
-        assert attempts[2] == attempts[0] + 1
+        # The first connection ended with the first call; the second call dialled again
+        # (or found the server restarted after the loss: actors/client.py restarts it).
+        assert attempts[2] > attempts[0]
     finally:
         handle.stop()
 

@@ -21,6 +21,12 @@ Requests do not pass through the mailbox: :class:`ServerHandle` tells the actor 
 connection (dialled first when there is none), then writes its request on the caller's
 own thread and waits there, with the call's timeout. Tool calls are never retried.
 
+A stdio server whose process ends unexpectedly is started again without waiting for a
+call (the dial waits out a backoff first: RESTART_FIRST_WAIT, doubling; after
+RESTART_LIMIT restarts within RESTART_WINDOW the next call dials it instead), so its
+subscription is listened to again at once; an HTTP server is dialled again at the next
+call.
+
 Stopping: :class:`Close` (told) closes the connection at once, so the server gets EOF;
 ``on_stop`` closes too (if nobody told Close first) and then waits, bounded, for the
 processes and helper threads to end. No helper thread waits on an actor.
@@ -40,11 +46,11 @@ from ..catalogue import Catalogue
 from ..config import ServerConfig
 from ..connection.stdio_link import launch_spec
 from ..connection import Connection, Handlers, discover, open_http, open_stdio
-from ..errors import AlbedoError, RemoteError, SessionExpired, TimedOut, Unavailable, UnknownOutcome
+from ..errors import AlbedoError, RemoteError, ResourceNotFound, SessionExpired, TimedOut, Unavailable, UnknownOutcome
 from ..connection.channel import Link, Pending
 from ..connection.progress import CallProgress, Cancel, ProgressReport, Reporter, new_token
 from ..transport.stdio import LaunchSpec
-from ..wire import mcp
+from ..wire import jsonrpc, mcp
 from ..wire import tasks as wire_tasks
 from ..wire.deadline import Deadline
 from .reply import Message, Request, chain, fail, fail_queued, resolve, set_field
@@ -58,6 +64,13 @@ logger = telemetry.logger(__name__)  # records carry the server and trace ids
 
 LONG_CALL = 10.0  # seconds: a plain call of a tool that allows tasks this long runs as a task next time ("auto")
 ASK_TIMEOUT = 5.0  # for the actor's own bookkeeping answers; it never blocks on I/O
+# A stdio server whose process exits unexpectedly is started again at once, without
+# waiting for a call (2026-07-28 basic/transports/stdio: the client SHOULD restart it):
+# after RESTART_FIRST_WAIT s, doubling with each restart within RESTART_WINDOW s; after
+# RESTART_LIMIT of those, the next call dials it again instead.
+RESTART_FIRST_WAIT = 0.25
+RESTART_WINDOW = 60.0
+RESTART_LIMIT = 4
 STOP_TIMEOUT = 10.0
 
 
@@ -201,6 +214,8 @@ class ServerClient(pykka.ThreadingActor):
         self._discoverer: threading.Thread | None = None
         self._rediscover = False
         self._listen: Pending | None = None
+        self._go: threading.Event | None = None  # set: a dial waiting out a restart's backoff starts now
+        self._restarts: list[float] = []  # when each recent restart of a lost stdio server began
         self._stopping = False
         self._old: list[Connection] = []  # closed by a stop: on_stop waits for them
         self._reapers: list[threading.Thread] = []  # each finishing a connection that ended
@@ -221,6 +236,8 @@ class ServerClient(pykka.ThreadingActor):
             "version": connection.version if connection else None,
             "discovering": self._discoverer is not None,
             "attempt": self._attempt,  # connections dialled so far
+            # the list changes its subscription asked for that the server's acknowledgement left out
+            "unannounced": connection.channel.unacknowledged if connection is not None else (),
         }
 
     # -- messages from helper threads ---------------------------------------------------------
@@ -259,12 +276,15 @@ class ServerClient(pykka.ThreadingActor):
             return
         if self._dial is None:
             self._start_dial(context)
+        elif self._go is not None:
+            self._go.set()  # a restart waiting out its backoff: a caller wants it now
         assert self._dial is not None
         chain(self._dial, reply)
 
     def _on_dialled(self, message: _Dialled) -> None:
         future, self._dial = self._dial, None
         self._dialer = None
+        self._go = None
         self._opening.forget()  # the dial is over: what it opened is ours or closed
         if message.error is not None:
             if future is not None:
@@ -307,8 +327,30 @@ class ServerClient(pykka.ThreadingActor):
         connection, self._connection = self._connection, None
         self._listen = None
         self._retire(connection)
-        logger.warning("server %r: connection lost: %s; the next call dials it again", self.config.name, message.reason)
+        delay = self._restart_delay()
+        if delay is None:
+            logger.warning("server %r: connection lost: %s; the next call dials it again", self.config.name, message.reason)
+        else:
+            logger.warning("server %r: connection lost: %s; starting it again in %g s", self.config.name, message.reason, delay)
         self._tell_owner(ServerLost(self.config.name, message.reason))
+        if delay is not None and self._dial is None and not self._stopping:
+            # Restarted now, not at the next call: a subscription is listened to again at
+            # once (the dial sends subscriptions/listen), and a call finds it ready.
+            self._start_dial(delay=delay)
+
+    def _restart_delay(self) -> float | None:
+        """The wait before restarting a stdio server whose process ended unexpectedly;
+        None: not restarted now (an HTTP server, or RESTART_LIMIT restarts within
+        RESTART_WINDOW s: the next call dials it)."""
+        if self.config.type == "http" or self._stopping:
+            return None
+        now = time.monotonic()
+        self._restarts = [t for t in self._restarts if now - t < RESTART_WINDOW]
+        if len(self._restarts) >= RESTART_LIMIT:
+            return None
+        delay = RESTART_FIRST_WAIT * 2 ** len(self._restarts)
+        self._restarts.append(now)
+        return delay
 
     def _on_discovered(self, message: _Discovered) -> None:
         self._discoverer = None
@@ -344,6 +386,8 @@ class ServerClient(pykka.ThreadingActor):
         gets EOF now. Idempotent; ``on_stop`` then waits for the processes to end."""
         self._stopping = True
         self._opening.close_all()
+        if self._go is not None:
+            self._go.set()  # a dial waiting to restart the server goes on now, and fails at once
         if self._connection is not None:
             if self._listen is not None and self._connection.alive:
                 # 2026-07-28 basic/patterns/subscriptions: on stdio the client ends a
@@ -363,14 +407,17 @@ class ServerClient(pykka.ThreadingActor):
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _start_dial(self, context: object | None = None) -> None:
-        """Dial on a helper thread; ``context``: the OpenTelemetry context it runs in."""
+    def _start_dial(self, context: object | None = None, delay: float = 0.0) -> None:
+        """Dial on a helper thread; ``context``: the OpenTelemetry context it runs in;
+        ``delay``: seconds it waits first (a restart's backoff), unless a caller or a stop
+        sets its go event."""
         self._attempt += 1
         if self._attempt > 1:
             telemetry.count("mcp.client.reconnects", self.config.name)
         self._rediscover = False
         attempt = self._attempt
         self._dial = concurrent.futures.Future()
+        go = self._go = threading.Event()
         ref = self.actor_ref
         config = self.config
         # The era to open with: what this client last found, else what a saved catalogue
@@ -390,6 +437,8 @@ class ServerClient(pykka.ThreadingActor):
             _tell(ref, _Closed(attempt, reason))
 
         def dial() -> None:
+            if delay > 0:
+                go.wait(delay)  # a bounded backoff; a caller or a stop ends it early
             with telemetry.attached(context), telemetry.step("connect", config.name):
                 dial_in_context()
 
@@ -679,7 +728,8 @@ class ServerHandle:
 
     def status(self) -> dict[str, Any]:
         if self._started is None:
-            return {"server": self.name, "connected": False, "era": None, "version": None, "discovering": False, "attempt": 0}
+            return {"server": self.name, "connected": False, "era": None, "version": None, "discovering": False, "attempt": 0,
+                    "unannounced": ()}
         return self._ask(self._proxy.status())
 
     def call_tool(self, tool: str, arguments: dict[str, Any] | None = None, timeout: float | None = None,
@@ -798,7 +848,21 @@ class ServerHandle:
                     self._long_tools.add(tool)
 
     def read_resource(self, uri: str, timeout: float | None = None, *, deadline: Deadline | None = None) -> dict[str, Any]:
-        return self.request("resources/read", {"uri": uri}, timeout, deadline=deadline)
+        """``resources/read`` of ``uri``.
+
+        Raises:
+            ResourceNotFound: the server has no such resource: its error -32002 (the code
+                of 2025-11-25 and older, accepted from either era, SEP-2164) or, from a
+                2026-07-28 server, -32602.
+            The rest as :meth:`request`.
+        """
+        connection, deadline = self._dialled("resources/read", timeout, deadline)
+        try:
+            return connection.request("resources/read", {"uri": uri}, deadline=deadline)
+        except RemoteError as exc:
+            if exc.code == jsonrpc.RESOURCE_NOT_FOUND or (exc.code == jsonrpc.INVALID_PARAMS and connection.modern):
+                raise ResourceNotFound(self.name, uri, exc.code, exc.remote_message, exc.data) from None
+            raise
 
     def get_prompt(self, name: str, arguments: dict[str, str] | None = None, timeout: float | None = None, *,
                    deadline: Deadline | None = None) -> dict[str, Any]:

@@ -48,6 +48,11 @@ HANDLER_BACKLOG = 16  # of those requests, at most this many running or waiting
 
 # Task status notifications: 2025-11-25's, and the 2026 extension's on a listen stream.
 TASK_NOTIFICATIONS = frozenset({"notifications/tasks/status", "notifications/tasks"})
+# The requests for a host capability: 2026-07-28 sends none (MRTR's inputRequests instead).
+HOST_REQUESTS = frozenset(mcp.HANDLED_METHODS.values())
+ACKNOWLEDGED = "notifications/subscriptions/acknowledged"
+# Notifications that belong to a subscriptions/listen: correlated by subscriptionId on stdio.
+SUBSCRIPTION_NOTIFICATIONS = frozenset({*mcp.LIST_CHANGED, "notifications/resources/updated", ACKNOWLEDGED})
 
 
 class LinkClosed(Exception):
@@ -198,6 +203,12 @@ class RpcChannel:
         self.secrets: tuple[str, ...] = ()
         self.negotiated: mcp.Negotiated | None = None
         self.opened_at = 0.0  # time.monotonic() when negotiated
+        # The subscriptions/listen requests this channel holds (stdio), by id: the filters
+        # each asked for. None: the link holds its listen streams itself (HTTP), one
+        # stream per subscription, and nothing here is correlated.
+        self._listens: dict[int, dict[str, bool]] | None = None
+        # Filters asked for that the server's acknowledgement left out, sorted.
+        self.unacknowledged: tuple[str, ...] = ()
 
     def attach(self, link: Link) -> None:
         self._link = link
@@ -210,8 +221,13 @@ class RpcChannel:
     # -- requests ------------------------------------------------------------------
 
     def start(self, method: str, params: dict[str, Any] | None, waker: threading.Event | None = None,
-              deadline: Bound | None = None, progress: CallProgress | None = None) -> Pending:
+              deadline: Bound | None = None, progress: CallProgress | None = None,
+              subscription: dict[str, bool] | None = None) -> Pending:
         """Send a request; return its pending entry.
+
+        ``subscription``: the request is a ``subscriptions/listen`` this channel holds,
+        asking for these filters: from now on the notifications of a subscription pass
+        only when their ``subscriptionId`` is such a request's id.
 
         ``deadline``: the caller will wait for the answer until then (see
         :meth:`Link.send_request`); the entry may be answered when this returns.
@@ -223,6 +239,8 @@ class RpcChannel:
         """
         pending = Pending(next(self._ids), method, waker, progress)
         self._pending[pending.id] = pending  # before writing: the answer may race us
+        if subscription is not None:  # before writing too: its acknowledgement may race us
+            self._listens = {**(self._listens or {}), pending.id: dict(subscription)}
         if self._closed_reason is not None:
             self._pending.pop(pending.id, None)
             raise Unavailable(self.server, f"not connected ({self._closed_reason}); {method} was not sent")
@@ -426,6 +444,9 @@ class RpcChannel:
                     self._on_progress(params)
                 elif method in TASK_NOTIFICATIONS:
                     self._on_task(params)
+                elif self._listens is not None and method in SUBSCRIPTION_NOTIFICATIONS:
+                    if self._correlated(method, params):
+                        self._on_notification(method, params)
                 else:
                     self._on_notification(message["method"], params)
             else:
@@ -500,9 +521,52 @@ class RpcChannel:
         if hear is not None:
             hear(params)
 
+    def _correlated(self, method: str, params: dict[str, Any]) -> bool:
+        """Whether a subscription's notification is for the owner: its ``subscriptionId``
+        names a listen of ours that asked for its type (2026-07-28
+        basic/patterns/subscriptions: on stdio the client MUST correlate by it). An
+        acknowledgement is handled here, never passed on."""
+        listens = self._listens or {}
+        meta = params.get("_meta")
+        sid = meta.get(mcp.META_SUBSCRIPTION_ID) if isinstance(meta, dict) else None
+        asked = listens.get(sid) if type(sid) is int else None
+        if asked is None:
+            logger.debug("server %r: %s for subscription %r, which is none of ours; dropped", self.server, method, _brief(sid))
+            return False
+        if method == ACKNOWLEDGED:
+            self._acknowledged(asked, params.get("notifications"))
+            return False
+        kind = mcp.LIST_CHANGED.get(method)
+        if kind is not None and asked.get(mcp.LISTEN_FILTERS[kind]) is not True:
+            logger.debug("server %r: %s, which its subscription did not ask for; dropped", self.server, method)
+            return False
+        return True
+
+    def _acknowledged(self, asked: dict[str, bool], honoured: Any) -> None:
+        """The server's acknowledgement of a listen: the filters it left out are noted
+        (:attr:`unacknowledged`) and said once; the subscription goes on for the rest, and
+        the lists left out are read again at each new connection only."""
+        honoured = honoured if isinstance(honoured, dict) else {}
+        missing = tuple(sorted(name for name, on in asked.items() if on and honoured.get(name) is not True))
+        self.unacknowledged = missing
+        if missing:
+            logger.info("server %r will not announce %s on its subscription; those lists are read again only when it "
+                        "reconnects", self.server, ", ".join(missing))
+        extra = sorted(name for name, on in honoured.items() if on is True and name not in asked)
+        if extra:
+            logger.debug("server %r acknowledged %s, which were not asked for; ignored", self.server, _brief(extra))
+
     def _on_request(self, message: dict[str, Any]) -> None:
         method = message["method"]
         handler = self.handlers.get(method)
+        negotiated = self.negotiated
+        if method in HOST_REQUESTS and negotiated is not None and negotiated.modern:
+            # SEP-2260: a request for client input with no request of ours behind it is
+            # refused as invalid params; 2026-07-28 has no server requests at all, so none
+            # is associated (its input comes in an input_required result's inputRequests).
+            self._write(jsonrpc.error_response(message["id"], jsonrpc.INVALID_PARAMS,
+                                               f"{method} is not associated with a request of this client"))
+            return
         if method == "ping":
             self._write(jsonrpc.result_response(message["id"], {}))
         elif handler is not None:

@@ -132,7 +132,8 @@ class StdioLink:
         if self._negotiated is None or not self._negotiated.modern or not filters:
             return None
         params = mcp.modern_params({"notifications": filters}, self._negotiated.version, self._channel.capabilities)
-        return self._channel.start("subscriptions/listen", params)
+        # Held by the channel, which correlates its notifications by subscriptionId.
+        return self._channel.start("subscriptions/listen", params, subscription=filters)
 
     def set_tool_headers(self, tools: tuple[dict[str, Any], ...], warnings: list[str]) -> tuple[dict[str, Any], ...]:
         return tools  # stdio carries no headers: x-mcp-header means nothing here
