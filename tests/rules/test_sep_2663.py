@@ -266,7 +266,8 @@ def test_a_tasks_input_request_meets_the_same_handler_and_rules_as_a_standalone_
     """An inputRequests entry of a task is answered exactly as the same request outside a task
     (an MRTR input_required round): by the same host handler, with the same params; a kind
     of request the host has no handler for (and so did not declare) is refused in both, the
-    call failing with a ProtocolViolation, and nothing is answered for it."""
+    call failing with a ProtocolViolation; nothing is answered for it, and the task, which
+    nothing else would answer, is cancelled."""
     seen, elicit = elicit_recorder()
     server.asks = {"which": ELICIT}
     server.script = [{"status": "input_required", "inputRequests": {"which": ELICIT}},
@@ -285,6 +286,7 @@ def test_a_tasks_input_request_meets_the_same_handler_and_rules_as_a_standalone_
         call(handle, "job")
     for raised in (standalone, in_task):
         assert "sampling/createMessage" in str(raised.value) and "did not declare" in str(raised.value)
+    assert server.cancels == ["job-2"]
     assert len(seen) == 2 and server.updates == [("job-1", {"which": {"action": "accept", "content": {"reading": "answer 2"}}})]
     for body in bodies(server, "tools/call") + bodies(server, "tasks/get"):
         assert "sampling" not in body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]
