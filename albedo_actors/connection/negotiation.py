@@ -170,6 +170,11 @@ class Connection:
             kind = result.get("resultType", "complete")
             if kind == "complete" or (kind == "task" and task):
                 return result
+            if kind == "task":
+                # SEP-2663: a CreateTaskResult to a request that did not opt in (any but a
+                # tools/call asking for a task) is an invalid answer; nothing is polled.
+                raise ProtocolViolation(self.server, f"{method} returned a task (resultType 'task') though it did not ask "
+                                                     "for one")
             if kind != "input_required":
                 raise ProtocolViolation(self.server, f"{method} returned an unknown resultType {str(kind)[:40]!r}")
             retry = {key: value for key, value in (params or {}).items() if key not in ("inputResponses", "requestState")}

@@ -17,7 +17,9 @@ flood costs one poll's worth of work), or until the caller gives up.
 Input: in 2025-11-25 a task waiting for input is followed with ``tasks/result``, on
 which the server sends its own requests (an elicitation) for the host's handlers to
 answer; in 2026 the ``inputRequests`` of an ``input_required`` poll are answered with
-``tasks/update``, each key once however many polls repeat it.
+``tasks/update``, each key once however many polls repeat it, by the same handlers and
+rules as the input of a plain call (Connection._answer_inputs): input the host does not
+give fails the call, and the task is cancelled.
 
 Every step is told to the call's :class:`TaskBook` (the store's, through the actors), so
 that a process that dies mid-task leaves a row another can resume from. A book that
@@ -302,7 +304,18 @@ class _Follower:
             return
         if len(self.answered) + len(fresh) > UPDATE_LIMIT:
             self._give_up(f"task {self.tid} asked for more than {UPDATE_LIMIT} inputs")
-        answers = self.connection._answer_inputs("tasks/get", fresh)
+        try:
+            answers = self.connection._answer_inputs("tasks/get", fresh)
+        except ProtocolViolation:
+            # Refused as the same request outside a task is (no handler, so nothing was
+            # declared; or the handler failed): the call fails, and the task, which would
+            # wait for that answer until its TTL, is cancelled. A resumed task is left to
+            # the host that started it (its handlers may differ).
+            if self.resumed:
+                self._release()
+            else:
+                self._cancel(f"task {self.tid} asked for input this host does not give")
+            raise
         self._request("tasks/update", {"taskId": self.tid, "inputResponses": answers},
                       Deadline.after(self._poll_timeout()))
         self.answered.extend(fresh)
@@ -354,13 +367,17 @@ class _Follower:
 
     def _give_up(self, why: str, caller: bool = False) -> None:
         """Cancel the task (``tasks/cancel``, bounded), note it, and raise TimedOut."""
+        self._cancel(why)
+        raise TimedOut(self.server, why)
+
+    def _cancel(self, why: str) -> None:
+        """Cancel the task (``tasks/cancel``, bounded; a failure is logged) and note it."""
         if tasks.server_cancels(self.connection.capabilities, self.modern):
             try:
                 self._request("tasks/cancel", {"taskId": self.tid}, Deadline.after(CANCEL_TIMEOUT), quiet=True)
             except ServerError as exc:
                 logger.info("server %r: tasks/cancel of task %s failed: %s", self.server, self.tid, exc)
         self._end(tasks.CANCELLED, None, why)
-        raise TimedOut(self.server, why)
 
     def _request(self, method: str, params: dict[str, Any], deadline: Any, quiet: bool = False) -> dict[str, Any]:
         """One tasks/* request; a task or session the server forgot ends the task as lost."""
