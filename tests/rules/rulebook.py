@@ -145,6 +145,12 @@ def _cell(text: str) -> str:
     return line
 
 
+def _wrap(text: str, width: int = 88) -> list[str]:
+    """Lines of at most ``width``, never breaking a word or a hyphenated name (an inline
+    literal broken across lines would read as another name)."""
+    return textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
+
+
 def table() -> str:
     """docs/rules.rst, made from rules.json and the tests' markers."""
     data = load()
@@ -179,20 +185,19 @@ def table() -> str:
             standing = found.get(rule["key"], Standing())
             out.append(f"``{rule['key']}`` ({rule['level']})")
             out.append("")
-            out += ["    " + line for line in textwrap.wrap("“" + _cell(rule["words"]) + "”", 88)]
+            out += ["    " + line for line in _wrap("“" + _cell(rule["words"]) + "”")]
             out.append("")
             if standing.tests:
                 for node, behaviour in standing.tests:
-                    out += ["    " + line for line in textwrap.wrap(f"**Tested.** {_cell(behaviour)} (``{node}``)", 88,
-                                                                     break_on_hyphens=False)]
+                    out += ["    " + line for line in _wrap(f"**Tested.** {_cell(behaviour)} (``{node}``)")]
             elif rule.get("suite_proves"):
-                out += ["    " + line for line in textwrap.wrap(
+                out += ["    " + line for line in _wrap(
                     f"**Checked by the official suite** (check ``{rule['check']}``; scripts/conformance fails unless "
                     "it passed).", 88)]
             elif standing.declined:
-                out += ["    " + line for line in textwrap.wrap(f"**Declined.** {_cell(standing.declined)}", 88)]
+                out += ["    " + line for line in _wrap(f"**Declined.** {_cell(standing.declined)}")]
             elif standing.open:
-                out += ["    " + line for line in textwrap.wrap(f"**Open.** {_cell(standing.open)}", 88)]
+                out += ["    " + line for line in _wrap(f"**Open.** {_cell(standing.open)}")]
             else:
                 out.append("    **No standing yet.**")
             out.append("")
