@@ -134,5 +134,8 @@ class StdioLink:
         params = mcp.modern_params({"notifications": filters}, self._negotiated.version, self._channel.capabilities)
         return self._channel.start("subscriptions/listen", params)
 
+    def authorization_context(self) -> str:
+        return ""  # a process's credentials are its configuration's, fixed for its client
+
     def set_tool_headers(self, tools: tuple[dict[str, Any], ...], warnings: list[str]) -> tuple[dict[str, Any], ...]:
         return tools  # stdio carries no headers: x-mcp-header means nothing here
