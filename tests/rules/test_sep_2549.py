@@ -25,7 +25,7 @@ from albedo_actors.connection import discover, open_http
 from albedo_actors.connection.list_cache import ListCache
 from helpers import HERE, Owner, read_record
 
-from servers.fault_http_server import FaultHTTPServer, _Engine  # type: ignore[attr-defined]
+from servers.fault_http_server import FaultHTTPServer, _Engine
 
 CACHING_SERVER = os.path.join(HERE, "servers", "caching_server.py")
 WAIT = 15.0  # s: a bound on every wait, never an expected duration
@@ -69,7 +69,7 @@ class _Server:
         self.wait_for(ServerLost)
         return self.handle.connect(timeout=WAIT)
 
-    def wait_for(self, kind: type, changed: bool = False):
+    def wait_for(self, kind: type):
         deadline = time.monotonic() + WAIT
         while True:
             event = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
