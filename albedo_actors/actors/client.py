@@ -46,6 +46,7 @@ from ..catalogue import Catalogue
 from ..config import ServerConfig
 from ..connection.stdio_link import launch_spec
 from ..connection import Connection, Handlers, discover, open_http, open_stdio
+from ..connection.list_cache import LIST_METHODS, ListCache
 from ..errors import AlbedoError, RemoteError, ResourceNotFound, SessionExpired, TimedOut, Unavailable, UnknownOutcome
 from ..connection.channel import Link, Pending
 from ..connection.progress import CallProgress, Cancel, ProgressReport, Reporter, new_token
@@ -220,6 +221,9 @@ class ServerClient(pykka.ThreadingActor):
         self._old: list[Connection] = []  # closed by a stop: on_stop waits for them
         self._reapers: list[threading.Thread] = []  # each finishing a connection that ended
         self._saved_era: str | None = None  # told by the preparer from a saved catalogue
+        # The list pages the server said are fresh (2026-07-28 ttlMs), across this
+        # client's connections; discovery reads and fills it, list_changed empties a list.
+        self._list_cache = ListCache()
 
     # -- public API (proxy calls) ------------------------------------------------------------
 
@@ -420,6 +424,7 @@ class ServerClient(pykka.ThreadingActor):
         go = self._go = threading.Event()
         ref = self.actor_ref
         config = self.config
+        cache = self._list_cache
         # The era to open with: what this client last found, else what a saved catalogue
         # says (2026-07-28 basic/versioning: the era MAY be cached and persisted across
         # restarts of the same configuration; the opening re-probes if it is wrong).
@@ -428,6 +433,9 @@ class ServerClient(pykka.ThreadingActor):
         def on_notification(method: str, params: dict[str, Any]) -> None:
             # On the reader thread: only what changes state goes to the mailbox, so a
             # flood of log messages costs the actor nothing.
+            if method in mcp.LIST_CHANGED:
+                # At once, on this thread: the re-discovery it causes asks the server.
+                cache.forget(*LIST_METHODS[mcp.LIST_CHANGED[method]])
             if method in mcp.LIST_CHANGED or method == "notifications/cancelled":
                 _tell(ref, _Notified(attempt, method, params))
             elif method == "notifications/message":
@@ -453,7 +461,7 @@ class ServerClient(pykka.ThreadingActor):
                     # caller can send a request whose server requests may travel on it.
                     listen = connection.start_listen()
                     try:
-                        catalogue = discover(connection, config.startup_timeout)
+                        catalogue = discover(connection, config.startup_timeout, cache)
                         break
                     except SessionExpired:
                         # 2025-11-25 basic/transports: after a 404 the client MUST start a
@@ -527,11 +535,12 @@ class ServerClient(pykka.ThreadingActor):
         connection, attempt, ref = self._connection, self._attempt, self.actor_ref
         assert connection is not None  # a discovery runs on the live connection only
         timeout = self.config.startup_timeout
+        cache = self._list_cache
 
         def run() -> None:
             try:
                 with telemetry.step("discovery", self.config.name):
-                    catalogue = discover(connection, timeout)
+                    catalogue = discover(connection, timeout, cache)
                 _tell(ref, _Discovered(attempt, catalogue, None))
             except AlbedoError as exc:
                 _tell(ref, _Discovered(attempt, None, exc))

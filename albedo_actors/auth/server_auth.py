@@ -13,6 +13,7 @@ TokenRefresher, adapted by ``actors.refresher.refresh_by``); nothing here knows 
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import dataclasses
 import threading
 import time
@@ -132,6 +133,13 @@ class ServerAuth:
     def header(self) -> str | None:
         """The ``Authorization`` value for the next POST to the server; None without one."""
         return self.headers("POST", self.server.url or "").get("Authorization")
+
+    def authorization_context(self) -> str:
+        """A digest of the access token in use ("" without one): cached list pages are
+        never shared between two (connection/list_cache.py)."""
+        record = self._current()
+        token = record.access_token if record is not None and record.state == "signed_in" else None
+        return hashlib.sha256(token.encode()).hexdigest() if token else ""
 
     def dpop_nonce(self, url: str, nonce: str) -> bool:
         """A response from ``url`` carried ``DPoP-Nonce: nonce`` (RFC 9449 8.2, 9): kept for its

@@ -104,6 +104,10 @@ class Link(Protocol):
         or there is nothing to listen for.
         """
 
+    def authorization_context(self) -> str:
+        """A digest of the credentials the next request carries ("" for none): two
+        requests share cached pages only when it is the same (connection/list_cache.py)."""
+
     def set_tool_headers(self, tools: tuple[dict[str, Any], ...], warnings: list[str]) -> tuple[dict[str, Any], ...]:
         """Adopt a discovered tool list; return the tools this link can call.
 

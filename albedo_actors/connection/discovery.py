@@ -3,6 +3,12 @@
 :func:`discover` reads the catalogue, following ``nextCursor`` for at most
 :data:`MAX_PAGES` pages per list, within one byte budget (:data:`DISCOVERY_BUDGET`)
 for every page of every list, counted as each page arrives.
+
+Given its client's :class:`~.list_cache.ListCache`, a 2026-07-28 discovery reads a page
+the server marked fresh (``ttlMs``) from the cache instead of asking again, asks for an
+expired page by its cursor, and keeps each page it reads for its ``ttlMs``. A cursored
+request refused with -32602 after a cached page drops every cached page of that list and
+reads it again from the beginning (once).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from ..catalogue import schemas
 from ..errors import ProtocolViolation, RemoteError
 from ..wire import jsonrpc
 from ..wire.jsonrpc import Json
+from .list_cache import ListCache, request_key
 from .negotiation import Connection
 
 MAX_PAGES = 100
@@ -24,8 +31,10 @@ MAX_PAGES = 100
 DISCOVERY_BUDGET = 8 * 1024 * 1024
 
 
-def discover(connection: Connection, timeout: float) -> Catalogue:
+def discover(connection: Connection, timeout: float, cache: ListCache | None = None) -> Catalogue:
     """Read tools, resources, resource templates and prompts the server offers.
+
+    ``cache``: the client's fresh pages (modern connections only): used and filled.
 
     Each list is asked only when the capabilities offer it. Pagination stops after
     MAX_PAGES pages or at a repeated cursor; what was read is kept, with a warning.
@@ -49,7 +58,8 @@ def discover(connection: Connection, timeout: float) -> Catalogue:
         if not isinstance(caps.get(capability), dict):
             continue
         try:
-            lists[key] = _list_all(connection, method, key, deadline, warnings, budget)
+            lists[key] = _list_all(connection, method, key, deadline, warnings, budget,
+                                   cache if connection.modern else None)
         except RemoteError as exc:
             if method == "resources/templates/list" and exc.code == jsonrpc.METHOD_NOT_FOUND:
                 continue  # offering resources does not oblige a server to have templates
@@ -103,16 +113,59 @@ class _Budget:
             )
 
 
+class _StaleCursor(Exception):
+    """A cursor taken from a cached page was refused: the list is read again from the start."""
+
+
 def _list_all(connection: Connection, method: str, key: str, deadline: float, warnings: list[str],
-              budget: _Budget) -> tuple[dict[str, Any], ...]:
-    """Every valid item of one list, page by page (each page checked as it arrives)."""
+              budget: _Budget, cache: ListCache | None) -> tuple[dict[str, Any], ...]:
+    """Every valid item of one list, page by page (each page checked as it arrives).
+
+    2026-07-28 server/utilities/caching: a cursor from a cached page that the server now
+    refuses (-32602) means every cached page of the list is discarded and the list is
+    read from the beginning, without the cache; that happens once per discovery.
+    """
+    if cache is not None:
+        try:
+            return _pages(connection, method, key, deadline, warnings, budget, cache)
+        except _StaleCursor:
+            cache.forget(method)
+    return _pages(connection, method, key, deadline, warnings, budget, cache, use_cached=False)
+
+
+def _pages(connection: Connection, method: str, key: str, deadline: float, warnings: list[str],
+           budget: _Budget, cache: ListCache | None, use_cached: bool = True) -> tuple[dict[str, Any], ...]:
     kept = _Kept(connection.server, key)
     cursor: str | None = None
     seen: set[str] = set()
     sizes: list[int] = []
+    from_cache = False  # a page of this pass came from the cache
     for page_number in range(1, MAX_PAGES + 1):
         params = {"cursor": cursor} if cursor is not None else None
-        result = connection.request(method, params, max(0.0, deadline - time.monotonic()), sizes)
+        result = None
+        if cache is not None:
+            # The exact request (its _meta names the version) under the credentials in use.
+            context = connection.link.authorization_context()
+            cache_key = request_key(method, connection.params(params, method=method), context)
+            if use_cached:
+                result = cache.get(cache_key)
+        if result is not None:
+            from_cache = True
+            sizes.append(len(jsonrpc.encode(result)))  # within the budget as if read again
+        else:
+            generation = cache.generation(method) if cache is not None else 0
+            try:
+                result = connection.request(method, params, max(0.0, deadline - time.monotonic()), sizes)
+            except RemoteError as exc:
+                if cursor is not None and from_cache and exc.code == jsonrpc.INVALID_PARAMS:
+                    raise _StaleCursor() from None
+                raise
+            if cache is not None:
+                # One answer per round: more than one means an input_required retry
+                # (inputResponses / requestState), whose result is never kept. Nor is one
+                # read while the credentials changed.
+                if len(sizes) == 1 and connection.link.authorization_context() == context:
+                    cache.put(cache_key, method, result, cache.now(), generation)
         budget.spend(sizes, method, page_number)
         page = result.get(key)
         if not isinstance(page, list):

@@ -135,5 +135,8 @@ class StdioLink:
         # Held by the channel, which correlates its notifications by subscriptionId.
         return self._channel.start("subscriptions/listen", params, subscription=filters)
 
+    def authorization_context(self) -> str:
+        return ""  # a process's credentials are its configuration's, fixed for its client
+
     def set_tool_headers(self, tools: tuple[dict[str, Any], ...], warnings: list[str]) -> tuple[dict[str, Any], ...]:
         return tools  # stdio carries no headers: x-mcp-header means nothing here

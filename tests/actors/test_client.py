@@ -354,11 +354,11 @@ def test_changes_during_a_discovery_run_it_exactly_once_more(clients, monkeypatc
         gate, started, runs = threading.Event(), threading.Semaphore(0), []
         real = client_module.discover
 
-        def gated(connection, timeout):
+        def gated(connection, timeout, cache=None):
             runs.append(1)
             started.release()
             assert gate.wait(10)
-            return real(connection, timeout)
+            return real(connection, timeout, cache)
 
         monkeypatch.setattr(client_module, "discover", gated)
         adopted = threading.Semaphore(0)

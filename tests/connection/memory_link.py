@@ -106,5 +106,8 @@ class MemoryLink:
     def listen(self, filters: dict[str, bool]) -> Pending | None:
         return None
 
+    def authorization_context(self) -> str:
+        return ""
+
     def set_tool_headers(self, tools: tuple[dict[str, Any], ...], warnings: list[str]) -> tuple[dict[str, Any], ...]:
         return tools

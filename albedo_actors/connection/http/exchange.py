@@ -74,6 +74,9 @@ class LinkAuth(Protocol):
         (:class:`~albedo_actors.errors.TimedOut`, ``sent`` False) and goes on without
         it; a sign-in that cannot happen raises :class:`~albedo_actors.errors.NeedsSignIn`."""
 
+    def authorization_context(self) -> str:
+        """A digest of the access token in use ("" without one), never the token."""
+
 
 class LinkState(Protocol):
     """What one request's exchange (and the listening stream) use of their link

@@ -19,6 +19,8 @@ session id of an older server, and the listening stream (:mod:`.listen`).
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
+import json
 import threading
 from typing import Any, Callable
 
@@ -220,6 +222,13 @@ class HttpLink:
             self._listener.start()
             self._listener.answered.wait(wait)
         return None
+
+    def authorization_context(self) -> str:
+        """A digest of the configured headers and of the OAuth token in use."""
+        digest = hashlib.sha256(json.dumps(sorted(self._static_headers.items())).encode())
+        if self.auth is not None:
+            digest.update(b"\0" + self.auth.authorization_context().encode())
+        return digest.hexdigest()
 
     def set_tool_headers(self, tools: tuple[dict[str, Any], ...], warnings: list[str]) -> tuple[dict[str, Any], ...]:
         """2026-07-28 server/tools "x-mcp-header": an HTTP client MUST leave out invalid tools.
