@@ -59,7 +59,8 @@ HUGE = 70 * 1024  # more than the 64 KiB albedo reads of any OAuth answer
 JOIN_TIMEOUT_S = 10.0
 
 MCP_MODES = ("oauth", "always_401", "always_403_scope", "tools_401", "broken")
-REGISTER_MODES = ("ok", "huge_length", "huge_chunked", "not_json", "array", "no_client_id")
+REGISTER_MODES = ("ok", "huge_length", "huge_chunked", "not_json", "array", "no_client_id", "invalid_redirect_uri",
+                  "invalid_client_metadata")
 TOKEN_MODES = ("ok", "huge_length", "huge_chunked", "not_json", "not_bearer", "newline", "invalid_client")
 REDIRECTABLE = ("prm", "as_metadata", "register", "authorize", "token")
 
@@ -191,7 +192,9 @@ class FaultAuthServer:
     ``iss``: the ``iss`` of the redirect: ``"issuer"`` (base), ``"none"`` (left out),
     ``"slash"`` (base + "/") or any other literal value.
     ``authorization_endpoint``: the metadata's value; ``{base}`` is replaced by base.
-    ``register`` / ``token``: the answer of that endpoint (REGISTER_MODES / TOKEN_MODES).
+    ``register`` / ``token``: the answer of that endpoint (REGISTER_MODES / TOKEN_MODES);
+    ``invalid_redirect_uri`` and ``invalid_client_metadata`` refuse every registration
+    with that RFC 7591 3.2.2 error and ``register_description``.
     ``authorize_error`` / ``error_description``: ``/authorize`` redirects with this
     RFC 6749 4.1.2.1 error (and description) instead of a code.
     ``redirects``: {endpoint: URL} for REDIRECTABLE endpoints, answered 302 (GET) or 307
@@ -205,7 +208,7 @@ class FaultAuthServer:
                  authorize_error: str | None = None, error_description: str | None = None,
                  no_prm: bool = False, clients: dict | None = None, auth_methods: tuple = ("none",),
                  trickle: dict | None = None, authorization_servers: list | None = None,
-                 challenge_prm: str | None = None) -> None:
+                 challenge_prm: str | None = None, register_description: str = "refused") -> None:
         if mcp not in MCP_MODES or register not in REGISTER_MODES or token not in TOKEN_MODES:
             raise ValueError("unknown mode")
         if any(key not in REDIRECTABLE for key in (redirects or {})):
@@ -218,6 +221,7 @@ class FaultAuthServer:
         self.iss = iss
         self.authorization_endpoint = authorization_endpoint
         self.register = register
+        self.register_description = register_description
         self.token = token
         self.redirects = dict(redirects or {})
         self.challenge_scope = challenge_scope
@@ -477,6 +481,9 @@ class FaultAuthServer:
             redirects = [u for u in asked.get("redirect_uris", []) if isinstance(u, str)]
         except (ValueError, AttributeError):
             h.send_json(400, {"error": "invalid_client_metadata"})
+            return
+        if self.register in ("invalid_redirect_uri", "invalid_client_metadata"):  # RFC 7591 3.2.2
+            h.send_json(400, {"error": self.register, "error_description": self.register_description})
             return
         client_id = f"client-{next(self._ids)}"
         with self._lock:
