@@ -208,7 +208,8 @@ class FaultAuthServer:
                  authorize_error: str | None = None, error_description: str | None = None,
                  no_prm: bool = False, clients: dict | None = None, auth_methods: tuple = ("none",),
                  trickle: dict | None = None, authorization_servers: list | None = None,
-                 challenge_prm: str | None = None, register_description: str = "refused") -> None:
+                 challenge_prm: str | None = None, register_description: str = "refused",
+                 first_id: int = 1) -> None:
         if mcp not in MCP_MODES or register not in REGISTER_MODES or token not in TOKEN_MODES:
             raise ValueError("unknown mode")
         if any(key not in REDIRECTABLE for key in (redirects or {})):
@@ -242,7 +243,7 @@ class FaultAuthServer:
         self._clients: dict[str, list[str]] = {}
         self._codes: dict[str, dict] = {}
         self._tokens: set[str] = set()
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(first_id)  # client ids, codes: another first_id tells two servers' apart
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self.base = ""
