@@ -195,6 +195,9 @@ class FaultAuthServer:
     ``register`` / ``token``: the answer of that endpoint (REGISTER_MODES / TOKEN_MODES);
     ``invalid_redirect_uri`` and ``invalid_client_metadata`` refuse every registration
     with that RFC 7591 3.2.2 error and ``register_description``.
+    ``first_id``: the first number of client ids, codes and tokens (two servers apart).
+    ``issue_refresh``: token answers carry a ``refresh_token``. ``token_suffix``: appended
+    to every token issued. ``scopes_supported``: the AS metadata's.
     ``authorize_error`` / ``error_description``: ``/authorize`` redirects with this
     RFC 6749 4.1.2.1 error (and description) instead of a code.
     ``redirects``: {endpoint: URL} for REDIRECTABLE endpoints, answered 302 (GET) or 307
@@ -209,7 +212,8 @@ class FaultAuthServer:
                  no_prm: bool = False, clients: dict | None = None, auth_methods: tuple = ("none",),
                  trickle: dict | None = None, authorization_servers: list | None = None,
                  challenge_prm: str | None = None, register_description: str = "refused",
-                 first_id: int = 1) -> None:
+                 first_id: int = 1, issue_refresh: bool = True, token_suffix: str = "",
+                 scopes_supported: tuple = ("mcp", "admin")) -> None:
         if mcp not in MCP_MODES or register not in REGISTER_MODES or token not in TOKEN_MODES:
             raise ValueError("unknown mode")
         if any(key not in REDIRECTABLE for key in (redirects or {})):
@@ -223,6 +227,9 @@ class FaultAuthServer:
         self.authorization_endpoint = authorization_endpoint
         self.register = register
         self.register_description = register_description
+        self.issue_refresh = issue_refresh  # False: token answers carry no refresh_token (the AS's discretion)
+        self.token_suffix = token_suffix  # appended to every token issued (to find one in a file's bytes)
+        self.scopes_supported = list(scopes_supported)  # the AS metadata's scopes_supported
         self.token = token
         self.redirects = dict(redirects or {})
         self.challenge_scope = challenge_scope
@@ -468,7 +475,7 @@ class FaultAuthServer:
             "grant_types_supported": ["authorization_code", "refresh_token"],
             "code_challenge_methods_supported": ["S256"],
             "token_endpoint_auth_methods_supported": list(self.auth_methods),
-            "scopes_supported": ["mcp", "admin"],
+            "scopes_supported": list(self.scopes_supported),
             "authorization_response_iss_parameter_supported": self.iss_supported,
         })
 
@@ -575,14 +582,17 @@ class FaultAuthServer:
                     or grant["redirect_uri"] != form.get("redirect_uri") or grant["client_id"] != client):
                 h.send_json(400, {"error": "invalid_grant"})
                 return
-        access = f"at-{next(self._ids)}"
+        access = f"at-{next(self._ids)}{self.token_suffix}"
         answer = {"access_token": access, "token_type": "Bearer", "expires_in": 3600, "scope": "mcp",
-                  "refresh_token": f"rt-{next(self._ids)}"}
+                  "refresh_token": f"rt-{next(self._ids)}{self.token_suffix}"}
+        if not self.issue_refresh:
+            del answer["refresh_token"]
         mode = self.token
         if mode == "ok":
             with self._lock:
                 self._tokens.add(access)
-                self._refresh_tokens[answer["refresh_token"]] = client
+                if "refresh_token" in answer:
+                    self._refresh_tokens[answer["refresh_token"]] = client
             h.send_json(200, answer, {"Cache-Control": "no-store"})
         elif mode == "huge_length":
             h.send(200, _padded(answer))
