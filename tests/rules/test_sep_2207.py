@@ -20,7 +20,10 @@ from albedo_actors.store import open_store
 from albedo_actors.store.sealing import new_key
 
 from helpers import text_of
-from authrules import NAME, Kit, config_of, fault, sign_in  # noqa: F401  (fixtures)
+import authrules
+from authrules import NAME, Kit, config_of, sign_in
+
+fault = authrules.fault  # the fixture
 
 SUFFIX = "-Zq7Rk2Wm9Xc4Lp8Vt3"  # makes every token findable in the database's bytes
 

@@ -16,8 +16,10 @@ from albedo_actors.auth.refresh import refresh_held
 from albedo_actors.errors import AuthError
 from albedo_actors.store.records import Credentials
 
-from authrules import (NO_BROWSER, OAuthSettings, config_of, fault, free_port, home, one_line, sign_in,  # noqa: F401
-                       store, stored)
+import authrules
+from authrules import NO_BROWSER, OAuthSettings, config_of, free_port, one_line, sign_in, stored
+
+fault, home, store = authrules.fault, authrules.home, authrules.store  # the fixtures
 
 HAND_ID, HAND_SECRET = "hand-client", "hand-secret-2352"
 

@@ -11,7 +11,10 @@ import pytest
 
 from albedo_actors.errors import AuthError
 
-from authrules import fault, free_port, home, one_line, sign_in, store, stored, config_of  # noqa: F401  (fixtures)
+import authrules
+from authrules import config_of, free_port, one_line, sign_in, stored
+
+fault, home, store = authrules.fault, authrules.home, authrules.store  # the fixtures
 
 
 def assert_not_used(server, store) -> None:

@@ -9,7 +9,10 @@ import pytest
 
 from albedo_actors.errors import AuthError, ClientRefused
 
-from authrules import config_of, fault, home, one_line, sign_in, store, stored  # noqa: F401  (fixtures)
+import authrules
+from authrules import config_of, one_line, sign_in, stored
+
+fault, home, store = authrules.fault, authrules.home, authrules.store  # the fixtures
 
 
 @pytest.mark.rule("sep-837-application-type-present")
