@@ -20,12 +20,12 @@ from albedo_actors.store import open_store
 from servers.fault_auth_server import FaultAuthServer
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "auth"))
-from kit import Kit  # noqa: E402  (tests/auth/kit.py)
+from kit import Cli, Kit  # noqa: E402  (tests/auth/kit.py)
 
 NAME = "guarded"
 NO_BROWSER = {"ALBEDO_NO_BROWSER": "1"}
 
-__all__ = ["Kit", "NAME", "NO_BROWSER", "config_of", "fault", "free_port", "home", "one_line", "sign_in", "store",
+__all__ = ["Cli", "Kit", "NAME", "NO_BROWSER", "config_of", "fault", "free_port", "home", "one_line", "sign_in", "store",
            "stored", "OAuthRecord", "OAuthSettings"]
 
 

@@ -10,7 +10,7 @@ import pytest
 from albedo_actors.errors import AuthError, ClientRefused
 
 import authrules
-from authrules import config_of, one_line, sign_in, stored
+from authrules import Cli, config_of, free_port, one_line, sign_in, stored
 
 fault, home, store = authrules.fault, authrules.home, authrules.store  # the fixtures
 
@@ -64,3 +64,25 @@ def test_a_refused_registration_says_the_servers_error_and_description(fault, st
                        "--oauth-client-id ID")
     assert "\x1b" not in message and "y" * 200 not in message
     assert server.hits("/authorize") == 0
+
+
+@pytest.mark.rule("sep-837-prepared-handle-registration-failures-due-redirect",
+                  "sep-837-registration-request-rejected-surface-meaningful-err")
+def test_the_command_line_shows_the_refused_registration_in_one_line(fault, tmp_path):
+    """``albedo-mcp sign-in`` of a server whose authorization server refuses the registration
+    exits non-zero with that one line on standard error (the status, the server's error and
+    description, the redirect URI refused and the way on), and opens no browser."""
+    server = fault(register="invalid_redirect_uri", register_description=DESCRIPTION)
+    cli = Cli(tmp_path / "home")
+    try:
+        assert cli.run("add", server.url, "--name", "g").returncode == 0
+        port = free_port()
+        done = cli.run("sign-in", "g", "--port", str(port))
+    finally:
+        cli.stop_all()
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    for part in ("server 'g'", "invalid_redirect_uri", DESCRIPTION, f"http://127.0.0.1:{port}/callback",
+                 "albedo-mcp edit g --oauth-client-id ID"):
+        assert part in line, (part, line)
+    assert server.hits("/authorize") == 0 and "Open this URL" not in done.stdout
