@@ -257,9 +257,10 @@ class AuthError(AlbedoError):
 
 class ClientRefused(AuthError):
     """The sign-in failed because the authorization server refused the client albedo
-    registered (the one kept, then the new one registered in its place), or refused the
-    registration itself: a sign-in with a new client (``sign-in --new-client``, the
-    page's **Sign in again with a new client**) is the way on."""
+    registered (the one kept, then the new one registered in its place): a sign-in with a
+    new client (``sign-in --new-client``, the page's **Sign in again with a new client**)
+    is the way on; or refused the registration itself, when the message gives the
+    server's error and the way on (a client registered by hand)."""
 
 
 def _one_line(text: str, limit: int = 300) -> str:

@@ -31,6 +31,7 @@ __all__ = [
     "UNKNOWN",
     "parse_registration",
     "read_outcome",
+    "refusal",
     "registration_request",
 ]
 
@@ -38,6 +39,9 @@ __all__ = [
 MAX_BODY = 64 * 1024
 MAX_FIELD = 4096
 MAX_REDIRECTS = 64
+
+#: The longest ``error_description`` of a refused registration repeated in an error line.
+MAX_DESCRIPTION = 200
 
 #: Token endpoint authentication methods we can use (RFC 7591 2).
 AUTH_METHODS = ("none", "client_secret_basic", "client_secret_post")
@@ -98,6 +102,32 @@ def registration_request(client_name: str, redirect_uri: str, *,
         "token_endpoint_auth_method": auth_method,
         "application_type": "native",
     }
+
+
+def refusal(body: bytes, content_type: str | None) -> tuple[str | None, str | None]:
+    """The ``error`` and ``error_description`` of a refused registration (RFC 7591 3.2.2),
+    each ``None`` when the answer does not give a usable one.
+
+    The code must be an RFC 6749 error code (printable ASCII without quote or backslash,
+    at most 64 characters); the description is kept to its printable characters, cut to
+    :data:`MAX_DESCRIPTION` and put on one line. Neither raises on any answer.
+    """
+    try:
+        data = _load_object(body, "registration error", RegistrationError)
+    except (RegistrationError, RecursionError, UnicodeDecodeError):
+        return None, None
+    code = data.get("error")
+    if not (isinstance(code, str) and 0 < len(code) <= 64
+            and all(0x20 <= ord(c) <= 0x7E and c not in '"\\' for c in code)):
+        code = None
+    text = data.get("error_description")
+    description = None
+    if isinstance(text, str):
+        description = " ".join("".join(c if c.isprintable() else " " for c in text[:MAX_FIELD]).split())
+        if len(description) > MAX_DESCRIPTION:
+            description = description[:MAX_DESCRIPTION - 1] + "…"
+        description = description or None
+    return code, description
 
 
 def _media_type(content_type: str | None) -> str:

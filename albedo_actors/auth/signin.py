@@ -391,7 +391,7 @@ def _register(http: AuthHttp, store: SignInStore | None, server: ServerConfig, m
     except AuthHttpError as exc:
         raise AuthError(server.name, f"client registration failed: {exc}") from None
     if reply.status not in (200, 201):
-        raise ClientRefused(server.name, f"client registration was refused (HTTP {reply.status})")
+        raise ClientRefused(server.name, _registration_refused(server, reply, redirect_uri))
     try:
         client: ClientRegistration = registration.parse_registration(
             reply.body, reply.content_type, redirect_uri=redirect_uri, requested_method=wanted,
@@ -408,6 +408,26 @@ def _register(http: AuthHttp, store: SignInStore | None, server: ServerConfig, m
                         registration_access_token=client.registration_access_token)
         store.put_oauth_client(metadata.issuer, redirect_uri, kept)
     return Client("registered", client.client_id, client.client_secret, client.token_endpoint_auth_method)
+
+
+def _registration_refused(server: ServerConfig, reply: AuthReply, redirect_uri: str) -> str:
+    """What a refused registration says (RFC 7591 3.2.2): the HTTP status, the error code and
+    description the answer gives, and the way on. ``invalid_redirect_uri`` (an authorization
+    server, often an OpenID provider, that does not take albedo's loopback redirect URI)
+    names the redirect URI refused and says to register a client there by hand."""
+    code, description = registration.refusal(reply.body, reply.content_type) if 400 <= reply.status < 500 \
+        else (None, None)
+    said = f"HTTP {reply.status}" + (f", {code}" if code else "") + (f": {description}" if description else "")
+    message = f"client registration was refused ({said})"
+    if code == "invalid_redirect_uri":
+        message += (f"; the authorization server does not accept albedo's loopback redirect URI {redirect_uri}: "
+                    f"register a client there by hand that allows http://127.0.0.1 redirect URIs on any port (a native "
+                    f"application), and give it with `albedo-mcp edit {server.name} --oauth-client-id ID`")
+    elif code == "invalid_client_metadata":
+        message += (f"; the authorization server does not take the client albedo asks for (a public native client "
+                    f"with the authorization code grant): register one there by hand and give it with "
+                    f"`albedo-mcp edit {server.name} --oauth-client-id ID`")
+    return message
 
 
 def check_new_client(server: ServerConfig, stored: OAuthRecord | None) -> None:

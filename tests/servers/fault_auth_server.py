@@ -59,7 +59,8 @@ HUGE = 70 * 1024  # more than the 64 KiB albedo reads of any OAuth answer
 JOIN_TIMEOUT_S = 10.0
 
 MCP_MODES = ("oauth", "always_401", "always_403_scope", "tools_401", "broken")
-REGISTER_MODES = ("ok", "huge_length", "huge_chunked", "not_json", "array", "no_client_id")
+REGISTER_MODES = ("ok", "huge_length", "huge_chunked", "not_json", "array", "no_client_id", "invalid_redirect_uri",
+                  "invalid_client_metadata")
 TOKEN_MODES = ("ok", "huge_length", "huge_chunked", "not_json", "not_bearer", "newline", "invalid_client")
 REDIRECTABLE = ("prm", "as_metadata", "register", "authorize", "token")
 
@@ -191,7 +192,12 @@ class FaultAuthServer:
     ``iss``: the ``iss`` of the redirect: ``"issuer"`` (base), ``"none"`` (left out),
     ``"slash"`` (base + "/") or any other literal value.
     ``authorization_endpoint``: the metadata's value; ``{base}`` is replaced by base.
-    ``register`` / ``token``: the answer of that endpoint (REGISTER_MODES / TOKEN_MODES).
+    ``register`` / ``token``: the answer of that endpoint (REGISTER_MODES / TOKEN_MODES);
+    ``invalid_redirect_uri`` and ``invalid_client_metadata`` refuse every registration
+    with that RFC 7591 3.2.2 error and ``register_description``.
+    ``first_id``: the first number of client ids, codes and tokens (two servers apart).
+    ``issue_refresh``: token answers carry a ``refresh_token``. ``token_suffix``: appended
+    to every token issued. ``scopes_supported``: the AS metadata's.
     ``authorize_error`` / ``error_description``: ``/authorize`` redirects with this
     RFC 6749 4.1.2.1 error (and description) instead of a code.
     ``redirects``: {endpoint: URL} for REDIRECTABLE endpoints, answered 302 (GET) or 307
@@ -205,7 +211,9 @@ class FaultAuthServer:
                  authorize_error: str | None = None, error_description: str | None = None,
                  no_prm: bool = False, clients: dict | None = None, auth_methods: tuple = ("none",),
                  trickle: dict | None = None, authorization_servers: list | None = None,
-                 challenge_prm: str | None = None) -> None:
+                 challenge_prm: str | None = None, register_description: str = "refused",
+                 first_id: int = 1, issue_refresh: bool = True, token_suffix: str = "",
+                 scopes_supported: tuple = ("mcp", "admin")) -> None:
         if mcp not in MCP_MODES or register not in REGISTER_MODES or token not in TOKEN_MODES:
             raise ValueError("unknown mode")
         if any(key not in REDIRECTABLE for key in (redirects or {})):
@@ -218,6 +226,10 @@ class FaultAuthServer:
         self.iss = iss
         self.authorization_endpoint = authorization_endpoint
         self.register = register
+        self.register_description = register_description
+        self.issue_refresh = issue_refresh  # False: token answers carry no refresh_token (the AS's discretion)
+        self.token_suffix = token_suffix  # appended to every token issued (to find one in a file's bytes)
+        self.scopes_supported = list(scopes_supported)  # the AS metadata's scopes_supported
         self.token = token
         self.redirects = dict(redirects or {})
         self.challenge_scope = challenge_scope
@@ -238,7 +250,7 @@ class FaultAuthServer:
         self._clients: dict[str, list[str]] = {}
         self._codes: dict[str, dict] = {}
         self._tokens: set[str] = set()
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(first_id)  # client ids, codes: another first_id tells two servers' apart
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self.base = ""
@@ -463,7 +475,7 @@ class FaultAuthServer:
             "grant_types_supported": ["authorization_code", "refresh_token"],
             "code_challenge_methods_supported": ["S256"],
             "token_endpoint_auth_methods_supported": list(self.auth_methods),
-            "scopes_supported": ["mcp", "admin"],
+            "scopes_supported": list(self.scopes_supported),
             "authorization_response_iss_parameter_supported": self.iss_supported,
         })
 
@@ -477,6 +489,9 @@ class FaultAuthServer:
             redirects = [u for u in asked.get("redirect_uris", []) if isinstance(u, str)]
         except (ValueError, AttributeError):
             h.send_json(400, {"error": "invalid_client_metadata"})
+            return
+        if self.register in ("invalid_redirect_uri", "invalid_client_metadata"):  # RFC 7591 3.2.2
+            h.send_json(400, {"error": self.register, "error_description": self.register_description})
             return
         client_id = f"client-{next(self._ids)}"
         with self._lock:
@@ -567,14 +582,17 @@ class FaultAuthServer:
                     or grant["redirect_uri"] != form.get("redirect_uri") or grant["client_id"] != client):
                 h.send_json(400, {"error": "invalid_grant"})
                 return
-        access = f"at-{next(self._ids)}"
+        access = f"at-{next(self._ids)}{self.token_suffix}"
         answer = {"access_token": access, "token_type": "Bearer", "expires_in": 3600, "scope": "mcp",
-                  "refresh_token": f"rt-{next(self._ids)}"}
+                  "refresh_token": f"rt-{next(self._ids)}{self.token_suffix}"}
+        if not self.issue_refresh:
+            del answer["refresh_token"]
         mode = self.token
         if mode == "ok":
             with self._lock:
                 self._tokens.add(access)
-                self._refresh_tokens[answer["refresh_token"]] = client
+                if "refresh_token" in answer:
+                    self._refresh_tokens[answer["refresh_token"]] = client
             h.send_json(200, answer, {"Cache-Control": "no-store"})
         elif mode == "huge_length":
             h.send(200, _padded(answer))

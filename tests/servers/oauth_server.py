@@ -18,11 +18,13 @@ Usage:
         [--challenge-scope SCOPE] [--tool-scope TOOL=SCOPE ...]
         [--token-lifetime SECONDS] [--client ID[:SECRET]:REDIRECT_URI ...]
         [--client-credentials ID:SECRET ...] [--jwt-client ID:PUBLIC_KEY_PEM_FILE ...]
-        [--jwt-bearer-issuer ISSUER=PUBLIC_KEY_PEM_FILE ...] [--id-jag-issuer ISSUER=PUBLIC_KEY_PEM_FILE ...]
+        [--jwt-bearer-issuer ISSUER=PUBLIC_KEY_PEM_FILE ...] [--jwt-bearer-error CODE] [--id-jag-issuer ISSUER=PUBLIC_KEY_PEM_FILE ...]
         [--stateless] [--json-response] [--rfc7592]
 
 ``--jwt-bearer-issuer`` / ``--id-jag-issuer`` add the RFC 7523 jwt-bearer grant to the
 token endpoint (and to ``grant_types_supported``): see :class:`JwtBearerGrant`.
+``--jwt-bearer-error CODE`` refuses every such request that carries an assertion with CODE
+(``unauthorized_client``, say).
 
 It listens on 127.0.0.1 only and prints the MCP endpoint URL
 (``http://127.0.0.1:PORT/mcp``) as the first line of stdout once the port is bound
@@ -834,8 +836,10 @@ class JwtBearerGrant:
     (of the assertions presented, in order), ``id_jag_requests``.
     """
 
-    def __init__(self, config: ServerConfig, stats: Stats, workload: dict[str, bytes], id_jag: dict[str, bytes]) -> None:
+    def __init__(self, config: ServerConfig, stats: Stats, workload: dict[str, bytes], id_jag: dict[str, bytes],
+                 error: str | None = None) -> None:
         self.config, self.stats = config, stats
+        self.error = error  # --jwt-bearer-error: every request of this grant is refused with it
         self.workload, self.id_jag = workload, id_jag
         self.seen: set[str] = set()
         stats.jwt_bearer_requests = 0  # type: ignore[attr-defined]
@@ -872,6 +876,8 @@ class JwtBearerGrant:
         assertion = form.get("assertion")
         if not assertion:
             raise TokenFailure("invalid_request", "assertion is required")
+        if self.error:
+            raise TokenFailure(self.error, "this grant is refused (--jwt-bearer-error)")
         client = await self._client(request, form, endpoint)
         resource = endpoint._check_resource(form)
         try:
@@ -1229,7 +1235,7 @@ def build_app(args: argparse.Namespace, port: int):
     token_endpoint = TokenEndpoint(provider, config, stats)
     token_endpoint.dpop = dpop
     if workload_keys or id_jag_keys:
-        token_endpoint.jwt_bearer = JwtBearerGrant(config, stats, workload_keys, id_jag_keys)
+        token_endpoint.jwt_bearer = JwtBearerGrant(config, stats, workload_keys, id_jag_keys, args.jwt_bearer_error)
 
     async def pushed(request: Request) -> Response:
         """RFC 9126 2: the client authenticated as at the token endpoint; a request_uri."""
@@ -1348,6 +1354,8 @@ def main() -> None:
                         help="private_key_jwt client for the client_credentials grant; repeatable")
     parser.add_argument("--jwt-bearer-issuer", action="append", default=[], metavar="ISSUER=PUBLIC_KEY_PEM_FILE",
                         help="trust workload assertions of ISSUER for the jwt-bearer grant (RFC 7523); repeatable")
+    parser.add_argument("--jwt-bearer-error", metavar="CODE",
+                        help="refuse every jwt-bearer grant request (with an assertion) with this error code")
     parser.add_argument("--id-jag-issuer", action="append", default=[], metavar="ISSUER=PUBLIC_KEY_PEM_FILE",
                         help="accept ID-JAGs of the identity provider ISSUER for the jwt-bearer grant (SEP-990); repeatable")
     parser.add_argument("--stateless", action="store_true", help="no legacy sessions (stateless_http)")
