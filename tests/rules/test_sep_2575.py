@@ -100,7 +100,8 @@ def test_a_stdio_server_that_exits_is_restarted_at_once_and_listened_to_again(tm
         assert listens[0] in first and listens[1] in second
         methods = [m.get("method") for m in second]
         assert methods.index("subscriptions/listen") < methods.index("tools/list")
-        assert handle.status()["connected"]
+        # The server has read the restarted dial's tools/list; the dial ends when its answer is read.
+        until(lambda: handle.status()["connected"], "the restarted connection")
         assert handle.call_tool("echo", {"text": "back"}, 10)["content"][0]["text"] == "back"
     assert len(launches(log)) == 2  # the call used the restarted server
 
