@@ -139,10 +139,29 @@ def counts() -> dict[str, int]:
 def _cell(text: str) -> str:
     """``text`` on one line, every reStructuredText markup character escaped: the words
     and behaviours are shown as written, never read as markup."""
-    line = " ".join(text.split()).replace("\\", "\\\\")
+    line = _one_line(text).replace("\\", "\\\\")
     for mark in "`*_|[]<>":
         line = line.replace(mark, "\\" + mark)
     return line
+
+
+def _one_line(text: str) -> str:
+    """``text`` with every run of whitespace one space, its ends kept as they were (one space)."""
+    joined = " ".join(text.split())
+    if text[:1].isspace() and joined:
+        joined = " " + joined
+    if text[-1:].isspace() and joined:
+        joined += " "
+    return joined
+
+
+def _prose(text: str) -> str:
+    """A test's docstring sentence for the page: its ````literal```` spans kept as
+    literals, everything else escaped as :func:`_cell` escapes it."""
+    parts = " ".join(text.split()).split("``")
+    if len(parts) % 2 == 0:  # an unmatched ````: nothing is read as a literal
+        return _cell(text)
+    return "".join(_cell(part) if i % 2 == 0 else f"``{part}``" for i, part in enumerate(parts))
 
 
 def _wrap(text: str, width: int = 88) -> list[str]:
@@ -188,8 +207,10 @@ def table() -> str:
             out += ["    " + line for line in _wrap("“" + _cell(rule["words"]) + "”")]
             out.append("")
             if standing.tests:
-                for node, behaviour in standing.tests:
-                    out += ["    " + line for line in _wrap(f"**Tested.** {_cell(behaviour)} (``{node}``)")]
+                for index, (node, behaviour) in enumerate(standing.tests):
+                    if index:
+                        out.append("")
+                    out += ["    " + line for line in _wrap(f"**Tested.** {_prose(behaviour)} (``{node}``)")]
             elif rule.get("suite_proves"):
                 out += ["    " + line for line in _wrap(
                     f"**Checked by the official suite** (check ``{rule['check']}``; scripts/conformance fails unless "
