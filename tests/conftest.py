@@ -151,6 +151,25 @@ def backend(request, tmp_path, pg_server_url):
 
 
 @pytest.fixture
+def fault():
+    """``fault(**modes)`` starts a FaultAuthServer (tests/servers/fault_auth_server.py, a
+    loopback authorization server); all are stopped afterwards."""
+    from servers.fault_auth_server import FaultAuthServer
+
+    started: list[FaultAuthServer] = []
+
+    def start(**modes) -> FaultAuthServer:
+        server = FaultAuthServer(**modes)
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
 def http_fault():
     """``http_fault(**options)`` starts tests/servers/fault_http_server.py's FaultHTTPServer
     (``http_fault(cls=..., ...)`` a subclass); each is stopped afterwards, and a server

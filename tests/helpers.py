@@ -32,6 +32,18 @@ def fault_config(name: str, *flags: str, **overrides) -> ServerConfig:
     return ServerConfig(name=name, type="stdio", command=sys.executable, args=(FAULT_SERVER, *flags), **overrides)
 
 
+def until(check, what: str, wait: float):
+    """``check()``'s first truthy value, asked again every 50 ms until ``wait`` seconds
+    have passed (a bound on what is proven to happen, never an expected duration)."""
+    deadline = time.monotonic() + wait
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"{what}: not within {wait:g} s"
+        time.sleep(0.05)  # a bounded poll of a condition
+
+
 def schema_validate(version: str, definition: str, instance) -> None:
     """Validate ``instance`` against ``$defs/definition`` of the official schema."""
     error = jsonschema.exceptions.best_match(_validator(version, definition).iter_errors(instance))

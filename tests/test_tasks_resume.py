@@ -36,6 +36,7 @@ from albedo_actors.runtime import Runtime
 from albedo_actors.store import open_store
 from albedo_actors.store.records import TaskRecord
 from albedo_actors.store.sealing import new_key
+import helpers
 from helpers import HERE, FastMCPTasksServer, require_everything, store_cli_env
 
 sys.path.insert(0, os.path.join(HERE, "peers"))
@@ -112,13 +113,7 @@ def write_config(home, servers: dict) -> None:
 
 
 def until(check, what: str):
-    deadline = time.monotonic() + WAIT
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"{what}: not within {WAIT:g} s"
-        time.sleep(0.05)  # a bounded poll of a condition
+    return helpers.until(check, what, WAIT)
 
 
 def row(home, server: str, task_id: str, database: str | None = None, **environ) -> TaskRecord | None:

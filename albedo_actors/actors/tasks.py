@@ -321,8 +321,8 @@ class TaskDesk:
             self.book.end(record.server, record.task_id, tasks.LOST, None, f"task {record.task_id} is lost: {line}")
             return f"task {record.task_id} of server {record.server!r} is no longer known to the server ({line}); it is gone"
         except UnknownOutcome as exc:
-            if "is lost" in str(exc):
-                return f"server {record.server!r}: {exc.detail}" if hasattr(exc, "detail") else str(exc)
+            if "is lost" in str(exc):  # a stdio task whose host has gone: _connection ended its row
+                return str(exc)
             raise
         finally:
             if borrowed and connection is not None:

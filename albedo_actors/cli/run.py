@@ -353,14 +353,8 @@ def call_in(args: argparse.Namespace, chosen_config: McpConfig, store: Store | N
             more = " (and more)" if len(done.schema_errors) > 1 else ""
             warn(f"server {chosen.server!r}: tool {chosen.operation!r}: its result does not match its "
                   f"outputSchema: {done.schema_errors[0]}{more}")
-    if args.json:
-        print_json(result)
-    else:
-        print_result(result)
-    if chosen.kind == "tool" and result.get("isError") is True:
-        error_line(f"server {chosen.server!r}: tool {chosen.operation!r} reported an error")
-        return EXIT_TOOL_ERROR
-    return EXIT_OK
+    return shown(result, args.json, f"server {chosen.server!r}: tool {chosen.operation!r} reported an error"
+                 if chosen.kind == "tool" else None)
 
 
 def resolve(session: Composition, args: argparse.Namespace) -> tuple[Advertised, Any]:
@@ -422,12 +416,19 @@ def search_call(args: argparse.Namespace, config: McpConfig, arguments: dict[str
         for warning in composition.warnings:
             warn(warning)
         result = composition.call_search(arguments)
-    if args.json:
+    return shown(result, args.json, f"{SEARCH_TOOL} reported an error")
+
+
+def shown(result: dict[str, Any], as_json: bool, tool_error: str | None) -> int:
+    """Print a call's result (its JSON with ``--json``, else as text); the exit code:
+    EXIT_TOOL_ERROR with ``tool_error``'s line when the result is a tool error
+    (``isError``; None: a result that cannot be one), else EXIT_OK."""
+    if as_json:
         print_json(result)
     else:
         print_result(result)
-    if result.get("isError") is True:
-        error_line(f"{SEARCH_TOOL} reported an error")
+    if tool_error is not None and result.get("isError") is True:
+        error_line(tool_error)
         return EXIT_TOOL_ERROR
     return EXIT_OK
 

@@ -16,11 +16,11 @@ import dataclasses
 from typing import Any
 
 from ..config import load, resolve_home
-from ..errors import EXIT_OK, EXIT_TOOL_ERROR, ConfigError
+from ..errors import EXIT_OK, ConfigError
 from ..wire.text import printable
-from .options import PROG, Usage, place_options
-from .output import error_line, out, print_json, print_result
-from .run import ProgressLine, admin_runtime, seconds, store_for
+from .options import Usage, place_options
+from .output import out, print_json
+from .run import ProgressLine, admin_runtime, seconds, shown, store_for
 
 ACTIONS = ("result", "cancel")
 
@@ -47,7 +47,7 @@ def tasks_command(args: argparse.Namespace) -> int:
         return _list(args)
     action = words[0]
     if action not in ACTIONS or len(words) != 2:
-        raise Usage(f"{PROG} tasks takes no words (list), 'result TASK_ID' or 'cancel TASK_ID'")
+        raise Usage("tasks takes no words (to list the tasks), 'result TASK_ID' or 'cancel TASK_ID'")
     if args.all:
         raise Usage("--all goes with the list only")
     return _result(args, words[1]) if action == "result" else _cancel(args, words[1])
@@ -103,14 +103,7 @@ def _result(args: argparse.Namespace, task_id: str) -> int:
             finally:
                 if progress is not None:
                     progress.clear()
-    if args.json:
-        print_json(result)
-    else:
-        print_result(result)
-    if result.get("isError") is True:
-        error_line(f"server {server!r}: the task's tool reported an error")
-        return EXIT_TOOL_ERROR
-    return EXIT_OK
+    return shown(result, args.json, f"server {server!r}: the task's tool reported an error")
 
 
 def _cancel(args: argparse.Namespace, task_id: str) -> int:

@@ -33,6 +33,7 @@ import otel_kit
 from albedo_actors.config import McpConfig, ServerConfig
 from albedo_actors.errors import ConfigError, RemoteError, TimedOut
 from albedo_actors.runtime import Runtime
+import helpers
 from helpers import FASTMCP_TASKS_SERVER, PEERS, FastMCPTasksServer, require_everything, schema_validate, text_of
 from test_cli import albedo, write_config
 from test_fastmcp_tasks_peer import rpc, tasks_python
@@ -76,13 +77,7 @@ class Recorded:
 
 def until(check, what: str):
     """``check()``'s first truthy value, asked again until WAIT seconds have passed."""
-    deadline = time.monotonic() + WAIT
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"{what}: not within {WAIT:g} s"
-        time.sleep(0.05)  # a poll of a condition, bounded above
+    return helpers.until(check, what, WAIT)
 
 
 def spans(exporter) -> list[str]:

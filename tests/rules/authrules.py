@@ -1,6 +1,6 @@
 """What the authorization rule tests share (tests/rules/test_sep_837, 1932, 1933, 2207,
 2350, 2352, 2468): the in-process misbehaving authorization server
-(``servers/fault_auth_server.py``, ``fault`` fixture), the client's real sign-in, the
+(``servers/fault_auth_server.py``, the suite's ``fault`` fixture), the client's real sign-in, the
 kit of the OAuth flow tests (``tests/auth/kit.py``) for the peer server
 (``servers/oauth_server.py``, ``oauth_server`` fixture of tests/conftest.py).
 """
@@ -17,7 +17,6 @@ from albedo_actors.auth.record import OAuthRecord, from_credentials
 from albedo_actors.auth.signin import SignIn, follow_redirect_agent
 from albedo_actors.config import OAuthSettings, ServerConfig
 from albedo_actors.store import open_store
-from servers.fault_auth_server import FaultAuthServer
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "auth"))
 from kit import Cli, Kit  # noqa: E402  (tests/auth/kit.py)
@@ -25,24 +24,8 @@ from kit import Cli, Kit  # noqa: E402  (tests/auth/kit.py)
 NAME = "guarded"
 NO_BROWSER = {"ALBEDO_NO_BROWSER": "1"}
 
-__all__ = ["Cli", "Kit", "NAME", "NO_BROWSER", "config_of", "fault", "free_port", "home", "one_line", "sign_in", "store",
+__all__ = ["Cli", "Kit", "NAME", "NO_BROWSER", "config_of", "free_port", "home", "one_line", "sign_in", "store",
            "stored", "OAuthRecord", "OAuthSettings"]
-
-
-@pytest.fixture
-def fault():
-    """``fault(**modes)`` starts a FaultAuthServer; all are stopped afterwards."""
-    started: list[FaultAuthServer] = []
-
-    def start(**modes) -> FaultAuthServer:
-        server = FaultAuthServer(**modes)
-        server.start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        server.stop()
 
 
 @pytest.fixture

@@ -7,11 +7,12 @@ import contextlib
 import json
 import os
 import sys
-import time
 from typing import Any, Callable, Iterator
 
 from albedo_actors.actors.client import ServerHandle
 from albedo_actors.config import ServerConfig
+
+import helpers
 
 RULES_SERVER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "servers", "rules_stdio_server.py")
 WAIT = 15.0  # a bound on every wait for a server's record, never an expected duration
@@ -46,13 +47,7 @@ def sent(log: str, method: str) -> list[dict]:
 
 def until(condition: Callable[[], Any], what: str) -> Any:
     """Poll ``condition`` (a server's record, a client's state) until it holds, bounded by WAIT."""
-    deadline = time.monotonic() + WAIT
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} did not happen within {WAIT} s"
-        time.sleep(0.02)
+    return helpers.until(condition, what, WAIT)
 
 
 @contextlib.contextmanager

@@ -20,10 +20,8 @@ from albedo_actors.store import open_store
 from albedo_actors.store.sealing import new_key
 
 from helpers import text_of
-import authrules
 from authrules import NAME, Kit, config_of, sign_in
 
-fault = authrules.fault  # the fixture
 
 SUFFIX = "-Zq7Rk2Wm9Xc4Lp8Vt3"  # makes every token findable in the database's bytes
 

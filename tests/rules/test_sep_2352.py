@@ -19,7 +19,7 @@ from albedo_actors.store.records import Credentials
 import authrules
 from authrules import NO_BROWSER, OAuthSettings, config_of, free_port, one_line, sign_in, stored
 
-fault, home, store = authrules.fault, authrules.home, authrules.store  # the fixtures
+home, store = authrules.home, authrules.store  # the fixtures (fault: tests/conftest.py)
 
 HAND_ID, HAND_SECRET = "hand-client", "hand-secret-2352"
 

@@ -14,7 +14,7 @@ from albedo_actors.errors import AuthError
 import authrules
 from authrules import config_of, free_port, one_line, sign_in, stored
 
-fault, home, store = authrules.fault, authrules.home, authrules.store  # the fixtures
+home, store = authrules.home, authrules.store  # the fixtures (fault: tests/conftest.py)
 
 
 def assert_not_used(server, store) -> None:

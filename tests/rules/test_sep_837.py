@@ -12,7 +12,7 @@ from albedo_actors.errors import AuthError, ClientRefused
 import authrules
 from authrules import Cli, config_of, free_port, one_line, sign_in, stored
 
-fault, home, store = authrules.fault, authrules.home, authrules.store  # the fixtures
+home, store = authrules.home, authrules.store  # the fixtures (fault: tests/conftest.py)
 
 
 @pytest.mark.rule("sep-837-application-type-present")

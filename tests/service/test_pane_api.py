@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 import pytest
 
@@ -20,6 +19,7 @@ from albedo_actors.service.host import Host
 from albedo_actors.service.live import LiveSource
 from albedo_actors.service.server import Service
 from conftest import Recorder, Running, Saved, stdio_entry
+import helpers
 from helpers import FAULT_SERVER
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,13 +62,7 @@ def by_name(body: dict) -> dict[str, dict]:
 
 def wait_for(condition, what: str):
     """Poll ``condition()`` until it gives something true, bounded by WAIT; that value."""
-    until = time.monotonic() + WAIT
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < until, f"{what} did not happen within {WAIT:g} s"
-        time.sleep(0.05)
+    return helpers.until(condition, what, WAIT)
 
 
 @pytest.fixture
